@@ -1,0 +1,31 @@
+# etkit developer entry points. `make demo` runs the main job; `make test` runs the tests.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+DEMO_OUT ?= demo-out
+PYTEST_ARGS ?=
+
+.PHONY: install test demo bench clean
+
+install: $(VENV)/.installed
+
+# torch==2.13.0 goes in first, alone: the CPU build lies on disk, and anything that pulled torch
+# before it would fetch a multi-GB CUDA build instead.
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[torch,viz,dev]'
+	touch $@
+
+test: install
+	$(PY) -m pytest -n 2 -q $(PYTEST_ARGS)
+
+demo: install
+	$(VENV)/bin/etkit demo -o $(DEMO_OUT)
+
+bench: install
+	@for script in benchmarks/bench_*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
+
+clean:
+	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache build src/*.egg-info

@@ -1,0 +1,56 @@
+"""``etkit <verb>``: the command line, a thin face over the library.
+
+Each verb lives in its own module of this package with ``register(subparsers)``, which adds its parser
+and sets ``func(args) -> exit code``. Errors the library raises as :class:`~etkit.errors.EtkitError`
+become one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+from collections.abc import Sequence
+
+from .. import __version__
+from ..errors import EtkitError
+
+#: Verb modules, in help order. A module that is not there yet is skipped.
+VERB_MODULES = (
+    "info", "validate", "json_twin", "collect", "link", "convert", "generate", "analyze", "diff",
+    "timeline", "graph", "report", "simulate", "calibrate", "replay",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="etkit", description="Chakra execution traces: collect, convert, check, analyse, simulate, replay.")
+    parser.add_argument("--version", action="version", version=f"etkit {__version__}")
+    subparsers = parser.add_subparsers(dest="verb", metavar="VERB")
+    subparsers.required = True
+    for name in VERB_MODULES:
+        full = f"{__package__}.{name}"
+        if importlib.util.find_spec(full) is None:
+            continue
+        importlib.import_module(full).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except EtkitError as exc:
+        print(f"etkit {args.verb}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("etkit: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def run() -> None:
+    sys.exit(main())

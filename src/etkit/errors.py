@@ -1,0 +1,31 @@
+"""The exceptions etkit raises: each carries a one-line message that names the input and the fault."""
+
+from __future__ import annotations
+
+
+class EtkitError(Exception):
+    """Base class of every error etkit reports to users (the CLI prints it on one line, exit 2)."""
+
+
+class TraceFormatError(EtkitError, ValueError):
+    """An ET file (or its JSON twin) is truncated, corrupt or not an ET file at all."""
+
+    def __init__(self, path: object, message: str, *, record: int | None = None,
+                 offset: int | None = None) -> None:
+        self.path = str(path)
+        self.record = record
+        self.offset = offset
+        where = self.path
+        if record is not None:
+            where += f": record {record}"
+        if offset is not None:
+            where += f" at byte offset {offset}"
+        super().__init__(f"{where}: {message}")
+
+
+class DependencyError(EtkitError):
+    """A dependency that can never be satisfied (missing parent, cycle) was found while walking a graph."""
+
+
+class UsageError(EtkitError):
+    """An argument or option value that cannot be used, e.g. a prefix that matches no file."""

@@ -1,0 +1,180 @@
+"""The Chakra ET protobuf schema, built at import time.
+
+The descriptors are assembled in Python from the field table of ``et_def.proto`` (package
+``ChakraProtoMsg``) and registered in a private descriptor pool, so etkit needs no ``protoc``, ships
+no generated code that breaks when the protobuf runtime changes, and never clashes with another
+package that registers the same proto names in the default pool.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from google.protobuf import descriptor_pb2, descriptor_pool
+
+__all__ = [
+    "AttributeProto",
+    "CommType",
+    "GlobalMetadata",
+    "IOInfo",
+    "Node",
+    "NodeType",
+    "Tensor",
+    "ATTR_KINDS",
+    "LIST_KINDS",
+    "protobuf_backend",
+]
+
+PACKAGE = "ChakraProtoMsg"
+_FDP = descriptor_pb2.FieldDescriptorProto
+
+
+class NodeType(enum.IntEnum):
+    INVALID_NODE = 0
+    METADATA_NODE = 1
+    MEM_LOAD_NODE = 2
+    MEM_STORE_NODE = 3
+    COMP_NODE = 4
+    COMM_SEND_NODE = 5
+    COMM_RECV_NODE = 6
+    COMM_COLL_NODE = 7
+
+
+class CommType(enum.IntEnum):
+    ALL_REDUCE = 0
+    REDUCE = 1
+    ALL_GATHER = 2
+    GATHER = 3
+    SCATTER = 4
+    BROADCAST = 5
+    ALL_TO_ALL = 6
+    REDUCE_SCATTER = 7
+    REDUCE_SCATTER_BLOCK = 8
+    BARRIER = 9
+
+
+# (kind, protobuf scalar type, list wrapper message) in AttributeProto oneof order: value kinds take
+# field numbers 3, 5, 7, ... and their list forms 4, 6, 8, ...
+_SCALARS: tuple[tuple[str, int, str], ...] = (
+    ("double", _FDP.TYPE_DOUBLE, "DoubleList"),
+    ("float", _FDP.TYPE_FLOAT, "FloatList"),
+    ("int32", _FDP.TYPE_INT32, "Int32List"),
+    ("int64", _FDP.TYPE_INT64, "Int64List"),
+    ("uint32", _FDP.TYPE_UINT32, "Uint32List"),
+    ("uint64", _FDP.TYPE_UINT64, "Uint64List"),
+    ("sint32", _FDP.TYPE_SINT32, "Sint32List"),
+    ("sint64", _FDP.TYPE_SINT64, "Sint64List"),
+    ("fixed32", _FDP.TYPE_FIXED32, "Fixed32List"),
+    ("fixed64", _FDP.TYPE_FIXED64, "Fixed64List"),
+    ("sfixed32", _FDP.TYPE_SFIXED32, "Sfixed32List"),
+    ("sfixed64", _FDP.TYPE_SFIXED64, "Sfixed64List"),
+    ("bool", _FDP.TYPE_BOOL, "BoolList"),
+    ("string", _FDP.TYPE_STRING, "StringList"),
+    ("bytes", _FDP.TYPE_BYTES, "BytesList"),
+)
+
+#: Every oneof member name of ``AttributeProto.value``, e.g. ``int64_val``, ``bool_list``.
+ATTR_KINDS: tuple[str, ...] = tuple(f"{k}_{form}" for k, _, _ in _SCALARS for form in ("val", "list"))
+#: The ``*_list`` members.
+LIST_KINDS: frozenset[str] = frozenset(k for k in ATTR_KINDS if k.endswith("_list"))
+
+
+def _field(msg: descriptor_pb2.DescriptorProto, name: str, number: int, ftype: int, *,
+           repeated: bool = False, type_name: str = "", oneof: int | None = None) -> None:
+    f = msg.field.add(name=name, number=number, type=ftype)
+    f.label = _FDP.LABEL_REPEATED if repeated else _FDP.LABEL_OPTIONAL
+    if type_name:
+        f.type_name = f".{PACKAGE}.{type_name}"
+    if oneof is not None:
+        f.oneof_index = oneof
+
+
+def _enum(fdp: descriptor_pb2.FileDescriptorProto, cls: type[enum.IntEnum]) -> None:
+    e = fdp.enum_type.add(name=cls.__name__ if cls is NodeType else "CollectiveCommType")
+    for member in cls:
+        e.value.add(name=member.name, number=member.value)
+
+
+def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
+    fdp = descriptor_pb2.FileDescriptorProto(name="etkit/et_def.proto", package=PACKAGE, syntax="proto3")
+    _enum(fdp, NodeType)
+    _enum(fdp, CommType)
+
+    for _, ftype, list_name in _SCALARS:
+        lst = fdp.message_type.add(name=list_name)
+        _field(lst, "values", 1, ftype, repeated=True)
+
+    attr = fdp.message_type.add(name="AttributeProto")
+    _field(attr, "name", 1, _FDP.TYPE_STRING)
+    _field(attr, "doc_string", 2, _FDP.TYPE_STRING)
+    attr.oneof_decl.add(name="value")
+    number = 3
+    for kind, ftype, list_name in _SCALARS:
+        _field(attr, f"{kind}_val", number, ftype, oneof=0)
+        _field(attr, f"{kind}_list", number + 1, _FDP.TYPE_MESSAGE, type_name=list_name, oneof=0)
+        number += 2
+
+    meta = fdp.message_type.add(name="GlobalMetadata")
+    _field(meta, "version", 1, _FDP.TYPE_STRING)
+    _field(meta, "attr", 2, _FDP.TYPE_MESSAGE, repeated=True, type_name="AttributeProto")
+
+    io = fdp.message_type.add(name="IOInfo")
+    for i, name in enumerate(("values", "shapes", "types"), start=1):
+        _field(io, name, i, _FDP.TYPE_STRING)
+
+    tensor = fdp.message_type.add(name="Tensor")
+    for i, name in enumerate(("tensor_id", "storage_id", "offset", "num_elem", "elem_bytes"), start=1):
+        _field(tensor, name, i, _FDP.TYPE_UINT64)
+    _field(tensor, "device", 6, _FDP.TYPE_STRING)
+
+    node = fdp.message_type.add(name="Node")
+    _field(node, "id", 1, _FDP.TYPE_UINT64)
+    _field(node, "name", 2, _FDP.TYPE_STRING)
+    _field(node, "type", 3, _FDP.TYPE_ENUM, type_name="NodeType")
+    _field(node, "ctrl_deps", 4, _FDP.TYPE_UINT64, repeated=True)
+    _field(node, "data_deps", 5, _FDP.TYPE_UINT64, repeated=True)
+    _field(node, "start_time_micros", 6, _FDP.TYPE_UINT64)
+    _field(node, "duration_micros", 7, _FDP.TYPE_UINT64)
+    _field(node, "inputs", 8, _FDP.TYPE_MESSAGE, type_name="IOInfo")
+    _field(node, "outputs", 9, _FDP.TYPE_MESSAGE, type_name="IOInfo")
+    _field(node, "attr", 10, _FDP.TYPE_MESSAGE, repeated=True, type_name="AttributeProto")
+    return fdp
+
+
+def _message_classes() -> dict[str, type]:
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(_file_descriptor())
+    try:  # protobuf >= 4.22
+        from google.protobuf.message_factory import GetMessageClass
+
+        def make(full_name: str) -> type:
+            return GetMessageClass(pool.FindMessageTypeByName(full_name))
+    except ImportError:  # pragma: no cover - protobuf 4.21
+        from google.protobuf.message_factory import MessageFactory
+
+        factory = MessageFactory(pool)
+
+        def make(full_name: str) -> type:
+            return factory.GetPrototype(pool.FindMessageTypeByName(full_name))
+
+    names = ["Node", "GlobalMetadata", "AttributeProto", "IOInfo", "Tensor"]
+    names += [list_name for _, _, list_name in _SCALARS]
+    return {n: make(f"{PACKAGE}.{n}") for n in names}
+
+
+_CLASSES = _message_classes()
+Node = _CLASSES["Node"]
+GlobalMetadata = _CLASSES["GlobalMetadata"]
+AttributeProto = _CLASSES["AttributeProto"]
+IOInfo = _CLASSES["IOInfo"]
+Tensor = _CLASSES["Tensor"]
+
+
+def protobuf_backend() -> str:
+    """Name of the protobuf runtime in use (``upb`` is the fast C one)."""
+    try:
+        from google.protobuf.internal import api_implementation
+
+        return str(api_implementation.Type())
+    except ImportError:  # pragma: no cover
+        return "unknown"

@@ -1,0 +1,326 @@
+"""Framing of ``.et`` files: ``varint32(len) || message`` records, GlobalMetadata first, then Nodes.
+
+Reading streams the file in chunks (constant memory, gzip sniffed) and reports every fault with the
+file, the record index and the byte offset of the record (in the decompressed stream for gzip files).
+Writing goes through :class:`TraceWriter`, which never emits an empty node or a duplicate dependency
+and replaces the target atomically.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO
+
+from google.protobuf.message import DecodeError
+
+from ..errors import TraceFormatError
+from ..fileio import atomic_output, open_maybe_gzip
+from .schema import GlobalMetadata, Node
+
+__all__ = [
+    "TraceReader",
+    "TraceWriter",
+    "open_trace",
+    "write_trace",
+    "iter_records",
+    "encode_varint",
+    "frame",
+]
+
+_CHUNK = 1 << 20
+_MAX_VARINT32_BYTES = 5
+
+
+def encode_varint(value: int) -> bytes:
+    """Protobuf base-128 varint of a non-negative integer."""
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_SMALL_PREFIX = [bytes((n,)) for n in range(0x80)]
+
+
+def frame(record: bytes) -> bytes:
+    """``record`` with its varint32 length prefix."""
+    n = len(record)
+    return (_SMALL_PREFIX[n] if n < 0x80 else encode_varint(n)) + record
+
+
+def iter_records(stream: IO[bytes], path: str | os.PathLike[str]) -> Iterator[tuple[int, int, bytes]]:
+    """``(record index, byte offset, payload)`` for every length-delimited record of ``stream``.
+
+    Raises :class:`TraceFormatError` on a truncated length or payload, an over-long varint, a
+    zero-length record after the first (readers of other tools take it for end of file and silently
+    drop the rest), or a gzip stream that is cut or corrupt.
+    """
+    buf = b""
+    pos = 0
+    base = 0  # offset of buf[0] in the (decompressed) stream
+    index = 0
+    eof = False
+
+    def refill(need: int) -> None:
+        nonlocal buf, pos, base, eof
+        parts = [buf[pos:]]
+        have = len(parts[0])
+        while have < need and not eof:
+            try:
+                chunk = stream.read(max(_CHUNK, need - have))
+            except (EOFError, OSError, zlib.error, gzip.BadGzipFile) as exc:
+                raise TraceFormatError(path, f"corrupt or truncated gzip stream ({exc})",
+                                       record=index, offset=base + pos) from None
+            if not chunk:
+                eof = True
+                break
+            parts.append(chunk)
+            have += len(chunk)
+        base += pos
+        buf = b"".join(parts)
+        pos = 0
+
+    while True:
+        if len(buf) - pos < _MAX_VARINT32_BYTES and not eof:
+            refill(_MAX_VARINT32_BYTES)
+        end = len(buf)
+        if pos >= end:
+            return
+        start = pos
+        byte = buf[pos]
+        if byte < 0x80:
+            length = byte
+            pos += 1
+        else:
+            length = 0
+            shift = 0
+            while True:
+                if pos >= end:
+                    raise TraceFormatError(path, "truncated record length (file ends inside a varint)",
+                                           record=index, offset=base + start)
+                if shift >= 7 * _MAX_VARINT32_BYTES:
+                    raise TraceFormatError(path, "record length varint longer than 5 bytes",
+                                           record=index, offset=base + start)
+                byte = buf[pos]
+                pos += 1
+                length |= (byte & 0x7F) << shift
+                shift += 7
+                if byte < 0x80:
+                    break
+            length &= 0xFFFFFFFF
+        if length == 0 and index > 0:
+            raise TraceFormatError(path, "zero-length record (an empty node; other readers stop here)",
+                                   record=index, offset=base + start)
+        stop = pos + length
+        if stop > len(buf):
+            header = pos - start
+            pos = start
+            refill(header + length)
+            pos = header
+            stop = header + length
+            start = 0
+            if stop > len(buf):
+                raise TraceFormatError(
+                    path, f"truncated record: needs {length} bytes, only {len(buf) - header} left",
+                    record=index, offset=base)
+        yield index, base + start, buf[pos:stop]
+        pos = stop
+        index += 1
+
+
+def _parse(cls: type, payload: bytes, path: str | os.PathLike[str], index: int, offset: int):  # type: ignore[no-untyped-def]
+    msg = cls()
+    try:
+        msg.ParseFromString(payload)
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        what = "GlobalMetadata" if cls is GlobalMetadata else "Node"
+        raise TraceFormatError(path, f"corrupt {what} message ({exc})", record=index, offset=offset) from None
+    return msg
+
+
+class TraceReader:
+    """A streaming reader of one ``.et`` file (plain or gzip).
+
+    ``metadata`` is read on opening; iterating yields ``Node`` messages in file order, one at a time, so
+    memory stays constant whatever the file size. :meth:`records` yields the raw node payloads instead
+    (the lossless form, used to rewrite a file byte for byte).
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        try:
+            self._stream: IO[bytes] = open_maybe_gzip(self.path)
+        except OSError as exc:
+            raise TraceFormatError(self.path, f"cannot open ({exc.strerror or exc})") from None
+        self._records = iter_records(self._stream, self.path)
+        first = next(self._records, None)
+        if first is None:
+            self.close()
+            raise TraceFormatError(self.path, "empty file: no GlobalMetadata record", record=0, offset=0)
+        try:
+            self.metadata = _parse(GlobalMetadata, first[2], self.path, first[0], first[1])
+        except TraceFormatError:
+            self.close()
+            raise
+        self.metadata_record: bytes = first[2]
+        self._consumed = False
+
+    def records(self) -> Iterator[bytes]:
+        """Raw payload of every node record, in file order (single pass)."""
+        return (payload for _, _, payload in self._take())
+
+    def records_with_position(self) -> Iterator[tuple[int, int, bytes]]:
+        """``(record index, byte offset, payload)`` of every node record (single pass)."""
+        return self._take()
+
+    def _take(self) -> Iterator[tuple[int, int, bytes]]:
+        if self._consumed:
+            raise RuntimeError(f"{self.path}: a TraceReader can be iterated only once")
+        self._consumed = True
+        return self._records
+
+    def __iter__(self) -> Iterator[Node]:
+        path = self.path
+        for index, offset, payload in self._take():
+            node = Node()
+            try:
+                node.ParseFromString(payload)
+            except (DecodeError, ValueError, RuntimeError) as exc:
+                raise TraceFormatError(path, f"corrupt Node message ({exc})", record=index,
+                                       offset=offset) from None
+            yield node
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def __enter__(self) -> TraceReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_trace(path: str | os.PathLike[str]) -> TraceReader:
+    """Open an ``.et`` file (gzip sniffed) for streaming: ``.metadata``, then iterate nodes.
+
+    >>> with open_trace("job.0.et") as trace:                # doctest: +SKIP
+    ...     print(trace.metadata.version)
+    ...     for node in trace:
+    ...         print(node.id, node.name)
+    """
+    return TraceReader(path)
+
+
+def _check_node(node: Node) -> bytes:
+    deps_ok = len(set(node.data_deps)) == len(node.data_deps) and len(set(node.ctrl_deps)) == len(node.ctrl_deps)
+    if not deps_ok:
+        node = _without_duplicate_deps(node)
+    payload = node.SerializeToString()
+    if not payload:
+        raise ValueError("refusing to write an empty node (id 0 and no other field): "
+                         "readers of other tools take a zero-length record for end of file")
+    return payload
+
+
+def _without_duplicate_deps(node: Node) -> Node:
+    clean = Node()
+    clean.CopyFrom(node)
+    for field in ("data_deps", "ctrl_deps"):
+        unique = list(dict.fromkeys(getattr(node, field)))
+        repeated = getattr(clean, field)
+        del repeated[:]
+        repeated.extend(unique)
+    return clean
+
+
+class TraceWriter:
+    """Writes one ``.et`` file atomically: GlobalMetadata first, then nodes (``.gz`` suffix = gzip).
+
+    Use as a context manager; the file appears under its name only when the block ends without error.
+    """
+
+    _FLUSH_BYTES = 1 << 20
+
+    def __init__(self, path: str | os.PathLike[str], metadata: GlobalMetadata | bytes | None = None, *,
+                 compress: bool | None = None) -> None:
+        self.path = Path(path)
+        self._ctx = atomic_output(self.path, compress=compress)
+        self._out = self._ctx.__enter__()
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self.nodes_written = 0
+        if metadata is None:
+            metadata = GlobalMetadata()
+        record = metadata if isinstance(metadata, bytes) else metadata.SerializeToString()
+        self._append(frame(record))
+
+    def _append(self, framed: bytes) -> None:
+        self._pending.append(framed)
+        self._pending_bytes += len(framed)
+        if self._pending_bytes >= self._FLUSH_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        self._out.write(b"".join(self._pending))
+        self._pending.clear()
+        self._pending_bytes = 0
+
+    def write(self, node: Node) -> None:
+        """Append ``node`` (duplicate deps dropped, first occurrence kept; an empty node is refused)."""
+        self._append(frame(_check_node(node)))
+        self.nodes_written += 1
+
+    def write_record(self, payload: bytes) -> None:
+        """Append an already-encoded, non-empty Node payload as it is (the lossless path)."""
+        if not payload:
+            raise ValueError("refusing to write an empty node record")
+        self._append(frame(payload))
+        self.nodes_written += 1
+
+    def write_records(self, payloads: Iterable[bytes]) -> None:
+        for payload in payloads:
+            self.write_record(payload)
+
+    def close(self) -> None:
+        """Finish the file and move it into place."""
+        if self._out is None:
+            return
+        self._flush()
+        self._out = None
+        self._ctx.__exit__(None, None, None)
+
+    def abort(self) -> None:
+        """Drop everything written so far; the target is left as it was."""
+        if self._out is None:
+            return
+        self._out = None
+        try:
+            self._ctx.__exit__(RuntimeError, RuntimeError("aborted"), None)
+        except RuntimeError:
+            pass
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def write_trace(path: str | os.PathLike[str], metadata: GlobalMetadata | None, nodes: Iterable[Node], *,
+                compress: bool | None = None) -> int:
+    """Write ``metadata`` and ``nodes`` to ``path`` atomically; returns the number of nodes written."""
+    with TraceWriter(path, metadata, compress=compress) as writer:
+        for node in nodes:
+            writer.write(node)
+    return writer.nodes_written

@@ -1,0 +1,98 @@
+"""Process groups (communicators): which global ranks take part in a collective with a given ``pg_name``.
+
+Groups come from a comm-groups JSON (``{"<pg_name>": [ranks...]}``, ASTRA-sim's format) or from a
+PyTorch ``process_group:init`` METADATA node. ``pg_name`` "" or "0", or a name not listed with empty
+ranks, means every rank of the job.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from ..errors import EtkitError
+from ..fileio import atomic_output
+
+__all__ = ["ProcessGroups", "parse_process_group_init", "WORLD"]
+
+WORLD = "0"
+
+
+@dataclass(frozen=True)
+class ProcessGroups:
+    """``pg_name`` -> sorted global ranks. An empty tuple means every rank of the job."""
+
+    groups: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def members(self, pg_name: str | None, world_size: int) -> tuple[int, ...]:
+        """Global ranks of group ``pg_name`` in a job of ``world_size`` ranks."""
+        if pg_name in (None, "", WORLD) and not self.groups.get(pg_name or WORLD):
+            return tuple(range(world_size))
+        ranks = self.groups.get(pg_name)  # type: ignore[arg-type]
+        if ranks is None:
+            raise KeyError(pg_name)
+        return ranks or tuple(range(world_size))
+
+    def __contains__(self, pg_name: object) -> bool:
+        return pg_name in ("", WORLD, None) or pg_name in self.groups
+
+    def merged(self, other: ProcessGroups) -> ProcessGroups:
+        return ProcessGroups({**self.groups, **other.groups})
+
+    def to_json(self) -> dict[str, list[int]]:
+        return {name: list(ranks) for name, ranks in self.groups.items()}
+
+    def write(self, path: str | os.PathLike[str]) -> None:
+        """Write as ASTRA-sim's comm-group JSON, atomically."""
+        with atomic_output(path, compress=False) as out:
+            out.write(orjson.dumps(self.to_json(), option=orjson.OPT_INDENT_2) + b"\n")
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Iterable[int]]) -> ProcessGroups:
+        return cls({str(k): tuple(sorted(int(r) for r in v)) for k, v in data.items()})
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> ProcessGroups:
+        """Read a comm-groups JSON; a clear one-line error names the file when it is malformed."""
+        try:
+            data = orjson.loads(Path(path).read_bytes())
+        except (OSError, orjson.JSONDecodeError) as exc:
+            raise EtkitError(f"{path}: cannot read comm groups ({exc})") from None
+        if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
+            raise EtkitError(f'{path}: comm groups must be a JSON object {{"<pg_name>": [ranks...]}}')
+        try:
+            return cls.from_mapping(data)
+        except (TypeError, ValueError):
+            raise EtkitError(f"{path}: comm group ranks must be integers") from None
+
+
+def parse_process_group_init(values: str) -> ProcessGroups:
+    """Groups from the ``inputs.values`` string of a ``process_group:init`` node.
+
+    The string is the Python ``str()`` of a one-element list holding a JSON list of
+    ``{"pg_name", "ranks", ...}``; it is parsed with a literal parser, never evaluated.
+    """
+    try:
+        outer = ast.literal_eval(values)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        outer = values
+    texts = outer if isinstance(outer, list) else [outer]
+    groups: dict[str, tuple[int, ...]] = {}
+    for text in texts:
+        try:
+            entries = json.loads(text) if isinstance(text, str) else text
+        except ValueError:
+            continue
+        if not isinstance(entries, list):
+            continue
+        for entry in entries:
+            if isinstance(entry, dict) and "pg_name" in entry:
+                ranks = entry.get("ranks") or []
+                groups[str(entry["pg_name"])] = tuple(sorted(int(r) for r in ranks))
+    return ProcessGroups(groups)

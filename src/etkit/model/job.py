@@ -1,0 +1,140 @@
+"""A job: every rank's :class:`Trace` plus the process groups that tie the ranks together.
+
+``discover`` turns what users type (a prefix such as ``out/llm``, or explicit files) into the per-rank
+file list; ``load_job`` reads the files through an executor, one task per rank.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import UsageError
+from ..executor import Executor, default_executor
+from ..format.schema import NodeType
+from .groups import ProcessGroups, parse_process_group_init
+from .trace import Trace, load_trace
+
+__all__ = ["Job", "RankFile", "discover", "load_job", "groups_from_traces", "comm_groups_path"]
+
+_RANK_SUFFIX = re.compile(r"^(?P<prefix>.*)\.(?P<rank>\d+)\.et(?:\.gz)?$")
+
+
+@dataclass(frozen=True)
+class RankFile:
+    rank: int
+    path: Path
+
+
+def comm_groups_path(prefix: str | os.PathLike[str]) -> Path:
+    """Where the comm-groups JSON of the job ``prefix`` lives: ``<prefix>.comm_groups.json``."""
+    return Path(f"{prefix}.comm_groups.json")
+
+
+def discover(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> tuple[list[RankFile], str | None]:
+    """Per-rank files of a job and its prefix (when there is one).
+
+    ``spec`` is a prefix (``out/job`` finds ``out/job.0.et``, ``out/job.1.et.gz``, ...), a single
+    ``.et`` file, or a list of files (rank from the ``.<rank>.et`` suffix, else list position).
+    """
+    if isinstance(spec, (str, os.PathLike)):
+        spec_path = Path(spec)
+        if spec_path.is_file():
+            return [_rank_file(spec_path, 0)], _prefix_of(spec_path)
+        prefix = str(spec)
+        parent = spec_path.parent if str(spec_path.parent) else Path(".")
+        found: dict[int, Path] = {}
+        if parent.is_dir():
+            stem = spec_path.name
+            for candidate in parent.iterdir():
+                m = _RANK_SUFFIX.match(candidate.name)
+                if m and m.group("prefix") == stem and candidate.is_file():
+                    found.setdefault(int(m.group("rank")), candidate)
+        if not found:
+            raise UsageError(f"{prefix}: no file {prefix}.<rank>.et (or .et.gz) found")
+        return [RankFile(r, found[r]) for r in sorted(found)], prefix
+    files = [Path(p) for p in spec]
+    if not files:
+        raise UsageError("no trace file given")
+    for f in files:
+        if not f.is_file():
+            raise UsageError(f"{f}: no such file")
+    ranked = [_rank_file(f, i) for i, f in enumerate(files)]
+    if len({r.rank for r in ranked}) != len(ranked):
+        ranked = [RankFile(i, f) for i, f in enumerate(files)]
+    prefixes = {_prefix_of(f) for f in files}
+    return sorted(ranked, key=lambda r: r.rank), prefixes.pop() if len(prefixes) == 1 else None
+
+
+def _rank_file(path: Path, default_rank: int) -> RankFile:
+    m = _RANK_SUFFIX.match(path.name)
+    return RankFile(int(m.group("rank")) if m else default_rank, path)
+
+
+def _prefix_of(path: Path) -> str | None:
+    m = _RANK_SUFFIX.match(path.name)
+    return str(path.parent / m.group("prefix")) if m else None
+
+
+def groups_from_traces(traces: Mapping[int, Trace]) -> ProcessGroups:
+    """Process groups declared by ``process_group:init`` METADATA nodes of any rank."""
+    groups = ProcessGroups()
+    for trace in traces.values():
+        for row in (trace.types == NodeType.METADATA_NODE).nonzero()[0]:
+            node = trace.node(int(row))
+            if node.HasField("inputs") and "pg_name" in node.inputs.values:
+                groups = groups.merged(parse_process_group_init(node.inputs.values))
+    return groups
+
+
+@dataclass
+class Job:
+    """Every rank's trace of one job, with its process groups."""
+
+    traces: dict[int, Trace]
+    groups: ProcessGroups = field(default_factory=ProcessGroups)
+    prefix: str | None = None
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.traces)
+
+    @property
+    def world_size(self) -> int:
+        return max(self.traces) + 1 if self.traces else 0
+
+    def members(self, pg_name: str | None) -> tuple[int, ...]:
+        return self.groups.members(pg_name, self.world_size)
+
+    def write(self, prefix: str | os.PathLike[str], *, compress: bool = False) -> list[Path]:
+        """Write ``<prefix>.<rank>.et`` for every rank and ``<prefix>.comm_groups.json`` if there are groups."""
+        paths = []
+        for rank, trace in sorted(self.traces.items()):
+            path = Path(f"{prefix}.{rank}.et" + (".gz" if compress else ""))
+            trace.write(path)
+            paths.append(path)
+        if self.groups.groups:
+            self.groups.write(comm_groups_path(prefix))
+        return paths
+
+
+def load_job(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
+             comm_groups: str | os.PathLike[str] | None = None,
+             executor: Executor | None = None) -> Job:
+    """Load every rank of a job (see :func:`discover`) into columnar traces, one executor task per rank.
+
+    Process groups come from ``comm_groups`` (or ``<prefix>.comm_groups.json`` when it exists), merged
+    over those declared by METADATA nodes.
+    """
+    files, prefix = discover(spec)
+    executor = executor or default_executor()
+    traces = executor.map(load_trace, [f.path for f in files], desc="load")
+    by_rank = {f.rank: t for f, t in zip(files, traces)}
+    groups = groups_from_traces(by_rank)
+    groups_file = Path(comm_groups) if comm_groups else (comm_groups_path(prefix) if prefix else None)
+    if groups_file is not None and (comm_groups or groups_file.is_file()):
+        groups = groups.merged(ProcessGroups.load(groups_file))
+    return Job(by_rank, groups, prefix)

@@ -1,0 +1,305 @@
+"""The columnar in-memory form of one rank's ET: a :class:`Trace`.
+
+Like Perfetto's trace processor, a trace is a table: one numpy column per hot field (ids, types,
+names through a string table, timing, communication attributes) and CSR arrays for dependencies.
+Every node's original record bytes are kept in one blob beside the columns, so nothing a producer
+wrote is lost (other attributes, IOInfo, unknown fields) and writing an unmodified trace back gives
+the same bytes. Analyses, validation and the simulator work on the columns, never on per-node objects.
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from ..errors import TraceFormatError
+from ..format.attrs import INT_KINDS
+from ..format.schema import CommType, GlobalMetadata, Node, NodeType
+from ..format.stream import TraceWriter, open_trace
+
+__all__ = ["Trace", "load_trace", "MISSING", "COMM_NODE_TYPES"]
+
+#: Sentinel in integer attribute columns for "attribute absent".
+MISSING = np.iinfo(np.int64).min
+COMM_NODE_TYPES = (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, NodeType.COMM_COLL_NODE)
+
+_INT_COLUMNS = ("comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag", "num_ops", "tensor_size",
+                "comm_priority")
+_INT_COLUMN_SET = frozenset(_INT_COLUMNS)
+
+
+def _csr(ptr: array, values: array) -> tuple[np.ndarray, np.ndarray]:
+    return np.frombuffer(ptr, dtype=np.int64).copy(), np.frombuffer(values, dtype=np.uint64).copy()
+
+
+@dataclass(eq=False)
+class Trace:
+    """One rank's execution trace as columns. Row ``i`` is the ``i``-th node in file order.
+
+    Integer attribute columns hold :data:`MISSING` where the node lacks the attribute; ``is_cpu_op``
+    holds -1 for absent, 0 or 1; ``pg_name`` indexes :attr:`strings` (-1 = absent).
+    """
+
+    metadata: GlobalMetadata
+    ids: np.ndarray
+    types: np.ndarray
+    name_idx: np.ndarray
+    strings: list[str]
+    start: np.ndarray
+    duration: np.ndarray
+    data_ptr: np.ndarray
+    data_deps: np.ndarray
+    ctrl_ptr: np.ndarray
+    ctrl_deps: np.ndarray
+    is_cpu_op: np.ndarray
+    pg_idx: np.ndarray
+    comm_type: np.ndarray
+    comm_size: np.ndarray
+    comm_src: np.ndarray
+    comm_dst: np.ndarray
+    comm_tag: np.ndarray
+    comm_priority: np.ndarray
+    num_ops: np.ndarray
+    tensor_size: np.ndarray
+    blob: bytes
+    rec_ptr: np.ndarray
+    path: str = ""
+    metadata_record: bytes | None = None
+    _order: np.ndarray | None = field(default=None, repr=False)
+
+    # -- construction ---------------------------------------------------------------------------
+
+    @classmethod
+    def from_records(cls, metadata: GlobalMetadata | bytes, records: Iterable[bytes] | Iterable[tuple[int, int, bytes]],
+                     *, path: str | os.PathLike[str] = "<memory>") -> Trace:
+        """Build from raw Node payloads (or ``(index, offset, payload)`` triples from a reader)."""
+        return _TraceBuilder(str(path)).build(metadata, records)
+
+    @classmethod
+    def from_nodes(cls, metadata: GlobalMetadata | None, nodes: Iterable[Node]) -> Trace:
+        """Build from Node messages (what a producer made in memory)."""
+        return cls.from_records(metadata or GlobalMetadata(), (n.SerializeToString() for n in nodes))
+
+    # -- size and lookup ------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+    @property
+    def names(self) -> np.ndarray:
+        """Node names as an object array (built on demand; prefer ``name_idx`` + ``strings``)."""
+        return np.asarray(self.strings, dtype=object)[self.name_idx]
+
+    def name(self, row: int) -> str:
+        return self.strings[int(self.name_idx[row])]
+
+    def rows_of(self, ids: np.ndarray | Sequence[int]) -> np.ndarray:
+        """Row index of each id (-1 where the id is not a node of this trace)."""
+        if self._order is None:
+            self._order = np.argsort(self.ids, kind="stable")
+        sorted_ids = self.ids[self._order]
+        query = np.asarray(ids, dtype=np.uint64)
+        pos = np.searchsorted(sorted_ids, query)
+        pos_clipped = np.minimum(pos, max(len(sorted_ids) - 1, 0))
+        found = (pos < len(sorted_ids)) & (sorted_ids[pos_clipped] == query) if len(sorted_ids) else np.zeros(query.shape, bool)
+        return np.where(found, self._order[pos_clipped] if len(sorted_ids) else -1, -1).astype(np.int64)
+
+    def row_of(self, node_id: int) -> int:
+        row = int(self.rows_of([node_id])[0])
+        if row < 0:
+            raise KeyError(f"{self.path}: no node with id {node_id}")
+        return row
+
+    def deps_of(self, row: int, kind: str = "data") -> np.ndarray:
+        ptr, deps = (self.data_ptr, self.data_deps) if kind == "data" else (self.ctrl_ptr, self.ctrl_deps)
+        return deps[ptr[row]:ptr[row + 1]]
+
+    def edge_sources(self, kind: str = "data") -> np.ndarray:
+        """For each entry of ``data_deps`` (or ``ctrl_deps``), the row of the node that lists it."""
+        ptr = self.data_ptr if kind == "data" else self.ctrl_ptr
+        return np.repeat(np.arange(len(self), dtype=np.int64), np.diff(ptr))
+
+    def pg_names(self) -> np.ndarray:
+        """``pg_name`` per row as an object array (``None`` where absent)."""
+        table = np.asarray(self.strings + [None], dtype=object)
+        return table[np.where(self.pg_idx < 0, len(self.strings), self.pg_idx)]
+
+    # -- full nodes -----------------------------------------------------------------------------
+
+    def record(self, row: int) -> bytes:
+        return self.blob[self.rec_ptr[row]:self.rec_ptr[row + 1]]
+
+    def node(self, row: int) -> Node:
+        """The full Node message of row ``row`` (decoded from the kept record bytes)."""
+        node = Node()
+        node.ParseFromString(self.record(row))
+        return node
+
+    def records(self) -> Iterator[bytes]:
+        blob, ptr = self.blob, self.rec_ptr.tolist()
+        return (blob[ptr[i]:ptr[i + 1]] for i in range(len(ptr) - 1))
+
+    def nodes(self) -> Iterator[Node]:
+        for row in range(len(self)):
+            yield self.node(row)
+
+    def comm_rows(self) -> np.ndarray:
+        return np.flatnonzero(np.isin(self.types, np.asarray(COMM_NODE_TYPES, dtype=self.types.dtype)))
+
+    # -- output ---------------------------------------------------------------------------------
+
+    def write(self, path: str | os.PathLike[str], *, compress: bool | None = None) -> None:
+        """Write this trace as an ``.et`` file (byte-identical to the file it was read from)."""
+        meta = self.metadata_record if self.metadata_record is not None else self.metadata.SerializeToString()
+        with TraceWriter(path, meta, compress=compress) as writer:
+            writer.write_records(self.records())
+
+
+class _TraceBuilder:
+    """Accumulates columns record by record in compact ``array`` buffers, then freezes them to numpy."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def build(self, metadata: GlobalMetadata | bytes, records: Iterable) -> Trace:  # noqa: C901
+        path = self.path
+        if isinstance(metadata, bytes):
+            meta_record = metadata
+            metadata_msg = GlobalMetadata()
+            metadata_msg.ParseFromString(metadata)
+        else:
+            metadata_msg = metadata
+            meta_record = None
+        ids = array("Q")
+        types = array("i")
+        name_idx = array("i")
+        starts = array("Q")
+        durations = array("Q")
+        data_ptr = array("q", [0])
+        data_deps = array("Q")
+        ctrl_ptr = array("q", [0])
+        ctrl_deps = array("Q")
+        cpu = array("b")
+        pg_idx = array("i")
+        ints = {name: array("q") for name in _INT_COLUMNS}
+        rec_ptr = array("q", [0])
+        chunks: list[bytes] = []
+        strings: dict[str, int] = {}
+        blob_len = 0
+        int_cols = _INT_COLUMN_SET
+        int_kinds = INT_KINDS
+        missing = int(MISSING)
+        row = 0
+        for item in records:
+            if isinstance(item, tuple):
+                index, offset, payload = item
+            else:
+                index, offset, payload = row + 1, None, item
+            node = Node()
+            try:
+                node.ParseFromString(payload)
+            except (DecodeError, ValueError, RuntimeError) as exc:
+                raise TraceFormatError(path, f"corrupt Node message ({exc})", record=index, offset=offset) from None
+            ids.append(node.id)
+            types.append(node.type)
+            name = node.name
+            idx = strings.get(name)
+            if idx is None:
+                idx = strings[name] = len(strings)
+            name_idx.append(idx)
+            starts.append(node.start_time_micros)
+            durations.append(node.duration_micros)
+            deps = node.data_deps
+            if deps:
+                data_deps.extend(deps)
+            data_ptr.append(len(data_deps))
+            deps = node.ctrl_deps
+            if deps:
+                ctrl_deps.extend(deps)
+            ctrl_ptr.append(len(ctrl_deps))
+            cpu_value = -1
+            pg = -1
+            found: dict[str, int] | None = None
+            for attr in node.attr:
+                aname = attr.name
+                if aname in int_cols:
+                    kind = attr.WhichOneof("value")
+                    if kind in int_kinds:
+                        if found is None:
+                            found = {}
+                        value = int(getattr(attr, kind))
+                        found[aname] = value if -missing > value > missing else missing
+                elif aname == "is_cpu_op":
+                    kind = attr.WhichOneof("value")
+                    if kind in int_kinds:
+                        cpu_value = 1 if getattr(attr, kind) else 0
+                elif aname == "pg_name":
+                    kind = attr.WhichOneof("value")
+                    if kind == "string_val":
+                        text = attr.string_val
+                    elif kind in int_kinds:
+                        text = str(int(getattr(attr, kind)))
+                    else:
+                        continue
+                    pg = strings.get(text)
+                    if pg is None:
+                        pg = strings[text] = len(strings)
+            cpu.append(cpu_value)
+            pg_idx.append(pg)
+            if found is None:
+                for col in ints.values():
+                    col.append(missing)
+            else:
+                for cname, col in ints.items():
+                    col.append(found.get(cname, missing))
+            chunks.append(payload)
+            blob_len += len(payload)
+            rec_ptr.append(blob_len)
+            row += 1
+
+        dp, dd = _csr(data_ptr, data_deps)
+        cp, cd = _csr(ctrl_ptr, ctrl_deps)
+        return Trace(
+            metadata=metadata_msg,
+            ids=np.frombuffer(ids, dtype=np.uint64).copy(),
+            types=np.frombuffer(types, dtype=np.int32).copy(),
+            name_idx=np.frombuffer(name_idx, dtype=np.int32).copy(),
+            strings=list(strings),
+            start=np.frombuffer(starts, dtype=np.uint64).copy(),
+            duration=np.frombuffer(durations, dtype=np.uint64).copy(),
+            data_ptr=dp, data_deps=dd, ctrl_ptr=cp, ctrl_deps=cd,
+            is_cpu_op=np.frombuffer(cpu, dtype=np.int8).copy(),
+            pg_idx=np.frombuffer(pg_idx, dtype=np.int32).copy(),
+            **{name: np.frombuffer(col, dtype=np.int64).copy() for name, col in ints.items()},
+            blob=b"".join(chunks),
+            rec_ptr=np.frombuffer(rec_ptr, dtype=np.int64).copy(),
+            path=path,
+            metadata_record=meta_record,
+        )
+
+
+def load_trace(path: str | os.PathLike[str]) -> Trace:
+    """Read a whole ``.et`` file (gzip sniffed) into a columnar :class:`Trace`."""
+    with open_trace(path) as reader:
+        return _TraceBuilder(str(Path(path))).build(reader.metadata_record, reader.records_with_position())
+
+
+def comm_type_name(value: int) -> str:
+    """``ALL_REDUCE`` for 0, ..., or ``UNKNOWN(n)`` for values outside the schema."""
+    try:
+        return CommType(value).name
+    except ValueError:
+        return f"UNKNOWN({value})"
+
+
+def node_type_name(value: int) -> str:
+    try:
+        return NodeType(value).name
+    except ValueError:
+        return f"UNKNOWN({value})"
