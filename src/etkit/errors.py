@@ -20,7 +20,12 @@ class TraceFormatError(EtkitError, ValueError):
             where += f": record {record}"
         if offset is not None:
             where += f" at byte offset {offset}"
+        self.detail = message
         super().__init__(f"{where}: {message}")
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        # Rebuilt from its parts so that it crosses process-pool boundaries intact.
+        return (_rebuild_format_error, (self.path, self.detail, self.record, self.offset))
 
 
 class DependencyError(EtkitError):
@@ -29,3 +34,7 @@ class DependencyError(EtkitError):
 
 class UsageError(EtkitError):
     """An argument or option value that cannot be used, e.g. a prefix that matches no file."""
+
+
+def _rebuild_format_error(path: str, message: str, record: int | None, offset: int | None) -> TraceFormatError:
+    return TraceFormatError(path, message, record=record, offset=offset)

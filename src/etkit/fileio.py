@@ -33,11 +33,19 @@ def atomic_output(path: str | os.PathLike[str], *, compress: bool | None = None)
                     yield zipped  # type: ignore[misc]
             else:
                 yield raw
+        os.chmod(tmp_name, 0o666 & ~_umask())
         os.replace(tmp_name, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp_name)
         raise
+
+
+def _umask() -> int:
+    # os.umask can only be read by setting it; restore at once.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def is_gzip(path: str | os.PathLike[str]) -> bool:

@@ -56,12 +56,14 @@ def frame(record: bytes) -> bytes:
     return (_SMALL_PREFIX[n] if n < 0x80 else encode_varint(n)) + record
 
 
-def iter_records(stream: IO[bytes], path: str | os.PathLike[str]) -> Iterator[tuple[int, int, bytes]]:
+def iter_records(stream: IO[bytes], path: str | os.PathLike[str], *,
+                 allow_empty: bool = False) -> Iterator[tuple[int, int, bytes]]:
     """``(record index, byte offset, payload)`` for every length-delimited record of ``stream``.
 
     Raises :class:`TraceFormatError` on a truncated length or payload, an over-long varint, a
     zero-length record after the first (readers of other tools take it for end of file and silently
-    drop the rest), or a gzip stream that is cut or corrupt.
+    drop the rest; ``allow_empty`` yields it instead, for validation), or a gzip stream that is cut or
+    corrupt.
     """
     buf = b""
     pos = 0
@@ -116,7 +118,7 @@ def iter_records(stream: IO[bytes], path: str | os.PathLike[str]) -> Iterator[tu
                 if byte < 0x80:
                     break
             length &= 0xFFFFFFFF
-        if length == 0 and index > 0:
+        if length == 0 and index > 0 and not allow_empty:
             raise TraceFormatError(path, "zero-length record (an empty node; other readers stop here)",
                                    record=index, offset=base + start)
         stop = pos + length
@@ -154,13 +156,13 @@ class TraceReader:
     (the lossless form, used to rewrite a file byte for byte).
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, allow_empty: bool = False) -> None:
         self.path = Path(path)
         try:
             self._stream: IO[bytes] = open_maybe_gzip(self.path)
         except OSError as exc:
             raise TraceFormatError(self.path, f"cannot open ({exc.strerror or exc})") from None
-        self._records = iter_records(self._stream, self.path)
+        self._records = iter_records(self._stream, self.path, allow_empty=allow_empty)
         first = next(self._records, None)
         if first is None:
             self.close()
@@ -208,15 +210,17 @@ class TraceReader:
         self.close()
 
 
-def open_trace(path: str | os.PathLike[str]) -> TraceReader:
+def open_trace(path: str | os.PathLike[str], *, allow_empty: bool = False) -> TraceReader:
     """Open an ``.et`` file (gzip sniffed) for streaming: ``.metadata``, then iterate nodes.
+
+    ``allow_empty`` yields zero-length node records (empty nodes) instead of raising on them.
 
     >>> with open_trace("job.0.et") as trace:                # doctest: +SKIP
     ...     print(trace.metadata.version)
     ...     for node in trace:
     ...         print(node.id, node.name)
     """
-    return TraceReader(path)
+    return TraceReader(path, allow_empty=allow_empty)
 
 
 def _check_node(node: Node) -> bytes:

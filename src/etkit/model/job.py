@@ -18,7 +18,8 @@ from ..format.schema import NodeType
 from .groups import ProcessGroups, parse_process_group_init
 from .trace import Trace, load_trace
 
-__all__ = ["Job", "RankFile", "discover", "load_job", "groups_from_traces", "comm_groups_path"]
+__all__ = ["Job", "RankFile", "discover", "load_job", "groups_from_trace", "groups_from_traces",
+           "comm_groups_path", "load_groups"]
 
 _RANK_SUFFIX = re.compile(r"^(?P<prefix>.*)\.(?P<rank>\d+)\.et(?:\.gz)?$")
 
@@ -79,14 +80,21 @@ def _prefix_of(path: Path) -> str | None:
     return str(path.parent / m.group("prefix")) if m else None
 
 
+def groups_from_trace(trace: Trace) -> ProcessGroups:
+    """Process groups declared by the ``process_group:init`` METADATA nodes of one trace."""
+    groups = ProcessGroups()
+    for row in (trace.types == NodeType.METADATA_NODE).nonzero()[0]:
+        node = trace.node(int(row))
+        if node.HasField("inputs") and "pg_name" in node.inputs.values:
+            groups = groups.merged(parse_process_group_init(node.inputs.values))
+    return groups
+
+
 def groups_from_traces(traces: Mapping[int, Trace]) -> ProcessGroups:
     """Process groups declared by ``process_group:init`` METADATA nodes of any rank."""
     groups = ProcessGroups()
     for trace in traces.values():
-        for row in (trace.types == NodeType.METADATA_NODE).nonzero()[0]:
-            node = trace.node(int(row))
-            if node.HasField("inputs") and "pg_name" in node.inputs.values:
-                groups = groups.merged(parse_process_group_init(node.inputs.values))
+        groups = groups.merged(groups_from_trace(trace))
     return groups
 
 
@@ -133,8 +141,13 @@ def load_job(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
     executor = executor or default_executor()
     traces = executor.map(load_trace, [f.path for f in files], desc="load")
     by_rank = {f.rank: t for f, t in zip(files, traces)}
-    groups = groups_from_traces(by_rank)
+    return Job(by_rank, load_groups(groups_from_traces(by_rank), prefix, comm_groups), prefix)
+
+
+def load_groups(declared: ProcessGroups, prefix: str | None,
+                comm_groups: str | os.PathLike[str] | None = None) -> ProcessGroups:
+    """``declared`` groups overlaid with ``comm_groups`` (or ``<prefix>.comm_groups.json`` if it exists)."""
     groups_file = Path(comm_groups) if comm_groups else (comm_groups_path(prefix) if prefix else None)
     if groups_file is not None and (comm_groups or groups_file.is_file()):
-        groups = groups.merged(ProcessGroups.load(groups_file))
-    return Job(by_rank, groups, prefix)
+        return declared.merged(ProcessGroups.load(groups_file))
+    return declared

@@ -284,9 +284,12 @@ class _TraceBuilder:
         )
 
 
-def load_trace(path: str | os.PathLike[str]) -> Trace:
-    """Read a whole ``.et`` file (gzip sniffed) into a columnar :class:`Trace`."""
-    with open_trace(path) as reader:
+def load_trace(path: str | os.PathLike[str], *, allow_empty: bool = False) -> Trace:
+    """Read a whole ``.et`` file (gzip sniffed) into a columnar :class:`Trace`.
+
+    ``allow_empty`` keeps zero-length node records as rows (validation reports them) instead of raising.
+    """
+    with open_trace(path, allow_empty=allow_empty) as reader:
         return _TraceBuilder(str(Path(path))).build(reader.metadata_record, reader.records_with_position())
 
 

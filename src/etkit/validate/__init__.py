@@ -1,0 +1,75 @@
+"""Validation of Chakra ETs: per-file rules (``rank_rules``) and cross-rank rules (``job_rules``).
+
+``validate(spec)`` checks files on disk, one executor task per rank (each task loads, checks and
+returns only its findings and a compact communication record); ``validate_job(job)`` checks a job
+already in memory. Both return a :class:`ValidationReport`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..executor import Executor, default_executor
+from ..model.groups import ProcessGroups
+from ..model.job import Job, discover, groups_from_trace, load_groups
+from ..model.trace import Trace, load_trace
+from .findings import ERROR, WARNING, Finding, FindingSink, ValidationReport
+from .job_rules import check_collectives, check_p2p
+from .rank_rules import CommRecord, check_trace, comm_record
+
+__all__ = ["validate", "validate_job", "validate_trace", "Finding", "ValidationReport", "ERROR", "WARNING"]
+
+
+def validate_trace(trace: Trace, rank: int = 0) -> list[Finding]:
+    """Single-file findings of ``trace`` (as rank ``rank``)."""
+    sink = FindingSink(rank)
+    check_trace(trace, sink)
+    return sink.done()
+
+
+def _rank_result(trace: Trace, rank: int) -> tuple[int, list[Finding], CommRecord, ProcessGroups]:
+    return len(trace), validate_trace(trace, rank), comm_record(trace, rank), groups_from_trace(trace)
+
+
+def _check_file(task: tuple[int, str]) -> tuple[int, list[Finding], CommRecord, ProcessGroups]:
+    rank, path = task
+    return _rank_result(load_trace(path, allow_empty=True), rank)
+
+
+def _assemble(results: dict[int, tuple[int, list[Finding], CommRecord, ProcessGroups]],
+              groups: ProcessGroups | None, prefix: str | None, comm_groups: str | os.PathLike[str] | None,
+              files: list[str]) -> ValidationReport:
+    declared = ProcessGroups()
+    for _, _, _, g in results.values():
+        declared = declared.merged(g)
+    groups = load_groups(declared, prefix, comm_groups).merged(groups or ProcessGroups())
+    world = max(results) + 1 if results else 0
+    findings: list[Finding] = []
+    for rank in sorted(results):
+        findings.extend(results[rank][1])
+    records = {rank: r[2] for rank, r in results.items()}
+    findings.extend(check_collectives(records, groups, world))
+    findings.extend(check_p2p(records, world))
+    return ValidationReport(findings, len(results), sum(r[0] for r in results.values()), files)
+
+
+def validate(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
+             comm_groups: str | os.PathLike[str] | None = None, executor: Executor | None = None) -> ValidationReport:
+    """Validate the job at ``spec`` (prefix, file, or list of files).
+
+    Raises :class:`~etkit.errors.TraceFormatError` when a file cannot be read at all.
+    """
+    files, prefix = discover(spec)
+    executor = executor or default_executor()
+    tasks = [(f.rank, str(f.path)) for f in files]
+    out = executor.map(_check_file, tasks, desc="validate")
+    results = {rank: res for (rank, _), res in zip(tasks, out)}
+    return _assemble(results, None, prefix, comm_groups, [str(Path(p)) for _, p in tasks])
+
+
+def validate_job(job: Job) -> ValidationReport:
+    """Validate a job held in memory (e.g. what a converter or generator just built)."""
+    results = {rank: _rank_result(trace, rank) for rank, trace in job.traces.items()}
+    return _assemble(results, job.groups, None, None, [t.path for _, t in sorted(job.traces.items())])

@@ -1,0 +1,165 @@
+"""Rules that one rank's trace must obey on its own, checked on the columns without per-node loops.
+
+Rules: ``empty-node``, ``duplicate-id``, ``missing-dep``, ``self-dep``, ``duplicate-dep``, ``cycle``
+(over data and ctrl deps together, as feeder v3 schedules them), ``unknown-node-type``,
+``unknown-comm-type``, ``comm-missing-type``, ``comm-missing-size``, ``comm-on-cpu``,
+``p2p-missing-peer``, ``p2p-missing-tag``, ``p2p-wrong-self``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
+
+from ..format.schema import CommType, NodeType
+from ..model.trace import MISSING, Trace
+from .findings import WARNING, FindingSink
+
+__all__ = ["check_trace", "CommRecord", "comm_record"]
+
+_COLL = int(NodeType.COMM_COLL_NODE)
+_SEND = int(NodeType.COMM_SEND_NODE)
+_RECV = int(NodeType.COMM_RECV_NODE)
+_MAX_CYCLE_IDS = 10
+
+
+def _ids(trace: Trace, rows: np.ndarray) -> list[int]:
+    return [int(x) for x in trace.ids[rows]]
+
+
+def _check_ids(trace: Trace, sink: FindingSink) -> None:
+    empty = np.flatnonzero(np.diff(trace.rec_ptr) == 0)
+    for row in empty:
+        sink.add(int(trace.ids[row]), "empty-node", f"record {row + 1} is empty (zero length): "
+                 "other readers stop reading the file there")
+    uniq, counts = np.unique(trace.ids, return_counts=True)
+    for node_id, count in zip(uniq[counts > 1], counts[counts > 1]):
+        sink.add(int(node_id), "duplicate-id", f"id {node_id} is used by {count} nodes")
+
+
+def _check_deps(trace: Trace, sink: FindingSink, kind: str) -> np.ndarray:
+    """Checks one dependency list kind; returns ``(src_row, dst_row)`` edges that resolve."""
+    deps = trace.data_deps if kind == "data" else trace.ctrl_deps
+    src = trace.edge_sources(kind)
+    dst = trace.rows_of(deps)
+    for i in np.flatnonzero(dst < 0):
+        sink.add(int(trace.ids[src[i]]), "missing-dep", f"{kind} dep {int(deps[i])} is not a node of this file")
+    self_loop = trace.ids[src] == deps
+    for i in np.flatnonzero(self_loop):
+        sink.add(int(deps[i]), "self-dep", f"node lists itself in its {kind} deps")
+    if len(deps):
+        order = np.lexsort((deps, src))
+        same = (src[order][1:] == src[order][:-1]) & (deps[order][1:] == deps[order][:-1])
+        for i in np.flatnonzero(same):
+            j = order[i + 1]
+            sink.add(int(trace.ids[src[j]]), "duplicate-dep",
+                     f"{kind} dep {int(deps[j])} is listed more than once (feeders never release such a node)")
+    ok = (dst >= 0) & ~self_loop
+    return np.stack([src[ok], dst[ok]])
+
+
+def _check_cycles(trace: Trace, edges: np.ndarray, sink: FindingSink) -> None:
+    n = len(trace)
+    if n == 0 or edges.shape[1] == 0:
+        return
+    graph = csr_matrix((np.ones(edges.shape[1], dtype=np.int8), (edges[0], edges[1])), shape=(n, n))
+    count, labels = connected_components(graph, directed=True, connection="strong")
+    if count == n:
+        return
+    sizes = np.bincount(labels, minlength=count)
+    for label in np.flatnonzero(sizes > 1):
+        rows = np.flatnonzero(labels == label)
+        ids = sorted(_ids(trace, rows))
+        shown = ", ".join(map(str, ids[:_MAX_CYCLE_IDS])) + (" ..." if len(ids) > _MAX_CYCLE_IDS else "")
+        sink.add(ids[0], "cycle", f"{len(ids)} nodes depend on each other in a cycle (data+ctrl deps): {shown}")
+
+
+def _check_enums(trace: Trace, sink: FindingSink) -> None:
+    known_types = np.array([int(t) for t in NodeType], dtype=trace.types.dtype)
+    for row in np.flatnonzero(~np.isin(trace.types, known_types)):
+        sink.add(int(trace.ids[row]), "unknown-node-type", f"node type {int(trace.types[row])} is not in the schema")
+    has_type = trace.comm_type != MISSING
+    known_comm = np.isin(trace.comm_type, np.array([int(c) for c in CommType], dtype=np.int64))
+    coll = trace.types == _COLL
+    for row in np.flatnonzero(coll & has_type & ~known_comm):
+        sink.add(int(trace.ids[row]), "unknown-comm-type", f"comm_type {int(trace.comm_type[row])} is not in the schema")
+
+
+def _check_comm(trace: Trace, sink: FindingSink) -> None:
+    types = trace.types
+    coll = types == _COLL
+    send = types == _SEND
+    recv = types == _RECV
+    comm = coll | send | recv
+    for row in np.flatnonzero(coll & (trace.comm_type == MISSING)):
+        sink.add(int(trace.ids[row]), "comm-missing-type", "collective node has no comm_type attribute")
+    for row in np.flatnonzero(comm & (trace.comm_size == MISSING)):
+        sink.add(int(trace.ids[row]), "comm-missing-size", "communication node has no comm_size attribute")
+    for row in np.flatnonzero(comm & (trace.is_cpu_op == 1)):
+        sink.add(int(trace.ids[row]), "comm-on-cpu", "communication node has is_cpu_op=true (ASTRA-sim aborts on it)")
+    for row in np.flatnonzero(send & (trace.comm_dst == MISSING)):
+        sink.add(int(trace.ids[row]), "p2p-missing-peer", "send node has no comm_dst")
+    for row in np.flatnonzero(recv & (trace.comm_src == MISSING)):
+        sink.add(int(trace.ids[row]), "p2p-missing-peer", "recv node has no comm_src")
+    for row in np.flatnonzero((send | recv) & (trace.comm_tag == MISSING)):
+        sink.add(int(trace.ids[row]), "p2p-missing-tag", "send/recv node has no comm_tag (matched with tag 0)",
+                 WARNING)
+    rank = sink.rank
+    for row in np.flatnonzero(send & (trace.comm_src != MISSING) & (trace.comm_src != rank)):
+        sink.add(int(trace.ids[row]), "p2p-wrong-self",
+                 f"send node has comm_src={int(trace.comm_src[row])} but is on rank {rank}")
+    for row in np.flatnonzero(recv & (trace.comm_dst != MISSING) & (trace.comm_dst != rank)):
+        sink.add(int(trace.ids[row]), "p2p-wrong-self",
+                 f"recv node has comm_dst={int(trace.comm_dst[row])} but is on rank {rank}")
+
+
+def check_trace(trace: Trace, sink: FindingSink) -> None:
+    """Add every single-rank finding of ``trace`` to ``sink``."""
+    _check_ids(trace, sink)
+    data_edges = _check_deps(trace, sink, "data")
+    ctrl_edges = _check_deps(trace, sink, "ctrl")
+    _check_cycles(trace, np.concatenate([data_edges, ctrl_edges], axis=1), sink)
+    _check_enums(trace, sink)
+    _check_comm(trace, sink)
+
+
+@dataclass
+class CommRecord:
+    """The communication of one rank, in id order: what the cross-rank rules compare."""
+
+    rank: int
+    coll_ids: np.ndarray
+    coll_pg: list[str]
+    coll_type: np.ndarray
+    coll_size: np.ndarray
+    send_ids: np.ndarray
+    send_peer: np.ndarray
+    send_tag: np.ndarray
+    send_size: np.ndarray
+    recv_ids: np.ndarray
+    recv_peer: np.ndarray
+    recv_tag: np.ndarray
+    recv_size: np.ndarray
+
+
+def comm_record(trace: Trace, rank: int) -> CommRecord:
+    """Extract the communication sequence of ``trace`` (nodes sorted by id)."""
+    order = np.argsort(trace.ids, kind="stable")
+    types = trace.types[order]
+    pg_names = trace.pg_names()[order]
+
+    def pick(node_type: int) -> np.ndarray:
+        return order[types == node_type]
+
+    coll, send, recv = pick(_COLL), pick(_SEND), pick(_RECV)
+    coll_pg = [("" if p is None else p) for p in pg_names[types == _COLL]]
+    tag = lambda rows: np.where(trace.comm_tag[rows] == MISSING, 0, trace.comm_tag[rows])  # noqa: E731
+    return CommRecord(
+        rank,
+        trace.ids[coll], coll_pg, trace.comm_type[coll], trace.comm_size[coll],
+        trace.ids[send], trace.comm_dst[send], tag(send), trace.comm_size[send],
+        trace.ids[recv], trace.comm_src[recv], tag(recv), trace.comm_size[recv],
+    )
