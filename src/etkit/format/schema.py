@@ -138,6 +138,10 @@ def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
     _field(node, "inputs", 8, _FDP.TYPE_MESSAGE, type_name="IOInfo")
     _field(node, "outputs", 9, _FDP.TYPE_MESSAGE, type_name="IOInfo")
     _field(node, "attr", 10, _FDP.TYPE_MESSAGE, repeated=True, type_name="AttributeProto")
+
+    # Not part of Chakra: lets one C call parse (and so check) many node records at once.
+    batch = fdp.message_type.add(name="EtkitNodeBatch")
+    _field(batch, "nodes", 1, _FDP.TYPE_MESSAGE, repeated=True, type_name="Node")
     return fdp
 
 
@@ -157,7 +161,7 @@ def _message_classes() -> dict[str, type]:
         def make(full_name: str) -> type:
             return factory.GetPrototype(pool.FindMessageTypeByName(full_name))
 
-    names = ["Node", "GlobalMetadata", "AttributeProto", "IOInfo", "Tensor"]
+    names = ["Node", "GlobalMetadata", "AttributeProto", "IOInfo", "Tensor", "EtkitNodeBatch"]
     names += [list_name for _, _, list_name in _SCALARS]
     return {n: make(f"{PACKAGE}.{n}") for n in names}
 
@@ -168,6 +172,7 @@ GlobalMetadata = _CLASSES["GlobalMetadata"]
 AttributeProto = _CLASSES["AttributeProto"]
 IOInfo = _CLASSES["IOInfo"]
 Tensor = _CLASSES["Tensor"]
+NodeBatch = _CLASSES["EtkitNodeBatch"]
 
 
 def protobuf_backend() -> str:

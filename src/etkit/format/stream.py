@@ -29,6 +29,7 @@ __all__ = [
     "iter_records",
     "encode_varint",
     "frame",
+    "scan_frames",
 ]
 
 _CHUNK = 1 << 20
@@ -54,6 +55,59 @@ def frame(record: bytes) -> bytes:
     """``record`` with its varint32 length prefix."""
     n = len(record)
     return (_SMALL_PREFIX[n] if n < 0x80 else encode_varint(n)) + record
+
+
+def _long_length(buf: bytes, pos: int, end: int, path: str | os.PathLike[str], index: int,
+                 offset: int) -> tuple[int, int]:
+    """Decode a multi-byte varint32 record length at ``pos``; returns (length, position after it)."""
+    length = 0
+    shift = 0
+    while True:
+        if pos >= end:
+            raise TraceFormatError(path, "truncated record length (file ends inside a varint)",
+                                   record=index, offset=offset)
+        if shift >= 7 * _MAX_VARINT32_BYTES:
+            raise TraceFormatError(path, "record length varint longer than 5 bytes", record=index, offset=offset)
+        byte = buf[pos]
+        pos += 1
+        length |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return length & 0xFFFFFFFF, pos
+
+
+def scan_frames(buf: bytes, path: str | os.PathLike[str], *, allow_empty: bool = False) -> tuple[list[int], list[int], list[int]]:
+    """``(frame starts, payload offsets, payload lengths)`` of every record of a whole-file buffer.
+
+    Same checks and messages as :func:`iter_records`.
+    """
+    frame_start: list[int] = []
+    offsets: list[int] = []
+    lengths: list[int] = []
+    add_frame, add_off, add_len = frame_start.append, offsets.append, lengths.append
+    pos = 0
+    end = len(buf)
+    index = 0
+    while pos < end:
+        start = pos
+        byte = buf[pos]
+        if byte < 0x80:
+            length = byte
+            pos += 1
+        else:
+            length, pos = _long_length(buf, pos, end, path, index, start)
+        if length == 0 and index > 0 and not allow_empty:
+            raise TraceFormatError(path, "zero-length record (an empty node; other readers stop here)",
+                                   record=index, offset=start)
+        if pos + length > end:
+            raise TraceFormatError(path, f"truncated record: needs {length} bytes, only {end - pos} left",
+                                   record=index, offset=start)
+        add_frame(start)
+        add_off(pos)
+        add_len(length)
+        pos += length
+        index += 1
+    return frame_start, offsets, lengths
 
 
 def iter_records(stream: IO[bytes], path: str | os.PathLike[str], *,
@@ -102,22 +156,7 @@ def iter_records(stream: IO[bytes], path: str | os.PathLike[str], *,
             length = byte
             pos += 1
         else:
-            length = 0
-            shift = 0
-            while True:
-                if pos >= end:
-                    raise TraceFormatError(path, "truncated record length (file ends inside a varint)",
-                                           record=index, offset=base + start)
-                if shift >= 7 * _MAX_VARINT32_BYTES:
-                    raise TraceFormatError(path, "record length varint longer than 5 bytes",
-                                           record=index, offset=base + start)
-                byte = buf[pos]
-                pos += 1
-                length |= (byte & 0x7F) << shift
-                shift += 7
-                if byte < 0x80:
-                    break
-            length &= 0xFFFFFFFF
+            length, pos = _long_length(buf, pos, end, path, index, base + start)
         if length == 0 and index > 0 and not allow_empty:
             raise TraceFormatError(path, "zero-length record (an empty node; other readers stop here)",
                                    record=index, offset=base + start)

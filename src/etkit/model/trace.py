@@ -9,7 +9,9 @@ the same bytes. Analyses, validation and the simulator work on the columns, neve
 
 from __future__ import annotations
 
+import gzip
 import os
+import zlib
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +23,9 @@ from google.protobuf.message import DecodeError
 from ..errors import TraceFormatError
 from ..format.attrs import INT_KINDS
 from ..format.schema import CommType, GlobalMetadata, Node, NodeType
-from ..format.stream import TraceWriter, open_trace
+from ..fileio import GZIP_MAGIC
+from ..format.columnar import decode_columns
+from ..format.stream import TraceWriter, scan_frames
 
 __all__ = ["Trace", "load_trace", "MISSING", "COMM_NODE_TYPES"]
 
@@ -36,6 +40,12 @@ _INT_COLUMN_SET = frozenset(_INT_COLUMNS)
 
 def _csr(ptr: array, values: array) -> tuple[np.ndarray, np.ndarray]:
     return np.frombuffer(ptr, dtype=np.int64).copy(), np.frombuffer(values, dtype=np.uint64).copy()
+
+
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    out = np.zeros(lengths.size, dtype=np.int64)
+    np.cumsum(lengths[:-1], out=out[1:])
+    return out
 
 
 @dataclass(eq=False)
@@ -68,7 +78,8 @@ class Trace:
     num_ops: np.ndarray
     tensor_size: np.ndarray
     blob: bytes
-    rec_ptr: np.ndarray
+    rec_off: np.ndarray
+    rec_len: np.ndarray
     path: str = ""
     metadata_record: bytes | None = None
     _order: np.ndarray | None = field(default=None, repr=False)
@@ -133,7 +144,8 @@ class Trace:
     # -- full nodes -----------------------------------------------------------------------------
 
     def record(self, row: int) -> bytes:
-        return self.blob[self.rec_ptr[row]:self.rec_ptr[row + 1]]
+        off = int(self.rec_off[row])
+        return self.blob[off:off + int(self.rec_len[row])]
 
     def node(self, row: int) -> Node:
         """The full Node message of row ``row`` (decoded from the kept record bytes)."""
@@ -142,8 +154,8 @@ class Trace:
         return node
 
     def records(self) -> Iterator[bytes]:
-        blob, ptr = self.blob, self.rec_ptr.tolist()
-        return (blob[ptr[i]:ptr[i + 1]] for i in range(len(ptr) - 1))
+        blob = self.blob
+        return (blob[o:o + n] for o, n in zip(self.rec_off.tolist(), self.rec_len.tolist()))
 
     def nodes(self) -> Iterator[Node]:
         for row in range(len(self)):
@@ -188,10 +200,9 @@ class _TraceBuilder:
         cpu = array("b")
         pg_idx = array("i")
         ints = {name: array("q") for name in _INT_COLUMNS}
-        rec_ptr = array("q", [0])
+        rec_len = array("q")
         chunks: list[bytes] = []
         strings: dict[str, int] = {}
-        blob_len = 0
         int_cols = _INT_COLUMN_SET
         int_kinds = INT_KINDS
         missing = int(MISSING)
@@ -259,10 +270,10 @@ class _TraceBuilder:
                 for cname, col in ints.items():
                     col.append(found.get(cname, missing))
             chunks.append(payload)
-            blob_len += len(payload)
-            rec_ptr.append(blob_len)
+            rec_len.append(len(payload))
             row += 1
 
+        lengths = np.frombuffer(rec_len, dtype=np.int64).copy()
         dp, dd = _csr(data_ptr, data_deps)
         cp, cd = _csr(ctrl_ptr, ctrl_deps)
         return Trace(
@@ -278,7 +289,8 @@ class _TraceBuilder:
             pg_idx=np.frombuffer(pg_idx, dtype=np.int32).copy(),
             **{name: np.frombuffer(col, dtype=np.int64).copy() for name, col in ints.items()},
             blob=b"".join(chunks),
-            rec_ptr=np.frombuffer(rec_ptr, dtype=np.int64).copy(),
+            rec_off=_offsets(lengths),
+            rec_len=lengths,
             path=path,
             metadata_record=meta_record,
         )
@@ -287,10 +299,49 @@ class _TraceBuilder:
 def load_trace(path: str | os.PathLike[str], *, allow_empty: bool = False) -> Trace:
     """Read a whole ``.et`` file (gzip sniffed) into a columnar :class:`Trace`.
 
-    ``allow_empty`` keeps zero-length node records as rows (validation reports them) instead of raising.
+    The columns are decoded vectorised over the whole file (:mod:`etkit.format.columnar`); files that
+    path cannot take are decoded record by record, which also yields the precise error for corrupt
+    ones. ``allow_empty`` keeps zero-length node records as rows (validation reports them).
     """
-    with open_trace(path, allow_empty=allow_empty) as reader:
-        return _TraceBuilder(str(Path(path))).build(reader.metadata_record, reader.records_with_position())
+    buf = read_trace_bytes(path)
+    frame_start, offsets, lengths = scan_frames(buf, path, allow_empty=allow_empty)
+    if not offsets:
+        raise TraceFormatError(path, "empty file: no GlobalMetadata record", record=0, offset=0)
+    meta_record = buf[offsets[0]:offsets[0] + lengths[0]]
+    metadata = GlobalMetadata()
+    try:
+        metadata.ParseFromString(meta_record)
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise TraceFormatError(path, f"corrupt GlobalMetadata message ({exc})", record=0, offset=0) from None
+    rec_off = np.asarray(offsets[1:], dtype=np.int64)
+    rec_len = np.asarray(lengths[1:], dtype=np.int64)
+    cols = decode_columns(buf, np.asarray(frame_start[1:], dtype=np.int64), rec_off, rec_len)
+    if cols is None:
+        records = ((i + 1, frame_start[i + 1], buf[o:o + n]) for i, (o, n) in enumerate(zip(offsets[1:], lengths[1:])))
+        trace = _TraceBuilder(str(path)).build(meta_record, records)
+        trace.metadata_record = meta_record
+        return trace
+    return Trace(
+        metadata=metadata, ids=cols.ids, types=cols.types, name_idx=cols.name_idx, strings=cols.strings,
+        start=cols.start, duration=cols.duration, data_ptr=cols.data_ptr, data_deps=cols.data_deps,
+        ctrl_ptr=cols.ctrl_ptr, ctrl_deps=cols.ctrl_deps, is_cpu_op=cols.is_cpu_op, pg_idx=cols.pg_idx,
+        **cols.ints, blob=buf, rec_off=rec_off, rec_len=rec_len, path=str(path), metadata_record=meta_record,
+    )
+
+
+def read_trace_bytes(path: str | os.PathLike[str]) -> bytes:
+    """Whole (decompressed) content of an ET file, with one-line errors for unreadable input."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise TraceFormatError(path, f"cannot open ({exc.strerror or exc})") from None
+    if data[:2] == GZIP_MAGIC:
+        try:
+            return gzip.decompress(data)
+        except (EOFError, OSError, zlib.error) as exc:
+            raise TraceFormatError(path, f"corrupt or truncated gzip stream ({exc})") from None
+    return data
 
 
 def comm_type_name(value: int) -> str:

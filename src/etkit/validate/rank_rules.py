@@ -31,7 +31,7 @@ def _ids(trace: Trace, rows: np.ndarray) -> list[int]:
 
 
 def _check_ids(trace: Trace, sink: FindingSink) -> None:
-    empty = np.flatnonzero(np.diff(trace.rec_ptr) == 0)
+    empty = np.flatnonzero(trace.rec_len == 0)
     for row in empty:
         sink.add(int(trace.ids[row]), "empty-node", f"record {row + 1} is empty (zero length): "
                  "other readers stop reading the file there")

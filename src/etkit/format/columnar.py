@@ -1,0 +1,412 @@
+"""Vectorised decoding of whole ``.et`` files into columns, without a Python object per node.
+
+The protobuf wire format is walked in lock-step over all records at once with numpy: step ``k``
+decodes the ``k``-th field of every record that still has one. Nested attribute messages are walked
+the same way, and packed dependency lists are decoded byte-parallel. The result is the hot columns
+of :class:`etkit.model.trace.Trace`; everything else stays in the record bytes.
+
+Correctness guard: every chunk of records is also parsed by protobuf's C runtime in one call, so a
+file that protobuf rejects is never accepted here. Whenever anything is unusual (bad wire types,
+groups, over-long varints, hash collisions in the name table, invalid UTF-8), :func:`decode_columns`
+returns ``None`` and the caller takes the record-by-record path, which produces the precise error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from .schema import NodeBatch
+
+__all__ = ["Columns", "decode_columns", "HOT_INT_ATTRS", "MISSING"]
+
+MISSING = np.iinfo(np.int64).min
+#: Integer attributes kept as columns (any integer or bool kind accepted).
+HOT_INT_ATTRS = ("comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag", "comm_priority", "num_ops",
+                 "tensor_size")
+_HOT_NAMES = HOT_INT_ATTRS + ("is_cpu_op", "pg_name")
+_PAD = 32
+_CHECK_CHUNK = 1 << 16
+_U32 = np.uint64(0xFFFFFFFF)
+_INT64_MAX = np.uint64(np.iinfo(np.int64).max)
+
+# AttributeProto value fields: number -> (wire type, decoder name)
+_VALUE_FIELDS = {
+    7: (0, "int32"), 9: (0, "int64"), 11: (0, "uint32"), 13: (0, "uint64"), 15: (0, "sint32"),
+    17: (0, "sint64"), 19: (5, "uint32"), 21: (1, "uint64"), 23: (5, "int32"), 25: (1, "int64"),
+    27: (0, "bool"),
+}
+_STRING_VAL = 29
+_ONEOF_WIRE = {3: 1, 5: 5, 29: 2, 31: 2, **{n: wt for n, (wt, _) in _VALUE_FIELDS.items()}}
+_ONEOF_WIRE.update({n: 2 for n in range(4, 33, 2)})
+_ONEOF_WIRE_LUT = np.full(34, -1, dtype=np.int64)
+for _number, _wire in _ONEOF_WIRE.items():
+    _ONEOF_WIRE_LUT[_number] = _wire
+
+
+class _Unusual(Exception):
+    """Something the fast path does not handle; the caller falls back to per-record parsing."""
+
+
+@dataclass
+class Columns:
+    ids: np.ndarray
+    types: np.ndarray
+    name_idx: np.ndarray
+    strings: list[str]
+    start: np.ndarray
+    duration: np.ndarray
+    data_ptr: np.ndarray
+    data_deps: np.ndarray
+    ctrl_ptr: np.ndarray
+    ctrl_deps: np.ndarray
+    is_cpu_op: np.ndarray
+    pg_idx: np.ndarray
+    ints: dict[str, np.ndarray]
+
+
+def _varints(b: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Values (uint64) and byte lengths of the varints that start at ``pos``.
+
+    Most varints (tags, small values) are one byte; only the others go round the loop again.
+    """
+    first = b[pos]
+    value = (first & 0x7F).astype(np.uint64)
+    length = np.ones(pos.size, dtype=np.int64)
+    more = np.flatnonzero(first >= 0x80)
+    shift = 7
+    while more.size:
+        if shift >= 70:
+            raise _Unusual("varint longer than 10 bytes")
+        byte = b[pos[more] + length[more]]
+        value[more] |= (byte & 0x7F).astype(np.uint64) << np.uint64(shift)
+        length[more] += 1
+        more = more[byte >= 0x80]
+        shift += 7
+    return value, length
+
+
+def _fixed(b: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
+    win = b[pos[:, None] + np.arange(width)].astype(np.uint64)
+    return (win << (8 * np.arange(width, dtype=np.uint64))).sum(axis=1, dtype=np.uint64)
+
+
+@dataclass
+class _Fields:
+    """Fields kept from a scan, in step-major order (a message's later fields come later)."""
+
+    msg: np.ndarray  # which message (index into the start/end arrays)
+    field: np.ndarray
+    wire: np.ndarray
+    value: np.ndarray  # varint value, fixed bits, or payload length for wire type 2
+    offset: np.ndarray  # payload offset (wire type 2)
+    step: np.ndarray  # position of the field inside its message
+
+    @classmethod
+    def concat(cls, parts: list[tuple[np.ndarray, ...]]) -> _Fields:
+        if not parts:
+            empty = np.zeros(0, dtype=np.int64)
+            return cls(empty, empty, empty, np.zeros(0, dtype=np.uint64), empty, empty)
+        return cls(*(np.concatenate(column) for column in zip(*parts)))
+
+
+_BAD_WIRE = np.array([False, False, False, True, True, False, True, True])
+
+
+def _scan(b: np.ndarray, start: np.ndarray, end: np.ndarray, keep: Callable[[np.ndarray, np.ndarray], np.ndarray],
+          scalars: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]) -> _Fields:
+    """Walk every field of every message ``b[start:end]`` in lock-step.
+
+    Each step hands the step's fields to ``scalars(msgs, field, wire, value, offset)`` (which stores
+    last-wins scalar fields straight into columns) and keeps the fields that ``keep(field, wire)``
+    selects (repeated and nested ones) for the caller.
+    """
+    pos = start.astype(np.int64).copy()
+    active = np.flatnonzero(pos < end)
+    out: list[tuple[np.ndarray, ...]] = []
+    step = 0
+    while active.size:
+        p = pos[active]
+        tag, tag_len = _varints(b, p)
+        field = (tag >> np.uint64(3)).astype(np.int64)
+        wire = (tag & np.uint64(7)).astype(np.int64)
+        if _BAD_WIRE[wire].any() or not field.all():
+            raise _Unusual("bad field")
+        q = p + tag_len
+        value, advance = _varints(b, q)  # right for wire types 0 and 2; replaced below for 1 and 5
+        offset = q + advance
+        m = wire == 2
+        if m.any():
+            length = value[m]
+            if (length > np.uint64(1 << 40)).any():
+                raise _Unusual("implausible length")
+            advance[m] += length.astype(np.int64)
+        for wire_type, width in ((1, 8), (5, 4)):
+            m = wire == wire_type
+            if m.any():
+                value[m], advance[m] = _fixed(b, q[m], width), width
+        new_pos = q + advance
+        if (new_pos > end[active]).any():
+            raise _Unusual("field runs past its message")
+        scalars(active, field, wire, value, offset)
+        m = keep(field, wire)
+        if m.any():
+            out.append((active[m], field[m], wire[m], value[m], offset[m], np.full(int(m.sum()), step)))
+        pos[active] = new_pos
+        active = active[new_pos < end[active]]
+        step += 1
+    return _Fields.concat(out)
+
+
+def _packed(b: np.ndarray, f: _Fields, number: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR (ptr, values) of repeated uint64 field ``number`` (packed or not), in wire order."""
+    mine = f.field == number
+    packed = mine & (f.wire == 2) & (f.value > 0)
+    single = mine & (f.wire == 0)
+    seg_msg = f.msg[packed]
+    seg_off = f.offset[packed]
+    seg_len = f.value[packed].astype(np.int64)
+    if seg_len.size:
+        total = int(seg_len.sum())
+        seg_first = np.concatenate([[0], np.cumsum(seg_len)[:-1]])
+        byte_pos = np.repeat(seg_off - seg_first, seg_len) + np.arange(total)
+        raw = b[byte_pos]
+        ends = raw < 0x80
+        if not ends[seg_first + seg_len - 1].all():
+            raise _Unusual("packed varint crosses its field")
+        starts = np.flatnonzero(np.concatenate([[True], ends[:-1]]))
+        k = np.arange(total) - np.repeat(starts, np.diff(np.concatenate([starts, [total]])))
+        if (k >= 10).any():
+            raise _Unusual("packed varint too long")
+        contrib = (raw & 0x7F).astype(np.uint64) << (np.uint64(7) * k.astype(np.uint64))
+        vals = np.add.reduceat(contrib, starts)
+        per_seg = np.add.reduceat(ends.astype(np.int64), seg_first)
+        entry_msg = np.repeat(seg_msg, per_seg)
+        entry_step = np.repeat(f.step[packed], per_seg)
+    else:
+        vals = np.zeros(0, dtype=np.uint64)
+        entry_msg = entry_step = np.zeros(0, dtype=np.int64)
+    all_msg = np.concatenate([entry_msg, f.msg[single]])
+    all_step = np.concatenate([entry_step, f.step[single]])
+    all_val = np.concatenate([vals, f.value[single]])
+    order = np.lexsort((all_step, all_msg))  # stable: values of one segment keep their order
+    counts = np.bincount(all_msg, minlength=n)
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    return ptr, all_val[order]
+
+
+def _words(b: np.ndarray) -> np.ndarray:
+    """A uint64 view whose element ``i`` is the 8 bytes starting at byte ``i`` of ``b`` (unaligned)."""
+    return np.ndarray(shape=(b.size - 7,), dtype="<u8", buffer=b, offset=0, strides=(1,))
+
+
+def _window_keys(words: np.ndarray, off: np.ndarray, length: np.ndarray, width: int) -> np.ndarray:
+    """The first ``width`` bytes of each string (zero past its length) as ``width // 8`` uint64 words."""
+    out = np.empty((off.size, width // 8), dtype=np.uint64)
+    for k in range(width // 8):
+        left = np.clip(length - 8 * k, 0, 8).astype(np.uint64)
+        mask = np.where(left >= 8, np.uint64(0xFFFFFFFFFFFFFFFF),
+                        (np.uint64(1) << (np.uint64(8) * np.minimum(left, np.uint64(7)))) - np.uint64(1))
+        out[:, k] = words[off + 8 * k] & mask
+    return out
+
+
+def _string_table(buf: bytes, b: np.ndarray, off: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Index of each (off, length) string in a table of distinct strings (first-seen order)."""
+    n = off.size
+    if n == 0:
+        return np.zeros(0, dtype=np.int32), []
+    short = length <= 24
+    keys = np.zeros((n, 4), dtype=np.uint64)
+    keys[short, :3] = _window_keys(_words(b), off[short], length[short], 24)
+    keys[:, 3] = length.astype(np.uint64)
+    long_rows = np.flatnonzero(~short)
+    if long_rows.size:
+        # Long names (kernels) are few distinct values: give each a small id from a dict.
+        ids: dict[bytes, int] = {}
+        codes = [ids.setdefault(buf[o:o + l], len(ids)) for o, l in zip(off[long_rows].tolist(), length[long_rows].tolist())]
+        keys[long_rows, 0] = np.asarray(codes, dtype=np.uint64)
+        keys[long_rows, 1] = np.uint64(0xFFFFFFFFFFFFFFFF)
+    void = np.ascontiguousarray(keys).view(np.dtype((np.void, 32))).ravel()
+    _, first, inverse = np.unique(void, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    strings = []
+    for row in first[order].tolist():
+        o, l = int(off[row]), int(length[row])
+        strings.append(buf[o:o + l].decode("utf-8"))
+    return rank[inverse.ravel()].astype(np.int32), strings
+
+
+def _int_values(kind: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """Attribute integer values per oneof field number, as the int64 the columns hold."""
+    out = value.view(np.int64).copy()
+    low = value & _U32
+    for number, (_, decoder) in _VALUE_FIELDS.items():
+        m = kind == number
+        if not m.any():
+            continue
+        if decoder == "int32":
+            out[m] = low[m].astype(np.uint32).view(np.int32).astype(np.int64)
+        elif decoder == "uint32":
+            out[m] = low[m].astype(np.int64)
+        elif decoder == "uint64":
+            v = value[m]
+            out[m] = np.where(v > _INT64_MAX, MISSING, v.astype(np.int64))
+        elif decoder == "sint32":
+            u = low[m].astype(np.uint32)
+            out[m] = ((u >> np.uint32(1)).astype(np.int64) ^ -(u & np.uint32(1)).astype(np.int64))
+        elif decoder == "sint64":
+            v = value[m]
+            out[m] = (v >> np.uint64(1)).view(np.int64) ^ -(v & np.uint64(1)).view(np.int64)
+        elif decoder == "bool":
+            out[m] = (value[m] != 0).astype(np.int64)
+    return out
+
+
+def _keep_nothing(field: np.ndarray, wire: np.ndarray) -> np.ndarray:
+    return np.zeros(field.size, dtype=bool)
+
+
+def _attributes(buf: bytes, b: np.ndarray, f: _Fields, n: int) -> tuple[np.ndarray, np.ndarray, list[str] | None, dict[str, np.ndarray]]:
+    attr_mask = (f.field == 10) & (f.wire == 2)
+    owner = f.msg[attr_mask]
+    a_start = f.offset[attr_mask]
+    a_end = a_start + f.value[attr_mask].astype(np.int64)
+    ints = {name: np.full(n, MISSING, dtype=np.int64) for name in HOT_INT_ATTRS}
+    cpu = np.full(n, -1, dtype=np.int8)
+    pg = np.full(n, -1, dtype=np.int32)
+    if owner.size == 0:
+        return cpu, pg, [], ints
+    na = owner.size
+    name_len = np.zeros(na, dtype=np.int64)
+    name_off = np.zeros(na, dtype=np.int64)
+    kind = np.zeros(na, dtype=np.int64)
+    value = np.zeros(na, dtype=np.uint64)
+    v_off = np.zeros(na, dtype=np.int64)
+
+    def store(msgs: np.ndarray, field: np.ndarray, wire: np.ndarray, val: np.ndarray, off: np.ndarray) -> None:
+        m = (field == 1) & (wire == 2)
+        name_len[msgs[m]], name_off[msgs[m]] = val[m].astype(np.int64), off[m]
+        m = _ONEOF_WIRE_LUT[np.minimum(field, 33)] == wire
+        kind[msgs[m]], value[msgs[m]], v_off[msgs[m]] = field[m], val[m], off[m]
+
+    _scan(b, a_start, a_end, _keep_nothing, store)
+    keys = _window_keys(_words(b), name_off, np.minimum(name_len, 16), 16)
+    is_int = np.isin(kind, np.fromiter(_VALUE_FIELDS, dtype=np.int64))
+    int_val = _int_values(kind, value)
+    pg_rows: list[tuple[int, str]] = []
+    for name in _HOT_NAMES:
+        raw = name.encode()
+        target = np.frombuffer(raw.ljust(16, b"\0"), dtype=np.uint64)
+        hit = (name_len == len(raw)) & (keys[:, 0] == target[0]) & (keys[:, 1] == target[1])
+        if not hit.any():
+            continue
+        if name == "is_cpu_op":
+            m = hit & is_int
+            cpu[owner[m]] = (int_val[m] != 0).astype(np.int8)
+        elif name == "pg_name":
+            for i in np.flatnonzero(hit).tolist():
+                if kind[i] == _STRING_VAL:
+                    o, l = int(v_off[i]), int(value[i])
+                    pg_rows.append((int(owner[i]), buf[o:o + l].decode("utf-8")))
+                elif is_int[i]:
+                    pg_rows.append((int(owner[i]), str(_plain_int(int(kind[i]), int(value[i])))))
+        else:
+            m = hit & is_int
+            ints[name][owner[m]] = int_val[m]
+    strings: list[str] = []
+    if pg_rows:
+        table: dict[str, int] = {}
+        for row, text in pg_rows:
+            pg[row] = table.setdefault(text, len(table))
+        strings = list(table)
+    return cpu, pg, strings, ints
+
+
+def _plain_int(kind: int, value: int) -> int:
+    """What protobuf returns for an integer oneof member (used for the rare integer ``pg_name``)."""
+    decoder = _VALUE_FIELDS[kind][1]
+    if decoder in ("int32",):
+        value &= 0xFFFFFFFF
+        return value - (1 << 32) if value >= 1 << 31 else value
+    if decoder == "uint32":
+        return value & 0xFFFFFFFF
+    if decoder == "int64":
+        return value - (1 << 64) if value >= 1 << 63 else value
+    if decoder == "sint32":
+        value &= 0xFFFFFFFF
+        return (value >> 1) ^ -(value & 1)
+    if decoder == "sint64":
+        return (value >> 1) ^ -(value & 1)
+    if decoder == "bool":
+        return int(value != 0)
+    return value
+
+
+def _check_with_protobuf(buf: bytes, frame_start: np.ndarray, rec_end: np.ndarray) -> None:
+    """Parse the records with protobuf's C runtime, many per call; raises _Unusual if any is invalid."""
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    for i in range(0, frame_start.size, _CHECK_CHUNK):
+        j = min(i + _CHECK_CHUNK, frame_start.size)
+        base = int(frame_start[i])
+        piece = arr[base:int(rec_end[j - 1])]
+        wrapped = np.insert(piece, frame_start[i:j] - base, 0x0A)
+        try:
+            NodeBatch.FromString(wrapped.tobytes())
+        except (DecodeError, ValueError, RuntimeError) as exc:
+            raise _Unusual(str(exc)) from None
+
+
+def _keep_node_lists(field: np.ndarray, wire: np.ndarray) -> np.ndarray:
+    """Node fields kept for later passes: deps (4, 5) and attributes (10)."""
+    return (field == 4) | (field == 5) | ((field == 10) & (wire == 2))
+
+
+def decode_columns(buf: bytes, frame_start: np.ndarray, rec_off: np.ndarray, rec_len: np.ndarray) -> Columns | None:
+    """Hot columns of the node records ``buf[rec_off:rec_off+rec_len]``; ``None`` = take the slow path.
+
+    ``frame_start`` is where each record's length prefix begins (the records must be contiguous frames).
+    """
+    n = rec_off.size
+    try:
+        rec_end = rec_off + rec_len
+        if n:
+            _check_with_protobuf(buf, frame_start, rec_end)
+        b = np.frombuffer(buf + bytes(_PAD), dtype=np.uint8)
+        ids = np.zeros(n, dtype=np.uint64)
+        types = np.zeros(n, dtype=np.int32)
+        start = np.zeros(n, dtype=np.uint64)
+        duration = np.zeros(n, dtype=np.uint64)
+        name_off = np.zeros(n, dtype=np.int64)
+        name_len = np.zeros(n, dtype=np.int64)
+
+        def store(msgs: np.ndarray, field: np.ndarray, wire: np.ndarray, val: np.ndarray, off: np.ndarray) -> None:
+            varint = wire == 0
+            for number, column in ((1, ids), (6, start), (7, duration)):
+                m = varint & (field == number)
+                column[msgs[m]] = val[m]
+            m = varint & (field == 3)
+            types[msgs[m]] = (val[m] & _U32).astype(np.uint32).view(np.int32)
+            m = (wire == 2) & (field == 2)
+            name_off[msgs[m]], name_len[msgs[m]] = off[m], val[m].astype(np.int64)
+
+        f = _scan(b, rec_off, rec_end, _keep_node_lists, store)
+        name_idx, strings = _string_table(buf, b, name_off, name_len)
+        ctrl_ptr, ctrl_deps = _packed(b, f, 4, n)
+        data_ptr, data_deps = _packed(b, f, 5, n)
+        cpu, pg, pg_strings, ints = _attributes(buf, b, f, n)
+    except (_Unusual, UnicodeDecodeError, ValueError, IndexError):
+        return None
+    if pg_strings:
+        index = {s: i for i, s in enumerate(strings)}
+        remap = np.asarray([index.setdefault(s, len(index)) for s in pg_strings], dtype=np.int32)
+        strings = list(index)
+        pg = np.where(pg >= 0, remap[np.maximum(pg, 0)], -1).astype(np.int32)
+    return Columns(ids, types, name_idx, strings, start, duration, data_ptr, data_deps, ctrl_ptr, ctrl_deps,
+                   cpu, pg, ints)
