@@ -18,7 +18,7 @@ from ..errors import EtkitError
 
 #: Verb modules, in help order. A module that is not there yet is skipped.
 VERB_MODULES = (
-    "info", "validate", "json_twin", "collect", "link", "convert", "generate", "analyze", "diff",
+    "info", "validate", "json_twin", "demo", "collect", "link", "convert", "generate", "analyze", "diff",
     "timeline", "graph", "report", "simulate", "calibrate", "replay",
 )
 

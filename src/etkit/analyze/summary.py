@@ -1,0 +1,116 @@
+"""``etkit info``: what a job holds, per rank: node counts by type, communication volume by kind,
+summed durations, and the GlobalMetadata.
+
+Each rank is summarised in its own executor task (load, count, return a small record), so a job of
+thousands of ranks never sits in memory at once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..executor import Executor, default_executor
+from ..format.attrs import attr_value
+from ..format.schema import NodeType
+from ..model.job import discover
+from ..model.trace import MISSING, Trace, comm_type_name, load_trace, node_type_name
+
+__all__ = ["RankInfo", "JobInfo", "summarize_trace", "info"]
+
+
+@dataclass
+class CommVolume:
+    count: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class RankInfo:
+    rank: int
+    path: str
+    nodes: int
+    by_type: dict[str, int]
+    duration_us_by_type: dict[str, int]
+    duration_us_total: int
+    comm: dict[str, CommVolume]
+    version: str
+    metadata: dict[str, Any]
+    timestamps: bool
+    span_us: int
+
+
+@dataclass
+class JobInfo:
+    ranks: list[RankInfo]
+    nodes: int = 0
+    by_type: dict[str, int] = field(default_factory=dict)
+    comm: dict[str, CommVolume] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float) and not np.isfinite(value):
+        return str(value)
+    return value
+
+
+def summarize_trace(trace: Trace, rank: int) -> RankInfo:
+    """Counts, durations, communication volume and metadata of one rank."""
+    type_names = {int(t): node_type_name(int(t)) for t in np.unique(trace.types)}
+    counts = Counter({type_names[int(t)]: int(c) for t, c in zip(*np.unique(trace.types, return_counts=True))})
+    durations = {type_names[int(t)]: int(trace.duration[trace.types == t].sum()) for t in np.unique(trace.types)}
+    comm: dict[str, CommVolume] = {}
+    size = np.where(trace.comm_size == MISSING, 0, trace.comm_size)
+    coll = trace.types == NodeType.COMM_COLL_NODE
+    for ctype in np.unique(trace.comm_type[coll]):
+        rows = coll & (trace.comm_type == ctype)
+        label = "UNKNOWN" if ctype == MISSING else comm_type_name(int(ctype))
+        comm[label] = CommVolume(int(rows.sum()), int(size[rows].sum()))
+    for node_type, label in ((NodeType.COMM_SEND_NODE, "SEND"), (NodeType.COMM_RECV_NODE, "RECV")):
+        rows = trace.types == node_type
+        if rows.any():
+            comm[label] = CommVolume(int(rows.sum()), int(size[rows].sum()))
+    ran = trace.start > 0
+    span = int((trace.start[ran] + trace.duration[ran]).max() - trace.start[ran].min()) if ran.any() else 0
+    return RankInfo(
+        rank=rank, path=trace.path, nodes=len(trace), by_type=dict(counts), duration_us_by_type=durations,
+        duration_us_total=int(trace.duration.sum()), comm=comm, version=trace.metadata.version,
+        metadata={a.name: _json_safe(attr_value(a)) for a in trace.metadata.attr if a.name != "input_file"},
+        timestamps=bool(ran.any()), span_us=span,
+    )
+
+
+def _summarize_file(task: tuple[int, str]) -> RankInfo:
+    rank, path = task
+    return summarize_trace(load_trace(path), rank)
+
+
+def info(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
+         executor: Executor | None = None) -> JobInfo:
+    """Summarise every rank of the job at ``spec`` (prefix, file or files)."""
+    files, _ = discover(spec)
+    executor = executor or default_executor()
+    ranks = executor.map(_summarize_file, [(f.rank, str(f.path)) for f in files], desc="info")
+    job = JobInfo(ranks)
+    by_type: Counter[str] = Counter()
+    for r in ranks:
+        job.nodes += r.nodes
+        by_type.update(r.by_type)
+        for label, vol in r.comm.items():
+            total = job.comm.setdefault(label, CommVolume())
+            total.count += vol.count
+            total.bytes += vol.bytes
+    job.by_type = dict(by_type)
+    return job

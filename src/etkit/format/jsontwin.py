@@ -1,0 +1,412 @@
+"""The JSON twin of an ``.et`` file: one JSON document that converts back to the exact same bytes.
+
+Layout (one node per line, so both directions stream)::
+
+    {"format":"etkit-et-json","version":1,"metadata":{...},"nodes":[
+    {...node...},
+    {...node...}
+    ]}
+
+Messages use the proto3 JSON mapping (lowerCamelCase names, enum names, 64-bit integers as strings so
+they survive any JSON parser, bytes as base64), the same mapping as the reference jsonizer. A node
+whose bytes protobuf would not reproduce from its fields (unknown fields, non-canonical encoding)
+carries them in ``"_raw"`` (base64), so the round trip is exact for every input.
+
+Reading accepts this layout, any other formatting of the same document, and the reference jsonizer's
+concatenated objects (GlobalMetadata first, then one object per node).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from ..errors import TraceFormatError
+from ..fileio import atomic_output, open_maybe_gzip
+from .schema import LIST_KINDS, AttributeProto, CommType, GlobalMetadata, IOInfo, Node, NodeType
+from .stream import TraceWriter, open_trace
+
+__all__ = ["to_json", "from_json", "iter_json_trace", "node_to_dict", "dict_to_node", "FORMAT_NAME"]
+
+FORMAT_NAME = "etkit-et-json"
+_NODE_TYPE_NAMES = {t.value: t.name for t in NodeType}
+_NODE_TYPE_VALUES = {t.name: t.value for t in NodeType}
+_WIDE = frozenset({"int64", "uint64", "sint64", "fixed64", "sfixed64"})
+_FLOATS = frozenset({"double", "float"})
+_SNAKE_TO_CAMEL = {
+    "ctrl_deps": "ctrlDeps", "data_deps": "dataDeps", "start_time_micros": "startTimeMicros",
+    "duration_micros": "durationMicros", "doc_string": "docString",
+}
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+_KIND_JSON = {kind: _camel(kind) for kind in (f"{k}_{f}" for k in (
+    "double", "float", "int32", "int64", "uint32", "uint64", "sint32", "sint64", "fixed32", "fixed64",
+    "sfixed32", "sfixed64", "bool", "string", "bytes") for f in ("val", "list"))}
+_JSON_KIND = {v: k for k, v in _KIND_JSON.items()} | {k: k for k in _KIND_JSON}
+
+
+# -- message -> dict ---------------------------------------------------------------------------------
+
+def _float_out(value: float, scalar: str) -> float | str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    if scalar == "float":
+        return float(str(np.float32(value)))
+    return value
+
+
+def _scalar_out(value: Any, scalar: str) -> Any:
+    if scalar in _WIDE:
+        return str(value)
+    if scalar in _FLOATS:
+        return _float_out(value, scalar)
+    if scalar == "bytes":
+        return base64.b64encode(value).decode("ascii")
+    return value
+
+
+def _attr_to_dict(attr: AttributeProto) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if attr.name:
+        out["name"] = attr.name
+    if attr.doc_string:
+        out["docString"] = attr.doc_string
+    kind = attr.WhichOneof("value")
+    if kind is not None:
+        scalar = kind.rsplit("_", 1)[0]
+        if kind in LIST_KINDS:
+            values = getattr(attr, kind).values
+            out[_KIND_JSON[kind]] = {"values": [_scalar_out(v, scalar) for v in values]} if values else {}
+        else:
+            out[_KIND_JSON[kind]] = _scalar_out(getattr(attr, kind), scalar)
+    return out
+
+
+def _io_to_dict(io: IOInfo) -> dict[str, str]:
+    return {key: value for key, value in (("values", io.values), ("shapes", io.shapes), ("types", io.types)) if value}
+
+
+def node_to_dict(node: Node) -> dict[str, Any]:
+    """A Node in the proto3 JSON mapping."""
+    out: dict[str, Any] = {}
+    if node.id:
+        out["id"] = str(node.id)
+    if node.name:
+        out["name"] = node.name
+    if node.type:
+        out["type"] = _NODE_TYPE_NAMES.get(node.type, node.type)
+    if node.ctrl_deps:
+        out["ctrlDeps"] = [str(d) for d in node.ctrl_deps]
+    if node.data_deps:
+        out["dataDeps"] = [str(d) for d in node.data_deps]
+    if node.start_time_micros:
+        out["startTimeMicros"] = str(node.start_time_micros)
+    if node.duration_micros:
+        out["durationMicros"] = str(node.duration_micros)
+    if node.HasField("inputs"):
+        out["inputs"] = _io_to_dict(node.inputs)
+    if node.HasField("outputs"):
+        out["outputs"] = _io_to_dict(node.outputs)
+    if node.attr:
+        out["attr"] = [_attr_to_dict(a) for a in node.attr]
+    return out
+
+
+def metadata_to_dict(meta: GlobalMetadata) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if meta.version:
+        out["version"] = meta.version
+    if meta.attr:
+        out["attr"] = [_attr_to_dict(a) for a in meta.attr]
+    return out
+
+
+# -- dict -> message ---------------------------------------------------------------------------------
+
+def _scalar_in(value: Any, scalar: str) -> Any:
+    if scalar in _FLOATS:
+        special = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+        return special[value] if isinstance(value, str) and value in special else float(value)
+    if scalar == "bool":
+        if not isinstance(value, bool):
+            raise ValueError(f"expected true/false, got {value!r}")
+        return value
+    if scalar == "string":
+        if not isinstance(value, str):
+            raise ValueError(f"expected a string, got {value!r}")
+        return value
+    if scalar == "bytes":
+        return base64.b64decode(value, validate=False)
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"expected an integer, got {value!r}")
+    return int(value)
+
+
+def _fill_attr(attr: AttributeProto, data: dict[str, Any]) -> None:
+    for key, value in data.items():
+        if key == "name":
+            attr.name = value
+        elif key in ("docString", "doc_string"):
+            attr.doc_string = value
+        elif key in _JSON_KIND:
+            kind = _JSON_KIND[key]
+            scalar = kind.rsplit("_", 1)[0]
+            if kind in LIST_KINDS:
+                target = getattr(attr, kind)
+                target.SetInParent()
+                target.values.extend(_scalar_in(v, scalar) for v in (value or {}).get("values", []))
+            else:
+                setattr(attr, kind, _scalar_in(value, scalar))
+        else:
+            raise ValueError(f"unknown attribute field {key!r}")
+
+
+def _fill_io(io: IOInfo, data: dict[str, Any]) -> None:
+    io.SetInParent()
+    for key, value in data.items():
+        if key not in ("values", "shapes", "types"):
+            raise ValueError(f"unknown IOInfo field {key!r}")
+        setattr(io, key, value)
+
+
+def _node_type(value: Any) -> int:
+    if isinstance(value, str) and not value.lstrip("-").isdigit():
+        if value not in _NODE_TYPE_VALUES:
+            raise ValueError(f"unknown node type {value!r}")
+        return _NODE_TYPE_VALUES[value]
+    return int(value)
+
+
+def dict_to_node(data: dict[str, Any]) -> Node:
+    """The Node of a proto3-JSON dict (camelCase or snake_case names); ``_raw`` wins when present."""
+    if "_raw" in data:
+        return Node.FromString(base64.b64decode(data["_raw"]))
+    node = Node()
+    for key, value in data.items():
+        key = _SNAKE_TO_CAMEL.get(key, key)
+        if key == "id":
+            node.id = int(value)
+        elif key == "name":
+            node.name = value
+        elif key == "type":
+            node.type = _node_type(value)
+        elif key == "ctrlDeps":
+            node.ctrl_deps.extend(int(v) for v in value)
+        elif key == "dataDeps":
+            node.data_deps.extend(int(v) for v in value)
+        elif key == "startTimeMicros":
+            node.start_time_micros = int(value)
+        elif key == "durationMicros":
+            node.duration_micros = int(value)
+        elif key in ("inputs", "outputs"):
+            _fill_io(getattr(node, key), value)
+        elif key == "attr":
+            for item in value:
+                _fill_attr(node.attr.add(), item)
+        else:
+            raise ValueError(f"unknown node field {key!r}")
+    return node
+
+
+def dict_to_metadata(data: dict[str, Any]) -> GlobalMetadata:
+    if "_raw" in data:
+        return GlobalMetadata.FromString(base64.b64decode(data["_raw"]))
+    meta = GlobalMetadata()
+    for key, value in data.items():
+        if key == "version":
+            meta.version = value
+        elif key == "attr":
+            for item in value:
+                _fill_attr(meta.attr.add(), item)
+        else:
+            raise ValueError(f"unknown GlobalMetadata field {key!r}")
+    return meta
+
+
+# -- files -------------------------------------------------------------------------------------------
+
+def _with_raw(d: dict[str, Any], message: Any, payload: bytes) -> dict[str, Any]:
+    """``d`` plus the original bytes when the JSON fields alone would not reproduce them."""
+    message.DiscardUnknownFields()  # the JSON carries no unknown fields, so neither may the comparison
+    if message.SerializeToString() != payload:
+        d["_raw"] = base64.b64encode(payload).decode("ascii")
+    return d
+
+
+_DUMP_OPTIONS = orjson.OPT_NON_STR_KEYS
+
+
+def to_json(et_path: str | os.PathLike[str], json_path: str | os.PathLike[str]) -> int:
+    """Write the JSON twin of ``et_path`` to ``json_path`` (streaming, atomic; ``.gz`` = gzip).
+
+    Returns the number of nodes written.
+    """
+    count = 0
+    with open_trace(et_path) as reader, atomic_output(json_path) as out:
+        meta = _with_raw(metadata_to_dict(reader.metadata), reader.metadata, reader.metadata_record)
+        out.write(b'{"format":"' + FORMAT_NAME.encode() + b'","version":1,"metadata":' + orjson.dumps(meta) + b',"nodes":[')
+        sep = b"\n"
+        batch: list[bytes] = []
+        for payload in reader.records():
+            node = Node.FromString(payload)
+            batch.append(sep + orjson.dumps(_with_raw(node_to_dict(node), node, payload), option=_DUMP_OPTIONS))
+            sep = b",\n"
+            count += 1
+            if len(batch) >= 4096:
+                out.write(b"".join(batch))
+                batch.clear()
+        out.write(b"".join(batch) + b"\n]}\n")
+    return count
+
+
+def _bad(path: str | os.PathLike[str], message: str, record: int | None = None) -> TraceFormatError:
+    return TraceFormatError(path, message, record=record)
+
+
+def _iter_dicts(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
+    """``(index, object)``: index 0 is the metadata object, then one per node (JSON syntax checked)."""
+    try:
+        stream = open_maybe_gzip(path)
+    except OSError as exc:
+        raise _bad(path, f"cannot open ({exc.strerror or exc})") from None
+    with stream:
+        try:
+            first_line = stream.readline()
+        except (OSError, EOFError) as exc:
+            raise _bad(path, f"cannot read ({exc})") from None
+        if first_line.startswith(b'{"format":"' + FORMAT_NAME.encode()) and first_line.rstrip().endswith(b'"nodes":['):
+            yield from _iter_line_layout(path, first_line, stream)
+            return
+        try:
+            text = (first_line + stream.read()).decode("utf-8")
+        except (UnicodeDecodeError, OSError, EOFError) as exc:
+            raise _bad(path, f"not UTF-8 JSON text ({exc})") from None
+    yield from _iter_documents(path, text)
+
+
+def _iter_line_layout(path: str | os.PathLike[str], first_line: bytes, stream: Any) -> Iterator[tuple[int, Any]]:
+    try:
+        header = orjson.loads(first_line.rstrip()[: -len(b',"nodes":[')] + b"}")
+    except orjson.JSONDecodeError as exc:
+        raise _bad(path, f"bad header line ({exc})", 0) from None
+    yield 0, header.get("metadata", {})
+    index = 0
+    closed = False
+    for raw in stream:
+        line = raw.strip()
+        if not line:
+            continue
+        if line == b"]}":
+            closed = True
+            continue
+        if closed:
+            raise _bad(path, "text after the end of the document")
+        index += 1
+        try:
+            yield index, orjson.loads(line[:-1] if line.endswith(b",") else line)
+        except orjson.JSONDecodeError as exc:
+            raise _bad(path, f"invalid JSON ({exc})", index) from None
+    if not closed:
+        raise _bad(path, "truncated document (no closing ]})")
+
+
+def _iter_documents(path: str | os.PathLike[str], text: str) -> Iterator[tuple[int, Any]]:
+    """Either one JSON twin document, or concatenated jsonizer objects."""
+    decoder = json.JSONDecoder()
+    pos = 0
+    index = 0
+    while True:
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        if pos >= len(text):
+            break
+        try:
+            data, pos = decoder.raw_decode(text, pos)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise _bad(path, f"invalid JSON ({exc})", index) from None
+        if index == 0 and isinstance(data, dict) and data.get("format") == FORMAT_NAME:
+            yield 0, data.get("metadata", {})
+            nodes = data.get("nodes", [])
+            if not isinstance(nodes, list):
+                raise _bad(path, '"nodes" must be a list', 0)
+            for index, item in enumerate(nodes, start=1):
+                yield index, item
+            index += 1
+            continue
+        yield index, data
+        index += 1
+    if index == 0:
+        raise _bad(path, "no JSON object found")
+
+
+def _convert(path: str | os.PathLike[str], index: int, data: Any, convert: Any) -> Any:
+    what = "metadata" if index == 0 else "node"
+    try:
+        if not isinstance(data, dict):
+            raise ValueError(f"a {what} must be a JSON object")
+        return convert(data)
+    except Exception as exc:  # noqa: BLE001 - any malformed content becomes one clean error
+        raise _bad(path, f"bad {what} ({type(exc).__name__}: {exc})", index) from None
+
+
+def _node_payload(data: dict[str, Any]) -> bytes:
+    if "_raw" in data:
+        payload = base64.b64decode(data["_raw"], validate=True)
+        Node.FromString(payload)  # refuse bytes that are not a Node
+        return payload
+    return dict_to_node(data).SerializeToString()
+
+
+def _metadata_payload(data: dict[str, Any]) -> bytes:
+    if "_raw" in data:
+        payload = base64.b64decode(data["_raw"], validate=True)
+        GlobalMetadata.FromString(payload)
+        return payload
+    return dict_to_metadata(data).SerializeToString()
+
+
+def iter_json_trace(path: str | os.PathLike[str]) -> Iterator[GlobalMetadata | Node]:
+    """The GlobalMetadata, then every Node, of a JSON twin or of jsonizer output (gzip sniffed)."""
+    for index, data in _iter_dicts(path):
+        yield _convert(path, index, data, dict_to_metadata if index == 0 else dict_to_node)
+
+
+def from_json(json_path: str | os.PathLike[str], et_path: str | os.PathLike[str]) -> int:
+    """Write the ``.et`` file described by a JSON twin (or jsonizer output); returns the node count.
+
+    Records are restored exactly (``_raw`` bytes as they are); an empty node is refused.
+    """
+    items = _iter_dicts(json_path)
+    index, data = next(items)
+    count = 0
+    with TraceWriter(et_path, _convert(json_path, index, data, _metadata_payload)) as writer:
+        for index, data in items:
+            payload = _convert(json_path, index, data, _node_payload)
+            if not payload:
+                raise _bad(json_path, "empty node (id 0 and no other field) cannot be written", index)
+            writer.write_record(payload)
+            count += 1
+    return count
+
+
+def default_json_path(et_path: str | os.PathLike[str]) -> Path:
+    name = Path(et_path).name
+    for suffix in (".et.gz", ".et"):
+        if name.endswith(suffix):
+            return Path(et_path).with_name(name[: -len(suffix)] + ".json")
+    return Path(et_path).with_name(name + ".json")

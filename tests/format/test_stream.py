@@ -1,0 +1,179 @@
+"""Reading and writing .et files: exact bytes, gzip, atomic output, and clean errors on bad input."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from etkit.errors import TraceFormatError
+from etkit.format.schema import GlobalMetadata, Node, NodeType
+from etkit.format.stream import TraceWriter, frame, open_trace, write_trace
+from etkit.model.trace import load_trace
+
+from ..builders import coll, node, write_job
+
+
+def _upstream_et_files(upstream: Path) -> list[Path]:
+    return sorted(p for p in upstream.rglob("*") if p.name.endswith((".et", ".et.gz")))
+
+
+def _plain(data: bytes) -> bytes:
+    return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+
+
+@pytest.mark.shared_data
+def test_every_upstream_vector_round_trips_byte_for_byte(upstream: Path, tmp_path: Path) -> None:
+    files = _upstream_et_files(upstream)
+    assert len(files) >= 250
+    for path in files:
+        original = _plain(path.read_bytes())
+        # through Node messages (read -> write)
+        with open_trace(path) as reader:
+            write_trace(tmp_path / "a.et", reader.metadata, reader)
+        assert (tmp_path / "a.et").read_bytes() == original, path
+        # through the columnar Trace
+        load_trace(path).write(tmp_path / "b.et.gz")
+        assert gzip.decompress((tmp_path / "b.et.gz").read_bytes()) == original, path
+
+
+@pytest.mark.shared_data
+def test_historic_astra_sim_tars_are_read_tolerantly(upstream: Path, tmp_path: Path) -> None:
+    tars = sorted((upstream / "astra-sim-astra-sim/inputs/workload/ASTRA-sim-2.0").glob("*.tar"))
+    assert tars
+    total = 0
+    for tar_path in tars:
+        with tarfile.open(tar_path) as tar:
+            tar.extractall(tmp_path / tar_path.stem, filter="data")
+        for et in (tmp_path / tar_path.stem).rglob("*.et"):
+            trace = load_trace(et)
+            assert len(trace) > 0
+            total += len(trace)
+            comm = trace.comm_rows()
+            # old files carry comm_size as uint64 (or not at all) and involved_dim bool lists
+            assert all(trace.comm_size[r] > 0 or trace.comm_size[r] == -(2**63) for r in comm)
+    assert total > 1000
+
+
+def _small_file(path: Path) -> bytes:
+    write_trace(path, GlobalMetadata(version="1.0.0"),
+                [node(1, duration=5), node(2, deps=[1], duration=7), coll(3, 0, 1 << 20, deps=[2])])
+    return path.read_bytes()
+
+
+def test_truncation_at_every_byte_gives_a_clean_error(tmp_path: Path) -> None:
+    data = _small_file(tmp_path / "t.et")
+    boundaries = set()
+    pos = 0
+    while pos < len(data):
+        boundaries.add(pos)
+        pos += 1 + data[pos]  # all records here are shorter than 128 bytes
+    cut = tmp_path / "cut.et"
+    for n in range(len(data)):
+        cut.write_bytes(data[:n])
+        if n in boundaries and n > 0:
+            # a cut on a record boundary is a shorter, valid file
+            assert len(load_trace(cut)) == sum(1 for b in boundaries if b < n) - 1
+            continue
+        with pytest.raises(TraceFormatError) as err:
+            load_trace(cut)
+        message = str(err.value)
+        assert str(cut) in message and "record" in message
+        with pytest.raises(TraceFormatError):
+            with open_trace(cut) as reader:
+                list(reader)
+
+
+def test_truncated_file_error_names_record_and_offset(tmp_path: Path) -> None:
+    data = _small_file(tmp_path / "t.et")
+    (tmp_path / "cut.et").write_bytes(data[:-3])
+    with pytest.raises(TraceFormatError) as err:
+        load_trace(tmp_path / "cut.et")
+    assert err.value.record == 3
+    assert err.value.offset == len(data) - len(frame(coll(3, 0, 1 << 20, deps=[2]).SerializeToString()))
+    assert "truncated record" in str(err.value)
+
+
+def test_zero_length_record_is_an_error_not_end_of_file(tmp_path: Path) -> None:
+    data = _small_file(tmp_path / "t.et")
+    first_node_end = 1 + data[0]
+    first_node_end += 1 + data[first_node_end]
+    bad = data[:first_node_end] + b"\x00" + data[first_node_end:]
+    (tmp_path / "z.et").write_bytes(bad)
+    with pytest.raises(TraceFormatError, match="zero-length record") as err:
+        load_trace(tmp_path / "z.et")
+    assert err.value.record == 2
+    assert len(load_trace(tmp_path / "z.et", allow_empty=True)) == 4
+
+
+def test_flipped_bytes_give_a_trace_or_a_clean_error(tmp_path: Path) -> None:
+    data = _small_file(tmp_path / "t.et")
+    for i in range(len(data)):
+        for flip in (0x01, 0x80, 0xFF):
+            corrupt = bytearray(data)
+            corrupt[i] ^= flip
+            path = tmp_path / "f.et"
+            path.write_bytes(bytes(corrupt))
+            try:
+                load_trace(path)
+            except TraceFormatError:
+                pass
+
+
+def test_gzip_is_sniffed_and_written_by_suffix(tmp_path: Path) -> None:
+    data = _small_file(tmp_path / "t.et")
+    write_trace(tmp_path / "t.et.gz", GlobalMetadata(version="1.0.0"), open_trace(tmp_path / "t.et"))
+    assert (tmp_path / "t.et.gz").read_bytes()[:2] == b"\x1f\x8b"
+    assert gzip.decompress((tmp_path / "t.et.gz").read_bytes()) == data
+    renamed = tmp_path / "no_suffix.et"
+    renamed.write_bytes((tmp_path / "t.et.gz").read_bytes())
+    assert [n.id for n in open_trace(renamed)] == [1, 2, 3]
+    (tmp_path / "broken.et").write_bytes((tmp_path / "t.et.gz").read_bytes()[:-10])
+    with pytest.raises(TraceFormatError, match="gzip"):
+        load_trace(tmp_path / "broken.et")
+
+
+def test_writer_drops_duplicate_deps_and_refuses_empty_nodes(tmp_path: Path) -> None:
+    with TraceWriter(tmp_path / "d.et") as writer:
+        writer.write(node(1))
+        writer.write(node(2, deps=[1, 1], ctrl=[1, 1]))
+        with pytest.raises(ValueError, match="empty node"):
+            writer.write(Node())
+    [_, second] = list(open_trace(tmp_path / "d.et"))
+    assert list(second.data_deps) == [1] and list(second.ctrl_deps) == [1]
+
+
+def test_writes_are_atomic(tmp_path: Path) -> None:
+    target = tmp_path / "a.et"
+    _small_file(target)
+    before = target.read_bytes()
+    with pytest.raises(RuntimeError):
+        with TraceWriter(target, GlobalMetadata(version="x")) as writer:
+            writer.write(node(9))
+            raise RuntimeError("crash in the middle")
+    assert target.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["a.et"]
+    assert oct(target.stat().st_mode & 0o777) != "0o600"
+
+
+def test_node_type_enum_of_unknown_value_is_kept(tmp_path: Path) -> None:
+    payload = Node(id=1, type=NodeType.COMP_NODE).SerializeToString()[:-1] + b"\x09"
+    with TraceWriter(tmp_path / "u.et") as writer:
+        writer.write_record(payload)
+    assert int(load_trace(tmp_path / "u.et").types[0]) == 9
+
+
+def test_streaming_reader_is_single_pass(tmp_path: Path) -> None:
+    _small_file(tmp_path / "t.et")
+    reader = open_trace(tmp_path / "t.et")
+    assert [n.id for n in reader] == [1, 2, 3]
+    with pytest.raises(RuntimeError):
+        list(reader)
+
+
+def test_write_job_prefix_layout(tmp_path: Path) -> None:
+    write_job(tmp_path / "job", [[node(1)], [node(1)]])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.0.et", "job.1.et"]
