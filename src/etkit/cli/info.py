@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING
 
-from ..analyze.summary import JobInfo, info
 from .common import add_quiet, add_workers, executor_from, write_json
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..analyze.summary import JobInfo
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,6 +35,8 @@ def human_bytes(n: float) -> str:
 
 
 def render(summary: JobInfo, console: Console) -> None:
+    from rich.table import Table
+
     types = sorted(summary.by_type)
     table = Table(title=f"{len(summary.ranks)} rank(s), {summary.nodes:,} nodes")
     table.add_column("rank", justify="right")
@@ -58,6 +63,10 @@ def render(summary: JobInfo, console: Console) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from ..analyze.summary import info
+
     spec = args.inputs[0] if len(args.inputs) == 1 else args.inputs
     summary = info(spec, executor=executor_from(args))
     if args.json is not None:

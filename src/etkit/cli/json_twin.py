@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..format.jsontwin import default_json_path, from_json, to_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,6 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_to_json(args: argparse.Namespace) -> int:
+    from ..format.jsontwin import default_json_path, to_json
+
     out = args.output or str(default_json_path(args.input))
     count = to_json(args.input, out)
     print(f"{count:,} nodes -> {out}", file=sys.stderr)
@@ -32,6 +33,8 @@ def run_to_json(args: argparse.Namespace) -> int:
 
 
 def run_from_json(args: argparse.Namespace) -> int:
+    from ..format.jsontwin import from_json
+
     count = from_json(args.input, args.output)
     print(f"{count:,} nodes -> {args.output}", file=sys.stderr)
     return 0

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from rich.console import Console
-from rich.markup import escape
+from typing import TYPE_CHECKING
 
-from ..validate import ValidationReport, validate
 from .common import add_quiet, add_workers, executor_from, write_json
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..validate import ValidationReport
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,6 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def render(report: ValidationReport, console: Console, limit: int) -> None:
+    from rich.markup import escape
+
     for finding in report.findings[:limit]:
         style = "red" if finding.severity == "error" else "yellow"
         console.print(f"[{style}]{finding.severity}[/{style}] {escape(str(finding))}", highlight=False)
@@ -41,6 +46,10 @@ def render(report: ValidationReport, console: Console, limit: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from ..validate import validate
+
     spec = args.inputs[0] if len(args.inputs) == 1 else args.inputs
     report = validate(spec, comm_groups=args.comm_groups, executor=executor_from(args))
     if args.json is not None:

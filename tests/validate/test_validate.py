@@ -1,0 +1,155 @@
+"""Validation finds every planted fault, names rank, node and rule, and passes real upstream jobs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from etkit.executor import SerialExecutor
+from etkit.format.schema import CommType, GlobalMetadata, Node, NodeType
+from etkit.format.stream import TraceWriter, write_trace
+from etkit.model.groups import ProcessGroups
+from etkit.validate import validate
+
+from ..builders import coll, node, recv, send, write_job
+
+AR, AG = CommType.ALL_REDUCE, CommType.ALL_GATHER
+
+
+def _check(prefix: Path, **kw):  # type: ignore[no-untyped-def]
+    return validate(prefix, executor=SerialExecutor(), **kw)
+
+
+def _rules(report) -> set[tuple[int, int | None, str]]:  # type: ignore[no-untyped-def]
+    return {(f.rank, f.node_id, f.rule) for f in report.findings}
+
+
+def test_clean_job_passes(tmp_path: Path) -> None:
+    rank = [node(1, duration=3), coll(2, AR, 1024, deps=[1]), node(3, deps=[2])]
+    report = _check(write_job(tmp_path / "ok", [rank, rank]))
+    assert report.ok and report.findings == [] and report.nodes == 6 and report.ranks == 2
+
+
+def test_single_file_faults(tmp_path: Path) -> None:
+    nodes = [
+        node(1), node(1),  # duplicate id
+        node(2, deps=[99]),  # missing dep
+        node(3, deps=[3]),  # self dep
+        node(4, deps=[1, 1]),  # duplicate dep (written raw below)
+        node(5, deps=[6]), node(6, deps=[7]), node(7, deps=[5]),  # cycle
+        Node(id=8, type=NodeType.COMM_COLL_NODE, name="c"),  # no comm_type, no comm_size
+        coll(9, AR, 10, is_cpu_op=True),  # comm on cpu
+        coll(10, 42, 10),  # unknown comm type
+        Node(id=11, type=12, name="future"),  # unknown node type
+        Node(id=12, type=NodeType.COMM_SEND_NODE, name="s"),  # send without peer
+    ]
+    with TraceWriter(tmp_path / "bad.0.et", GlobalMetadata()) as writer:
+        for n in nodes:
+            writer.write_record(n.SerializeToString())  # raw: keep the duplicate dep
+    report = _check(tmp_path / "bad")
+    found = _rules(report)
+    for expected in [(0, 1, "duplicate-id"), (0, 2, "missing-dep"), (0, 3, "self-dep"), (0, 4, "duplicate-dep"),
+                     (0, 5, "cycle"), (0, 8, "comm-missing-type"), (0, 8, "comm-missing-size"),
+                     (0, 9, "comm-on-cpu"), (0, 10, "unknown-comm-type"), (0, 11, "unknown-node-type"),
+                     (0, 12, "p2p-missing-peer")]:
+        assert expected in found, expected
+    cycle = next(f for f in report.findings if f.rule == "cycle")
+    assert "5, 6, 7" in cycle.message
+    assert not report.ok
+
+
+def test_empty_node_record_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "e.0.et"
+    write_trace(path, GlobalMetadata(), [node(1), node(2)])
+    data = path.read_bytes()
+    path.write_bytes(data + b"\x00")
+    assert (0, 0, "empty-node") in _rules(_check(tmp_path / "e"))
+
+
+def test_unmatched_send_and_size_mismatch(tmp_path: Path) -> None:
+    r0 = [send(1, 0, 1, 100, tag=7), send(2, 0, 1, 50, tag=8)]
+    r1 = [recv(1, 0, 1, 100, tag=7), recv(2, 0, 1, 60, tag=9)]
+    found = _rules(_check(write_job(tmp_path / "p2p", [r0, r1])))
+    assert (0, 2, "unmatched-send") in found
+    assert (1, 2, "unmatched-recv") in found
+    assert not any(rule == "p2p-size-mismatch" for _, _, rule in found)
+    r1[1] = recv(2, 0, 1, 60, tag=8)
+    found = _rules(_check(write_job(tmp_path / "p2q", [r0, r1])))
+    assert (0, 2, "p2p-size-mismatch") in found
+
+
+def test_collective_missing_on_one_rank(tmp_path: Path) -> None:
+    full = [coll(1, AR, 64), coll(2, AG, 128, deps=[1]), coll(3, AR, 64, deps=[2])]
+    short = full[:2]
+    report = _check(write_job(tmp_path / "c", [full, full, short, full]))
+    [finding] = [f for f in report.findings if f.rule == "collective-missing"]
+    assert finding.rank == 2 and "ALL_REDUCE" in finding.message and "rank 0 node 3" in finding.message
+
+
+def test_collective_type_and_size_mismatch(tmp_path: Path) -> None:
+    a = [coll(1, AR, 64), coll(2, AR, 64)]
+    b = [coll(1, AR, 64), coll(2, AG, 64)]
+    c = [coll(1, AR, 32), coll(2, AR, 64)]
+    found = _rules(_check(write_job(tmp_path / "m", [a, a, b, c])))
+    assert (2, 2, "collective-mismatch") in found
+    assert (3, 1, "collective-size-mismatch") in found
+
+
+def test_uneven_all_to_all_is_only_a_warning(tmp_path: Path) -> None:
+    report = _check(write_job(tmp_path / "a2a", [[coll(1, CommType.ALL_TO_ALL, 100)], [coll(1, CommType.ALL_TO_ALL, 80)]]))
+    assert report.ok and [f.rule for f in report.warnings] == ["collective-size-mismatch"]
+
+
+def test_process_subgroups_from_comm_groups_json(tmp_path: Path) -> None:
+    ranks = [[coll(1, AR, 64, pg="1")], [coll(1, AR, 64, pg="1")], [coll(1, AR, 8, pg="2")], [coll(1, AR, 8, pg="2")]]
+    prefix = write_job(tmp_path / "g", ranks)
+    assert any(f.rule == "unknown-group" for f in _check(prefix).findings)
+    ProcessGroups.from_mapping({"1": [0, 1], "2": [2, 3]}).write(f"{prefix}.comm_groups.json")
+    assert _check(prefix).ok
+    ProcessGroups.from_mapping({"1": [0, 1, 2], "2": [2, 3]}).write(f"{prefix}.comm_groups.json")
+    assert (2, None, "collective-missing") in _rules(_check(prefix))
+    ProcessGroups.from_mapping({"1": [0, 1], "2": [3]}).write(f"{prefix}.comm_groups.json")
+    assert (2, 1, "not-in-group") in _rules(_check(prefix))
+
+
+def test_groups_from_a_process_group_init_metadata_node(tmp_path: Path) -> None:
+    meta = Node(id=1, name="## process_group:init ##", type=NodeType.METADATA_NODE)
+    meta.inputs.values = str(['[{"pg_name": "0", "ranks": []}, {"pg_name": "5", "ranks": [1, 2]}]'])
+    ranks = [[meta, coll(2, AR, 4, pg="0")], [meta, coll(2, AR, 4, pg="0"), coll(3, AR, 9, pg="5")],
+             [meta, coll(2, AR, 4, pg="0"), coll(3, AR, 9, pg="5")]]
+    assert _check(write_job(tmp_path / "m", ranks)).ok
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("prefix", [
+    "astra-sim-astra-sim/examples/system/custom_collectives/custom_ring_allreduce_8npus_1MB/custom_allreduce",
+    "astra-sim-astra-sim/examples/workload/microbenchmarks/all_reduce/16npus_1MB/all_reduce",
+    "generated-by-upstream-chakra-21585d8/text_converter_npus4_passes1/DLRM_HybridParallel",
+    "generated-by-upstream-chakra-21585d8/text_converter_npus4_passes1/MLP_HybridParallel_Data_Model",
+])
+def test_upstream_jobs_validate(upstream: Path, prefix: str) -> None:
+    report = _check(upstream / prefix)
+    assert report.ok, [str(f) for f in report.errors]
+
+
+@pytest.mark.shared_data
+def test_reference_generator_send_recv_cases_are_not_runnable(upstream: Path) -> None:
+    # the reference generator writes p2p nodes without peers or sizes; etkit says so
+    report = _check(upstream / "generated-by-upstream-chakra-21585d8/generator_npus2/one_comm_send_node")
+    assert {"comm-missing-size", "p2p-missing-peer"} <= {f.rule for f in report.errors}
+
+
+@pytest.mark.slow
+def test_cycle_in_a_million_node_file_without_recursion_limits(tmp_path: Path) -> None:
+    n = 1_000_000
+    with TraceWriter(tmp_path / "big.0.et", GlobalMetadata()) as writer:
+        template = Node(type=NodeType.COMP_NODE)
+        for i in range(1, n + 1):
+            template.id = i
+            del template.data_deps[:]
+            template.data_deps.append(i - 1 if i > 1 else n)  # one cycle through every node
+            writer.write_record(template.SerializeToString())
+    report = validate(tmp_path / "big", executor=SerialExecutor())
+    [cycle] = [f for f in report.findings if f.rule == "cycle"]
+    assert cycle.node_id == 1 and f"{n} nodes" in cycle.message
