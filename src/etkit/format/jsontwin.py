@@ -101,29 +101,51 @@ def _io_to_dict(io: IOInfo) -> dict[str, str]:
     return {key: value for key, value in (("values", io.values), ("shapes", io.shapes), ("types", io.types)) if value}
 
 
-def node_to_dict(node: Node) -> dict[str, Any]:
-    """A Node in the proto3 JSON mapping."""
+def _ids(values: Any) -> list[str]:
+    return [str(v) for v in values]
+
+
+_NODE_FIELDS: dict[int, tuple[str, Any]] = {
+    1: ("id", str),
+    2: ("name", None),
+    3: ("type", lambda v: _NODE_TYPE_NAMES.get(v, v)),
+    4: ("ctrlDeps", _ids),
+    5: ("dataDeps", _ids),
+    6: ("startTimeMicros", str),
+    7: ("durationMicros", str),
+    8: ("inputs", _io_to_dict),
+    9: ("outputs", _io_to_dict),
+}
+
+
+class _AttrCache:
+    """Attribute dicts by serialized bytes: traces repeat the same attributes on most nodes."""
+
+    def __init__(self, limit: int = 1 << 16) -> None:
+        self.limit = limit
+        self.table: dict[bytes, dict[str, Any]] = {}
+
+    def convert(self, attr: AttributeProto) -> dict[str, Any]:
+        key = attr.SerializeToString()
+        hit = self.table.get(key)
+        if hit is None:
+            hit = _attr_to_dict(attr)
+            if len(self.table) >= self.limit:
+                self.table.clear()
+            self.table[key] = hit
+        return hit
+
+
+def node_to_dict(node: Node, cache: _AttrCache | None = None) -> dict[str, Any]:
+    """A Node in the proto3 JSON mapping (``cache`` speeds up repeated attributes)."""
     out: dict[str, Any] = {}
-    if node.id:
-        out["id"] = str(node.id)
-    if node.name:
-        out["name"] = node.name
-    if node.type:
-        out["type"] = _NODE_TYPE_NAMES.get(node.type, node.type)
-    if node.ctrl_deps:
-        out["ctrlDeps"] = [str(d) for d in node.ctrl_deps]
-    if node.data_deps:
-        out["dataDeps"] = [str(d) for d in node.data_deps]
-    if node.start_time_micros:
-        out["startTimeMicros"] = str(node.start_time_micros)
-    if node.duration_micros:
-        out["durationMicros"] = str(node.duration_micros)
-    if node.HasField("inputs"):
-        out["inputs"] = _io_to_dict(node.inputs)
-    if node.HasField("outputs"):
-        out["outputs"] = _io_to_dict(node.outputs)
-    if node.attr:
-        out["attr"] = [_attr_to_dict(a) for a in node.attr]
+    for field, value in node.ListFields():
+        number = field.number
+        if number == 10:
+            out["attr"] = [cache.convert(a) for a in value] if cache else [_attr_to_dict(a) for a in value]
+        elif number in _NODE_FIELDS:
+            key, convert = _NODE_FIELDS[number]
+            out[key] = convert(value) if convert else value
     return out
 
 
@@ -262,9 +284,10 @@ def to_json(et_path: str | os.PathLike[str], json_path: str | os.PathLike[str]) 
         out.write(b'{"format":"' + FORMAT_NAME.encode() + b'","version":1,"metadata":' + orjson.dumps(meta) + b',"nodes":[')
         sep = b"\n"
         batch: list[bytes] = []
+        cache = _AttrCache()
         for payload in reader.records():
             node = Node.FromString(payload)
-            batch.append(sep + orjson.dumps(_with_raw(node_to_dict(node), node, payload), option=_DUMP_OPTIONS))
+            batch.append(sep + orjson.dumps(_with_raw(node_to_dict(node, cache), node, payload), option=_DUMP_OPTIONS))
             sep = b",\n"
             count += 1
             if len(batch) >= 4096:
