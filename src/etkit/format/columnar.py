@@ -269,6 +269,31 @@ def _int_values(kind: np.ndarray, value: np.ndarray) -> np.ndarray:
     return out
 
 
+_HOT_KEYS = np.array([np.frombuffer(n.encode().ljust(16, b"\0"), dtype=np.uint64) for n in _HOT_NAMES])
+_HOT_LENS = np.array([len(n) for n in _HOT_NAMES], dtype=np.int64)
+
+
+def _hash(keys: np.ndarray, length: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return keys[:, 0] ^ (keys[:, 1] * np.uint64(0x9E3779B97F4A7C15)) ^ (length.astype(np.uint64) << np.uint64(56))
+
+
+_HOT_HASH = _hash(_HOT_KEYS, _HOT_LENS)
+_HOT_ORDER = np.argsort(_HOT_HASH)
+
+
+def _hot_name_ids(keys: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """Index into ``_HOT_NAMES`` of each attribute name (its first 16 bytes and length), or -1."""
+    h = _hash(keys, length)
+    sorted_hash = _HOT_HASH[_HOT_ORDER]
+    pos = np.minimum(np.searchsorted(sorted_hash, h), sorted_hash.size - 1)
+    ids = np.where(sorted_hash[pos] == h, _HOT_ORDER[pos], -1)
+    cand = ids >= 0
+    exact = np.zeros(ids.size, dtype=bool)
+    exact[cand] = ((keys[cand] == _HOT_KEYS[ids[cand]]).all(axis=1)) & (length[cand] == _HOT_LENS[ids[cand]])
+    return np.where(exact, ids, -1)
+
+
 def _keep_nothing(field: np.ndarray, wire: np.ndarray) -> np.ndarray:
     return np.zeros(field.size, dtype=bool)
 
@@ -297,14 +322,14 @@ def _attributes(buf: bytes, b: np.ndarray, f: _Fields, n: int) -> tuple[np.ndarr
         kind[msgs[m]], value[msgs[m]], v_off[msgs[m]] = field[m], val[m], off[m]
 
     _scan(b, a_start, a_end, _keep_nothing, store)
-    keys = _window_keys(_words(b), name_off, np.minimum(name_len, 16), 16)
+    name_id = _hot_name_ids(_window_keys(_words(b), name_off, np.minimum(name_len, 16), 16), name_len)
+    hot = np.flatnonzero(name_id >= 0)
+    owner, name_id, kind, value, v_off = owner[hot], name_id[hot], kind[hot], value[hot], v_off[hot]
     is_int = np.isin(kind, np.fromiter(_VALUE_FIELDS, dtype=np.int64))
     int_val = _int_values(kind, value)
     pg_rows: list[tuple[int, str]] = []
-    for name in _HOT_NAMES:
-        raw = name.encode()
-        target = np.frombuffer(raw.ljust(16, b"\0"), dtype=np.uint64)
-        hit = (name_len == len(raw)) & (keys[:, 0] == target[0]) & (keys[:, 1] == target[1])
+    for index, name in enumerate(_HOT_NAMES):
+        hit = name_id == index
         if not hit.any():
             continue
         if name == "is_cpu_op":

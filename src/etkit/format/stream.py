@@ -94,6 +94,9 @@ def scan_frames(buf: bytes, path: str | os.PathLike[str], *, allow_empty: bool =
         if byte < 0x80:
             length = byte
             pos += 1
+        elif pos + 1 < end and buf[pos + 1] < 0x80:  # two-byte lengths: most records of 128 B .. 16 KiB
+            length = (byte & 0x7F) | (buf[pos + 1] << 7)
+            pos += 2
         else:
             length, pos = _long_length(buf, pos, end, path, index, start)
         if length == 0 and index > 0 and not allow_empty:
