@@ -45,3 +45,17 @@ def test_process_group_init_is_parsed_safely() -> None:
     groups = parse_process_group_init(str(['[{"pg_name": "0", "ranks": []}, {"pg_name": "3", "ranks": [2, 0]}]']))
     assert groups.members("3", 4) == (0, 2) and groups.members("0", 4) == (0, 1, 2, 3)
     assert parse_process_group_init("__import__('os').system('false')").groups == {}
+
+
+def test_writing_a_smaller_job_over_a_bigger_one_leaves_no_stale_ranks(tmp_path: Path) -> None:
+    from etkit.model.job import Job
+    from etkit.model.trace import Trace
+
+    write_job(tmp_path / "j", [[node(1)]] * 4)
+    ProcessGroups.from_mapping({"1": [0, 1]}).write(tmp_path / "j.comm_groups.json")
+    (tmp_path / "j.1.et.gz").write_bytes(b"")  # the other compression of a rank about to be written
+    (tmp_path / "other.0.et").write_bytes(b"")  # another job's file stays
+    small = Job({0: Trace.from_nodes(None, [node(1)]), 1: Trace.from_nodes(None, [node(2)])})
+    small.write(tmp_path / "j")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["j.0.et", "j.1.et", "other.0.et"]
+    assert load_job(tmp_path / "j", executor=SerialExecutor()).ranks == [0, 1]

@@ -27,7 +27,7 @@ from ..errors import UsageError
 from ..executor import Executor
 from ..format.attrs import make_attr
 from ..format.schema import CommType, Node, NodeType
-from ..model.job import Job
+from ..model.job import Job, remove_stale_files
 from .collective import add_barrier, add_broadcast
 from .writer import RankPlan, TraceTemplate, WriteTask, build_job, plan_writes, run_writes, synthetic_metadata
 
@@ -191,4 +191,6 @@ def write_micro(out_dir: str | os.PathLike[str], npus: int, *, cases: Iterable[s
         case_tasks, written[case] = plan_writes(Path(out_dir) / case, plans, templates)
         tasks.extend(case_tasks)
     run_writes(tasks, executor, desc="micro")
+    for case, paths in written.items():
+        remove_stale_files(Path(out_dir) / case, paths, has_groups=False)
     return written

@@ -40,7 +40,7 @@ from ..format.attrs import CANONICAL_KINDS, make_attr
 from ..format.schema import CommType, GlobalMetadata, Node, NodeType
 from ..format.stream import encode_varint, frame
 from ..model.groups import ProcessGroups
-from ..model.job import Job, comm_groups_path
+from ..model.job import Job, comm_groups_path, remove_stale_files
 from ..model.trace import Trace
 
 __all__ = [
@@ -339,6 +339,8 @@ def write_job(prefix: str | os.PathLike[str], plans: Iterable[RankPlan], templat
     tasks, paths = plan_writes(prefix, plans, templates, chunk=chunk)
     run_writes(tasks, executor)
     write_groups(prefix, groups)
+    has_groups = bool(groups.groups if isinstance(groups, ProcessGroups) else groups)
+    remove_stale_files(prefix, paths, has_groups=has_groups)
     return paths
 
 

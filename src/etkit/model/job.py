@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,7 +19,7 @@ from .groups import ProcessGroups, parse_process_group_init
 from .trace import Trace, load_trace
 
 __all__ = ["Job", "RankFile", "discover", "load_job", "groups_from_trace", "groups_from_traces",
-           "comm_groups_path", "load_groups"]
+           "comm_groups_path", "load_groups", "remove_stale_files"]
 
 _RANK_SUFFIX = re.compile(r"^(?P<prefix>.*)\.(?P<rank>\d+)\.et(?:\.gz)?$")
 
@@ -46,14 +46,11 @@ def discover(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) ->
         if spec_path.is_file():
             return [_rank_file(spec_path, 0)], _prefix_of(spec_path)
         prefix = str(spec)
-        parent = spec_path.parent if str(spec_path.parent) else Path(".")
         found: dict[int, Path] = {}
-        if parent.is_dir():
-            stem = spec_path.name
-            for candidate in parent.iterdir():
-                m = _RANK_SUFFIX.match(candidate.name)
-                if m and m.group("prefix") == stem and candidate.is_file():
-                    found.setdefault(int(m.group("rank")), candidate)
+        for rank, candidate in _rank_candidates(prefix):
+            if rank in found:
+                raise UsageError(f"{prefix}: rank {rank} has two files, {found[rank].name} and {candidate.name}")
+            found[rank] = candidate
         if not found:
             raise UsageError(f"{prefix}: no file {prefix}.<rank>.et (or .et.gz) found")
         return [RankFile(r, found[r]) for r in sorted(found)], prefix
@@ -70,6 +67,20 @@ def discover(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) ->
     return sorted(ranked, key=lambda r: r.rank), prefixes.pop() if len(prefixes) == 1 else None
 
 
+def _rank_candidates(prefix: str) -> list[tuple[int, Path]]:
+    """Every ``<prefix>.<rank>.et[.gz]`` file, sorted by name."""
+    spec_path = Path(prefix)
+    parent = spec_path.parent if str(spec_path.parent) else Path(".")
+    if not parent.is_dir():
+        return []
+    out = []
+    for candidate in sorted(parent.iterdir()):
+        m = _RANK_SUFFIX.match(candidate.name)
+        if m and m.group("prefix") == spec_path.name and candidate.is_file():
+            out.append((int(m.group("rank")), candidate))
+    return out
+
+
 def _rank_file(path: Path, default_rank: int) -> RankFile:
     m = _RANK_SUFFIX.match(path.name)
     return RankFile(int(m.group("rank")) if m else default_rank, path)
@@ -78,6 +89,25 @@ def _rank_file(path: Path, default_rank: int) -> RankFile:
 def _prefix_of(path: Path) -> str | None:
     m = _RANK_SUFFIX.match(path.name)
     return str(path.parent / m.group("prefix")) if m else None
+
+
+def remove_stale_files(prefix: str | os.PathLike[str], written: Iterable[str | os.PathLike[str]], *,
+                       has_groups: bool) -> list[Path]:
+    """After writing a job under ``prefix``: delete the files of an older job there that this one lacks.
+
+    Every ``<prefix>.<r>.et[.gz]`` not in ``written`` goes (older extra ranks, or the other compression of
+    a rank), and so does ``<prefix>.comm_groups.json`` when the new job has no groups. Without this, a
+    smaller job written over a bigger one would be read back with the old extra ranks.
+    """
+    keep = {Path(p).resolve() for p in written}
+    removed = [path for _, path in _rank_candidates(str(prefix)) if path.resolve() not in keep]
+    for path in removed:
+        path.unlink(missing_ok=True)
+    groups_file = comm_groups_path(prefix)
+    if not has_groups and groups_file.exists():
+        groups_file.unlink()
+        removed.append(groups_file)
+    return removed
 
 
 def groups_from_trace(trace: Trace) -> ProcessGroups:
@@ -126,6 +156,7 @@ class Job:
             paths.append(path)
         if self.groups.groups:
             self.groups.write(comm_groups_path(prefix))
+        remove_stale_files(prefix, paths, has_groups=bool(self.groups.groups))
         return paths
 
 
