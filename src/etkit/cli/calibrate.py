@@ -1,0 +1,46 @@
+"""``etkit calibrate --backend gloo --ranks N -o NET.yml``: measure this machine's collectives and fit
+the simulator's network model (writes NET.yml and NET.system.json)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..simulate.calibrate import DEFAULT_SIZES, calibrate, write_calibration
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    from ..generate.collective import parse_size
+
+    return tuple(parse_size(s) for s in text.split(",") if s)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("calibrate", help="time real collectives here and fit the simulator's network model",
+                              description=__doc__)
+    p.add_argument("--backend", default="gloo", help="torch.distributed backend (default gloo)")
+    p.add_argument("--ranks", type=int, default=2, help="processes to spawn on loopback (default 2)")
+    p.add_argument("--sizes", type=_sizes, default=DEFAULT_SIZES, metavar="S1,S2",
+                   help="message sizes, e.g. 1KiB,64KiB,4MiB (default 1KiB..4MiB, 5 sizes)")
+    p.add_argument("--reps", type=int, default=5, help="timed repetitions per size (median; default 5)")
+    p.add_argument("--from-trace", metavar="PREFIX", help="instead of measuring, fit the communication recorded in a "
+                   "measured job (per collective, the fastest member's duration)")
+    p.add_argument("-o", "--output", required=True, metavar="NET.yml", help="network YAML to write")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.from_trace:
+        from ..executor import SerialExecutor
+        from ..model.job import load_job
+        from ..simulate.calibrate import calibrate_from_job
+
+        cal = calibrate_from_job(load_job(args.from_trace, executor=SerialExecutor()))
+    else:
+        cal = calibrate(args.ranks, backend=args.backend, sizes=args.sizes, reps=args.reps)
+    net_path, sys_path = write_calibration(cal, args.output)
+    print(f"{'collective':<11} {'bytes':>9} {'measured us':>12} {'fit error':>10}")
+    for m, err in list(zip(cal.measurements, cal.errors))[:40]:
+        print(f"{m.collective:<11} {m.size:>9} {m.seconds * 1e6:>12.1f} {err:>+10.1%}")
+    print(f"fitted: {cal.topology} x {cal.ranks}, latency {cal.latency_ns:,.0f} ns/hop, bandwidth {cal.bandwidth_gbps:.3f} GB/s")
+    print(f"wrote {net_path} and {sys_path}")
+    return 0

@@ -1,0 +1,346 @@
+"""Simulator inputs: the network (dimensions, topologies, links), the system (collective algorithms,
+chunking, delays, roofline) and what-if knobs, read from ASTRA-sim's files as they are or from one
+etkit system YAML with presets.
+
+Units follow ASTRA-sim: bandwidth in GB/s per link, latency in ns per hop, ``local-mem-bw`` in GB/s,
+``peak-perf`` in TFLOP/s. ASTRA-sim's analytical network turns a link's GB/s into bytes per ns as
+``GB/s * 2**30 / 1e9`` and floors every transfer to whole nanoseconds; the parity tests against its
+reference results depend on both, so :data:`BYTES_PER_NS_PER_GBPS` keeps that factor.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import EtkitError, UsageError
+from ..generate.devices import DEVICES, Device, get_device
+
+__all__ = ["Dimension", "NetworkConfig", "SystemConfig", "Knobs", "SimConfig", "PRESETS", "TOPOLOGIES",
+           "ALGORITHMS", "BYTES_PER_NS_PER_GBPS", "load_network", "load_system", "load_etkit_system",
+           "load_config"]
+
+#: Link bytes per ns for 1 GB/s, as ASTRA-sim's analytical backend converts it (GiB-based).
+BYTES_PER_NS_PER_GBPS = 2 ** 30 / 1e9
+TOPOLOGIES = ("Ring", "FullyConnected", "Switch")
+ALGORITHMS = ("ring", "direct", "halvingDoubling", "doubleBinaryTree")
+_ALGORITHM_ALIASES = {"oneRing": "ring", "oneDirect": "direct", "oneHalvingDoubling": "halvingDoubling",
+                      "hierarchicalRing": "ring", "halvingdoubling": "halvingDoubling",
+                      "doublebinarytree": "doubleBinaryTree"}
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One network dimension: ``npus`` NPUs joined by ``topology`` links of ``bandwidth_gbps`` and ``latency_ns``."""
+
+    topology: str
+    npus: int
+    bandwidth_gbps: float
+    latency_ns: float
+
+    @property
+    def bytes_per_ns(self) -> float:
+        return self.bandwidth_gbps * BYTES_PER_NS_PER_GBPS
+
+    def hops(self, distance: int) -> int:
+        """Links a message crosses between two NPUs ``distance`` positions apart in this dimension."""
+        if distance == 0:
+            return 0
+        if self.topology == "Ring":
+            return min(distance, self.npus - distance)
+        return 2 if self.topology == "Switch" else 1
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    """Multi-dimensional network; NPU ``r`` sits at coordinates ``r`` in mixed radix, dimension 0 fastest."""
+
+    dims: tuple[Dimension, ...]
+    source: str = "<memory>"
+
+    @property
+    def npus(self) -> int:
+        return math.prod(d.npus for d in self.dims)
+
+    def coords(self, rank: int) -> tuple[int, ...]:
+        out = []
+        for dim in self.dims:
+            out.append(rank % dim.npus)
+            rank //= dim.npus
+        return tuple(out)
+
+    def scaled(self, bandwidth: float = 1.0) -> NetworkConfig:
+        return replace(self, dims=tuple(replace(d, bandwidth_gbps=d.bandwidth_gbps * bandwidth) for d in self.dims))
+
+    def with_npus(self, world: int) -> NetworkConfig:
+        """Fill a last dimension declared with 0 NPUs ("as many as needed") for a job of ``world`` ranks."""
+        if not self.dims or self.dims[-1].npus:
+            return self
+        inner = math.prod(d.npus for d in self.dims[:-1])
+        last = replace(self.dims[-1], npus=max(1, -(-world // inner)))
+        return replace(self, dims=self.dims[:-1] + (last,))
+
+    def to_yaml_dict(self) -> dict[str, list]:
+        return {"topology": [d.topology for d in self.dims], "npus_count": [d.npus for d in self.dims],
+                "bandwidth": [d.bandwidth_gbps for d in self.dims], "latency": [d.latency_ns for d in self.dims]}
+
+
+@dataclass(frozen=True)
+class SystemConfig:
+    """ASTRA-sim system JSON keys that shape timing (names converted to snake case)."""
+
+    scheduling_policy: str = "LIFO"
+    endpoint_delay_ns: float = 10.0
+    active_chunks_per_dimension: int = 1
+    preferred_dataset_splits: int = 1
+    all_reduce: tuple[str, ...] = ("ring",)
+    all_gather: tuple[str, ...] = ("ring",)
+    reduce_scatter: tuple[str, ...] = ("ring",)
+    all_to_all: tuple[str, ...] = ("ring",)
+    collective_optimization: str = "localBWAware"
+    local_mem_bw_gbps: float = 1600.0
+    roofline_enabled: bool = False
+    peak_perf_tflops: float = 900.0
+    source: str = "<defaults>"
+
+    def algorithm(self, family: str, dim: int) -> str:
+        """Algorithm of ``family`` (all_reduce, ...) in network dimension ``dim`` (last entry repeats)."""
+        algos: tuple[str, ...] = getattr(self, family)
+        return algos[min(dim, len(algos) - 1)] if algos else "ring"
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """What-if changes applied without editing files."""
+
+    scale_compute: float = 1.0
+    scale_bandwidth: float = 1.0
+    stragglers: dict[int, float] = field(default_factory=dict)
+    device: Device | None = None  # swap: rescale compute from ``trace_device`` to this one
+    trace_device: Device | None = None
+    congestion: str = "unaware"  # or "aware": concurrent flows share links
+    deps: str = "both"  # "both" = data + ctrl deps (ASTRA-sim HEAD); "data" = data deps only
+    measured_gaps: bool = True  # measured traces: keep the time between ops of a thread where it happened
+    strip_waits: bool = True  # measured traces: drop recorded blocking on comm the simulator models itself
+    symmetry: bool = True  # simulate identical ranks once (False: walk every rank, for benchmarks/checks)
+
+    def __post_init__(self) -> None:
+        if self.scale_compute <= 0 or self.scale_bandwidth <= 0:
+            raise UsageError("--scale-compute and --scale-bandwidth must be positive")
+        if self.congestion not in ("aware", "unaware"):
+            raise UsageError(f"congestion mode must be 'aware' or 'unaware', not {self.congestion!r}")
+        if self.deps not in ("both", "data"):
+            raise UsageError(f"deps must be 'both' or 'data', not {self.deps!r}")
+        for rank, factor in self.stragglers.items():
+            if factor <= 0:
+                raise UsageError(f"straggler factor of rank {rank} must be positive")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    network: NetworkConfig
+    system: SystemConfig
+    knobs: Knobs = field(default_factory=Knobs)
+
+
+# -- presets -------------------------------------------------------------------------------------
+
+#: NVLink4 switch inside an 8-GPU node (450 GB/s per direction), rail-optimised 400 Gb/s NICs across nodes.
+_NVLINK4_RAIL400 = {"topology": ["Switch", "Switch"], "npus_count": [8, 0], "bandwidth": [450.0, 50.0],
+                    "latency": [250.0, 2000.0]}
+
+#: etkit system presets: a device and a network. ``npus_count`` 0 in the last dimension = sized to the job.
+PRESETS: dict[str, dict[str, Any]] = {
+    "hgx-h100": {
+        "description": "HGX H100 8-GPU nodes (NVLink4 switch, 450 GB/s per direction) on a rail-optimised "
+                       "400 Gb/s fabric (GPU i of every node on rail switch i)",
+        "device": "H100",
+        "network": _NVLINK4_RAIL400,
+        "system": {"all-reduce-implementation": ["ring", "ring"], "all-gather-implementation": ["ring", "ring"],
+                   "reduce-scatter-implementation": ["ring", "ring"],
+                   "all-to-all-implementation": ["direct", "direct"], "preferred-dataset-splits": 4,
+                   "active-chunks-per-dimension": 1, "endpoint-delay": 10, "local-mem-bw": 3350,
+                   "peak-perf": 989},
+    },
+    "hgx-h200": {
+        "description": "HGX H200 8-GPU nodes (NVLink4, 450 GB/s) on a rail-optimised 400 Gb/s fabric",
+        "device": "H200",
+        "network": _NVLINK4_RAIL400,
+        "system": {"all-to-all-implementation": ["direct", "direct"], "preferred-dataset-splits": 4,
+                   "local-mem-bw": 4800, "peak-perf": 989},
+    },
+    "hgx-a100": {
+        "description": "HGX A100 8-GPU nodes (NVLink3 switch, 300 GB/s per direction) on a rail-optimised "
+                       "200 Gb/s fabric",
+        "device": "A100",
+        "network": {"topology": ["Switch", "Switch"], "npus_count": [8, 0], "bandwidth": [300.0, 25.0],
+                    "latency": [300.0, 2500.0]},
+        "system": {"all-to-all-implementation": ["direct", "direct"], "preferred-dataset-splits": 4,
+                   "local-mem-bw": 2000, "peak-perf": 312},
+    },
+}
+
+
+# -- readers -------------------------------------------------------------------------------------
+
+def _read_mapping(path: Path, kind: str) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise EtkitError(f"{path}: cannot read {kind} ({exc.strerror})") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise EtkitError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'} ({exc})".replace("\n", " ")) from None
+    if not isinstance(data, dict):
+        raise EtkitError(f"{path}: a {kind} must be a mapping of keys to values")
+    return data
+
+
+def network_from_dict(data: dict[str, Any], source: str) -> NetworkConfig:
+    """ASTRA-sim analytical network keys (``topology``, ``npus_count``, ``bandwidth``, ``latency``)."""
+    def listed(key: str) -> list:
+        value = data.get(key)
+        if value is None:
+            raise EtkitError(f"{source}: network needs '{key}' (one entry per dimension)")
+        return list(value) if isinstance(value, (list, tuple)) else [value]
+
+    topo, npus, bw, lat = (listed(k) for k in ("topology", "npus_count", "bandwidth", "latency"))
+    if not len(topo) == len(npus) == len(bw) == len(lat):
+        raise EtkitError(f"{source}: topology, npus_count, bandwidth and latency must have one entry per dimension")
+    dims = []
+    for i, (t, n, b, l) in enumerate(zip(topo, npus, bw, lat)):
+        name = next((k for k in TOPOLOGIES if k.lower() == str(t).lower()), None)
+        if name is None:
+            raise EtkitError(f"{source}: dimension {i} topology {t!r} is not one of {', '.join(TOPOLOGIES)}")
+        try:
+            dim = Dimension(name, int(n), float(b), float(l))
+        except (TypeError, ValueError):
+            raise EtkitError(f"{source}: dimension {i} has a non-numeric npus_count, bandwidth or latency") from None
+        if dim.npus < 0 or dim.bandwidth_gbps <= 0 or dim.latency_ns < 0 or (dim.npus == 0 and i != len(topo) - 1):
+            raise EtkitError(f"{source}: dimension {i} needs npus_count >= 1 (0 only in the last one), "
+                             "bandwidth > 0 and latency >= 0")
+        dims.append(dim)
+    return NetworkConfig(tuple(dims), source)
+
+
+def load_network(path: str | Path) -> NetworkConfig:
+    """Read an ASTRA-sim analytical network YAML."""
+    path = Path(path)
+    return network_from_dict(_read_mapping(path, "network configuration"), str(path))
+
+
+def _algorithms(value: Any, source: str, key: str) -> tuple[str, ...]:
+    items = value if isinstance(value, list) else [value]
+    out = []
+    for item in items:
+        name = _ALGORITHM_ALIASES.get(str(item), str(item))
+        if name not in ALGORITHMS:
+            raise EtkitError(f"{source}: {key} {item!r} is not one of {', '.join(ALGORITHMS)}")
+        out.append(name)
+    return tuple(out)
+
+
+def system_from_dict(data: dict[str, Any], source: str, base: SystemConfig | None = None) -> SystemConfig:
+    """ASTRA-sim system JSON keys over ``base`` (defaults when None); unknown keys are ignored like ASTRA-sim does."""
+    cfg = base or SystemConfig()
+    updates: dict[str, Any] = {"source": source}
+    numeric = {"endpoint-delay": ("endpoint_delay_ns", float), "active-chunks-per-dimension": ("active_chunks_per_dimension", int),
+               "preferred-dataset-splits": ("preferred_dataset_splits", int), "local-mem-bw": ("local_mem_bw_gbps", float),
+               "peak-perf": ("peak_perf_tflops", float), "roofline-enabled": ("roofline_enabled", lambda v: bool(int(v)))}
+    for key, (attr, conv) in numeric.items():
+        if key in data:
+            try:
+                updates[attr] = conv(data[key])
+            except (TypeError, ValueError):
+                raise EtkitError(f"{source}: {key} must be a number, got {data[key]!r}") from None
+    for key, attr in (("all-reduce-implementation", "all_reduce"), ("all-gather-implementation", "all_gather"),
+                      ("reduce-scatter-implementation", "reduce_scatter"), ("all-to-all-implementation", "all_to_all")):
+        if key in data:
+            updates[attr] = _algorithms(data[key], source, key)
+    for key, attr in (("scheduling-policy", "scheduling_policy"), ("collective-optimization", "collective_optimization")):
+        if key in data:
+            updates[attr] = str(data[key])
+    out = replace(cfg, **updates)
+    if out.preferred_dataset_splits < 1 or out.active_chunks_per_dimension < 1 or out.local_mem_bw_gbps <= 0:
+        raise EtkitError(f"{source}: preferred-dataset-splits and active-chunks-per-dimension must be >= 1, local-mem-bw > 0")
+    return out
+
+
+def load_system(path: str | Path) -> SystemConfig:
+    """Read an ASTRA-sim system JSON."""
+    path = Path(path)
+    return system_from_dict(_read_mapping(path, "system configuration"), str(path))
+
+
+def _device_from(value: Any, source: str) -> Device:
+    if isinstance(value, dict):
+        try:
+            return Device(str(value.get("name", "custom")), float(value["peak_tflops"]), float(value["memory_gbps"]),
+                          float(value.get("efficiency", 0.5)))
+        except (KeyError, TypeError, ValueError):
+            raise EtkitError(f"{source}: device needs peak_tflops and memory_gbps") from None
+    return get_device(str(value))
+
+
+def load_etkit_system(path: str | Path | None = None, *, preset: str | None = None) -> tuple[NetworkConfig, SystemConfig, Device | None]:
+    """An etkit system file (YAML: ``preset``, ``device``, ``network``, ``system``) or a preset by name.
+
+    Keys in the file override the preset's; ``network`` uses ASTRA-sim's network keys and ``system``
+    ASTRA-sim's system JSON keys.
+    """
+    data: dict[str, Any] = {}
+    source = f"preset {preset}" if preset else "<etkit system>"
+    if path is not None:
+        source = str(path)
+        data = _read_mapping(Path(path), "etkit system file")
+        preset = data.get("preset", preset)
+    base: dict[str, Any] = {}
+    if preset is not None:
+        key = str(preset).lower()
+        if key not in PRESETS:
+            raise UsageError(f"{source}: unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
+        base = PRESETS[key]
+    net_data = {**base.get("network", {}), **data.get("network", {})}
+    if not net_data:
+        raise EtkitError(f"{source}: an etkit system file needs 'network' (or a 'preset')")
+    network = network_from_dict(net_data, source)
+    sys_data = {**base.get("system", {}), **data.get("system", {})}
+    device_value = data.get("device", base.get("device"))
+    device = _device_from(device_value, source) if device_value is not None else None
+    if device is not None:
+        sys_data.setdefault("peak-perf", device.peak_tflops)
+        sys_data.setdefault("local-mem-bw", device.memory_gbps)
+    return network, system_from_dict(sys_data, source), device
+
+
+def load_config(network: str | Path | None = None, system: str | Path | None = None, *,
+                preset: str | None = None) -> tuple[NetworkConfig, SystemConfig, Device | None]:
+    """Network + system from whatever the user gave: an etkit system YAML as ``system`` (or ``network``),
+    a preset name, or ASTRA-sim's network YAML + system JSON."""
+    def is_etkit(p: str | Path | None) -> bool:
+        if p is None or Path(p).suffix == ".json":
+            return False
+        data = _read_mapping(Path(p), "configuration")
+        return "network" in data or "preset" in data
+
+    for candidate in (system, network):
+        if is_etkit(candidate):
+            net, sys_cfg, device = load_etkit_system(candidate)
+            if candidate is system and network is not None:
+                net = load_network(network)
+            if candidate is network and system is not None:
+                sys_cfg = load_system(system)
+            return net, sys_cfg, device
+    if preset is not None and network is None:
+        net, sys_cfg, device = load_etkit_system(preset=preset)
+        return net, (load_system(system) if system else sys_cfg), device
+    if network is None:
+        raise UsageError("give a network (ASTRA-sim network YAML), an etkit system YAML or a --preset")
+    device = DEVICES.get(PRESETS[preset]["device"]) if preset and preset in PRESETS else None
+    return load_network(network), (load_system(system) if system else SystemConfig()), device

@@ -1,0 +1,174 @@
+"""Point-to-point matching, process subgroups and congestion sharing."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from etkit.format.schema import CommType
+from etkit.simulate import Knobs, simulate
+from etkit.simulate.synthetic import chain_job
+
+from ..conftest import UPSTREAM
+from .helpers import GIB, coll, comp, job, net, p2p, system
+
+EXAMPLES = UPSTREAM / "astra-sim-astra-sim" / "examples"
+EP, LAT, BW = 10.0, 500.0, 50.0
+
+
+def msg_time(nbytes: float, hops: int = 1, bw: float = BW) -> float:
+    return hops * LAT + math.floor(nbytes / (bw * GIB)) + EP
+
+
+def test_send_recv_pair_time_and_schedule() -> None:
+    j = job({0: [comp(1, 3), p2p(2, "send", 4096, [1], src=0, dst=1, tag=7)],
+             1: [p2p(5, "recv", 4096, src=0, dst=1, tag=7), comp(6, 2, [5])]})
+    result = simulate(j, net(("Ring", 2, BW, LAT)), system())
+    arrival = 3000 + msg_time(4096)
+    assert result.ranks[0].finish_ns == pytest.approx(arrival)
+    assert result.ranks[1].finish_ns == pytest.approx(arrival + 2000)
+    sched = result.schedule.ranks[1]
+    assert result.schedule.source == "simulation"
+    assert sched.ran.all() and sched.start_ns[0] == 0.0 and sched.end_ns[0] == pytest.approx(arrival)
+
+
+def test_recv_without_src_or_tag_matches_any_sender() -> None:
+    # ASTRA-sim aborts on SEND/RECV without comm_src/comm_tag; etkit matches with wildcards
+    j = job({0: [p2p(1, "send", 100, dst=2)], 1: [p2p(1, "send", 100, dst=2, tag=3)],
+             2: [p2p(1, "recv", 100), p2p(2, "recv", 100, [1])]})
+    result = simulate(j, net(("Switch", 3, BW, LAT)), system())
+    assert all(s.ran.all() for s in result.schedule.ranks.values())
+
+
+def test_messages_match_in_order_by_tag() -> None:
+    j = job({0: [p2p(1, "send", 1 << 20, dst=1, tag=1), p2p(2, "send", 1024, [1], dst=1, tag=2)],
+             1: [p2p(1, "recv", 1024, src=0, tag=2), p2p(2, "recv", 1 << 20, src=0, tag=1)]})
+    result = simulate(j, net(("Ring", 2, BW, LAT)), system())
+    small = result.schedule.ranks[1].end_ns[0]
+    big = msg_time(1 << 20)
+    assert small == pytest.approx(big + msg_time(1024))  # tag 2 was sent after tag 1 finished
+    assert not result.warnings
+
+
+def test_size_mismatch_is_a_warning() -> None:
+    j = job({0: [p2p(1, "send", 100, dst=1)], 1: [p2p(1, "recv", 200, src=0)]})
+    result = simulate(j, net(("Ring", 2, BW, LAT)), system())
+    assert any("100 bytes" in w and "200 bytes" in w for w in result.warnings)
+
+
+@pytest.mark.shared_data
+def test_astra_custom_ring_allreduce_runs_to_the_end() -> None:
+    prefix = EXAMPLES / "system" / "custom_collectives" / "custom_ring_allreduce_8npus_1MB" / "custom_allreduce"
+    result = simulate(str(prefix), EXAMPLES / "network" / "analytical" / "Ring_8npus.yml",
+                      EXAMPLES / "system" / "native_collectives" / "Ring_4chunks.json")
+    assert all(s.ran.all() for s in result.schedule.ranks.values())
+    # a ring all-reduce moves 2 (p-1) messages one after the other on each channel, each at least one hop
+    assert result.makespan_ns > 14 * msg_time(131072)
+
+
+def test_subgroups_run_on_their_own_ring() -> None:
+    groups = {"1": [0, 1, 2, 3], "2": [4, 5, 6, 7], "3": [0, 2, 4, 6], "4": [1, 3, 5, 7]}
+    pg_of = {r: ("1" if r < 4 else "2") for r in range(8)}
+    stride = {r: ("3" if r % 2 == 0 else "4") for r in range(8)}
+    ring8 = net(("Ring", 8, BW, LAT))
+    near = simulate(chain_job(8, 1, 0, CommType.ALL_GATHER, 4096, pg_names=pg_of, groups=groups), ring8, system())
+    apart = simulate(chain_job(8, 1, 0, CommType.ALL_GATHER, 4096, pg_names=stride, groups=groups), ring8, system())
+    # four members each: 3 ring steps; neighbours 1 hop apart vs 2 hops apart
+    assert near.makespan_ns == pytest.approx(1 + EP + 3 * msg_time(4096, hops=1))
+    assert apart.makespan_ns == pytest.approx(1 + EP + 3 * msg_time(4096, hops=2))
+
+
+def test_groups_from_metadata_node() -> None:
+    from etkit.format.schema import IOInfo, Node, NodeType
+
+    init = Node(id=0, name="process_group:init", type=NodeType.METADATA_NODE,
+                inputs=IOInfo(values=str(['[{"pg_name": "5", "ranks": [0, 1]}, {"pg_name": "6", "ranks": [2, 3]}]'])))
+    per_rank = {r: [init, coll(1, CommType.ALL_REDUCE, 1 << 16, [0], pg="5" if r < 2 else "6")] for r in range(4)}
+    from etkit.model.job import groups_from_traces
+
+    j = job(per_rank)
+    j.groups = groups_from_traces(j.traces)
+    result = simulate(j, net(("Ring", 4, BW, LAT)), system())
+    whole = simulate(job({r: [coll(1, CommType.ALL_REDUCE, 1 << 16)] for r in range(4)}), net(("Ring", 4, BW, LAT)), system())
+    assert result.makespan_ns < whole.makespan_ns  # two pairs, not one ring of four
+
+
+def test_irregular_group_uses_the_slowest_links() -> None:
+    two_dim = net(("Switch", 4, 400.0, 100.0), ("Switch", 2, 25.0, 2000.0))
+    j = job({r: [coll(1, CommType.ALL_REDUCE, 1 << 20, pg="7")] for r in range(8)}, {"7": [0, 1, 5]})
+    result = simulate(j, two_dim, system())
+    inside = simulate(job({r: [coll(1, CommType.ALL_REDUCE, 1 << 20, pg="7")] for r in range(8)}, {"7": [0, 1, 2]}),
+                      two_dim, system())
+    assert result.makespan_ns > 3 * inside.makespan_ns
+
+
+def test_congestion_aware_incast_shares_the_receiver_port() -> None:
+    size = 1 << 22
+    j = job({0: [p2p(1, "send", size, dst=2)], 1: [p2p(1, "send", size, dst=2)],
+             2: [p2p(1, "recv", size, src=0), p2p(2, "recv", size, src=1)]})
+    switch = net(("Switch", 3, BW, LAT))
+    alone = msg_time(size, hops=2)
+    unaware = simulate(j, switch, system())
+    aware = simulate(j, switch, system(), congestion="aware")
+    assert unaware.makespan_ns == pytest.approx(alone)
+    transfer = math.floor(size / (BW * GIB))
+    assert aware.makespan_ns == pytest.approx(alone + transfer, rel=1e-6)  # two flows at half rate each
+
+
+def test_congestion_aware_in_two_dimensions() -> None:
+    # ASTRA-sim's congestion-aware backend supports one dimension; here sharing works in any
+    size = 1 << 22
+    two_dim = net(("Switch", 2, 400.0, 100.0), ("Switch", 2, BW, LAT))
+    j = job({0: [p2p(1, "send", size, dst=3)], 1: [p2p(1, "send", size, dst=3)], 2: [],
+             3: [p2p(1, "recv", size, src=0), p2p(2, "recv", size, src=1)]})
+    unaware = simulate(j, two_dim, system())
+    aware = simulate(j, two_dim, system(), congestion="aware")
+    assert aware.makespan_ns > unaware.makespan_ns * 1.5
+
+
+def test_disjoint_flows_do_not_slow_each_other() -> None:
+    size = 1 << 22
+    j = job({0: [p2p(1, "send", size, dst=1)], 1: [p2p(1, "recv", size, src=0)],
+             2: [p2p(1, "send", size, dst=3)], 3: [p2p(1, "recv", size, src=2)]})
+    ring = net(("Switch", 4, BW, LAT))
+    assert simulate(j, ring, system(), congestion="aware").makespan_ns == pytest.approx(
+        simulate(j, ring, system()).makespan_ns)
+
+
+def test_symmetry_gives_the_same_schedule_as_walking_every_rank() -> None:
+    j = chain_job(8, 20, 5, CommType.ALL_REDUCE, 1 << 18)
+    fast = simulate(j, net(("Ring", 8, BW, LAT)), system(splits=4))
+    full = simulate(j, net(("Ring", 8, BW, LAT)), system(splits=4), Knobs(symmetry=False))
+    assert fast.classes == 1 and full.classes == 8
+    for r in range(8):
+        assert np.array_equal(fast.schedule.ranks[r].end_ns, full.schedule.ranks[r].end_ns)
+
+
+def test_measured_trace_keeps_thread_gaps_and_replaces_recorded_blocking() -> None:
+    from etkit.format.attrs import make_attr
+    from etkit.simulate import Knobs
+    from etkit.simulate.collectives import group_layout, plan_collective
+
+    def timed(node, start_us: int, tid: int = 1):
+        node.start_time_micros = start_us
+        node.attr.append(make_attr("tid", tid))
+        return node
+
+    per_rank = {}
+    for r in range(2):
+        a = timed(comp(1, 10, cpu=True), 1000)  # 10 us of work, then 40 us of untraced interpreter time
+        b = timed(comp(2, 10, [1], cpu=True), 1050)
+        c = coll(3, CommType.ALL_REDUCE, 1 << 16, [2])
+        c.duration_micros = 100  # the thread blocked in it from 1060 to 1160
+        c = timed(c, 1060)
+        d = timed(comp(4, 10, [2], cpu=True), 1170)  # returned 10 us after the collective ended
+        per_rank[r] = [a, b, c, d]
+    ring2 = net(("Ring", 2, BW, LAT))
+    collective = plan_collective(CommType.ALL_REDUCE, 1 << 16, group_layout((0, 1), ring2), system()).time_ns
+    kept = simulate(job(per_rank), ring2, system())
+    assert kept.makespan_ns == pytest.approx(50_000 + 10_000 + collective + 10_000 + 10_000)
+    raw = simulate(job(per_rank), ring2, system(), Knobs(measured_gaps=False, strip_waits=False))
+    # d only depends on b, so it runs beside the collective; the 40 us gap and the blocking are gone
+    assert raw.makespan_ns == pytest.approx(max(20_000 + collective, 30_000))
