@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import sys
 from typing import Any
 
@@ -39,3 +41,13 @@ def write_json(data: Any, path: str | None) -> None:
 
     with atomic_output(path, compress=False) as out:
         out.write(payload)
+
+
+def add_sub_verbs(parser: argparse.ArgumentParser, dest: str, metavar: str, modules: tuple[str, ...]) -> None:
+    """Sub-verbs (``etkit convert pytorch``, ...): each module of this package registers one."""
+    sub = parser.add_subparsers(dest=dest, metavar=metavar)
+    sub.required = True
+    for name in modules:
+        full = f"{__package__}.{name}"
+        if importlib.util.find_spec(full) is not None:
+            importlib.import_module(full).register(sub)

@@ -23,6 +23,7 @@ from .schema import NodeBatch
 
 __all__ = ["Columns", "decode_columns", "HOT_INT_ATTRS", "MISSING"]
 
+#: Sentinel in integer attribute columns for "attribute absent".
 MISSING = np.iinfo(np.int64).min
 #: Integer attributes kept as columns (any integer or bool kind accepted).
 HOT_INT_ATTRS = ("comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag", "comm_priority", "num_ops",

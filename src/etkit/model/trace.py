@@ -24,18 +24,15 @@ from ..errors import TraceFormatError
 from ..format.attrs import INT_KINDS
 from ..format.schema import CommType, GlobalMetadata, Node, NodeType
 from ..fileio import GZIP_MAGIC
-from ..format.columnar import decode_columns
+from ..format.columnar import HOT_INT_ATTRS, MISSING, Columns, decode_columns
 from ..format.stream import TraceWriter, scan_frames
 
 __all__ = ["Trace", "load_trace", "MISSING", "COMM_NODE_TYPES"]
 
-#: Sentinel in integer attribute columns for "attribute absent".
-MISSING = np.iinfo(np.int64).min
 COMM_NODE_TYPES = (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, NodeType.COMM_COLL_NODE)
 
-_INT_COLUMNS = ("comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag", "num_ops", "tensor_size",
-                "comm_priority")
-_INT_COLUMN_SET = frozenset(_INT_COLUMNS)
+_INT_COLUMNS = HOT_INT_ATTRS
+_INT_COLUMN_SET = frozenset(HOT_INT_ATTRS)
 
 
 def _csr(ptr: array, values: array) -> tuple[np.ndarray, np.ndarray]:
@@ -276,8 +273,7 @@ class _TraceBuilder:
         lengths = np.frombuffer(rec_len, dtype=np.int64).copy()
         dp, dd = _csr(data_ptr, data_deps)
         cp, cd = _csr(ctrl_ptr, ctrl_deps)
-        return Trace(
-            metadata=metadata_msg,
+        cols = Columns(
             ids=np.frombuffer(ids, dtype=np.uint64).copy(),
             types=np.frombuffer(types, dtype=np.int32).copy(),
             name_idx=np.frombuffer(name_idx, dtype=np.int32).copy(),
@@ -287,13 +283,21 @@ class _TraceBuilder:
             data_ptr=dp, data_deps=dd, ctrl_ptr=cp, ctrl_deps=cd,
             is_cpu_op=np.frombuffer(cpu, dtype=np.int8).copy(),
             pg_idx=np.frombuffer(pg_idx, dtype=np.int32).copy(),
-            **{name: np.frombuffer(col, dtype=np.int64).copy() for name, col in ints.items()},
-            blob=b"".join(chunks),
-            rec_off=_offsets(lengths),
-            rec_len=lengths,
-            path=path,
-            metadata_record=meta_record,
+            ints={name: np.frombuffer(col, dtype=np.int64).copy() for name, col in ints.items()},
         )
+        trace = _from_columns(cols, metadata_msg, b"".join(chunks), _offsets(lengths), lengths, path)
+        trace.metadata_record = meta_record
+        return trace
+
+
+def _from_columns(cols: Columns, metadata: GlobalMetadata, blob: bytes, rec_off: np.ndarray, rec_len: np.ndarray,
+                  path: str) -> Trace:
+    return Trace(
+        metadata=metadata, ids=cols.ids, types=cols.types, name_idx=cols.name_idx, strings=cols.strings,
+        start=cols.start, duration=cols.duration, data_ptr=cols.data_ptr, data_deps=cols.data_deps,
+        ctrl_ptr=cols.ctrl_ptr, ctrl_deps=cols.ctrl_deps, is_cpu_op=cols.is_cpu_op, pg_idx=cols.pg_idx,
+        **cols.ints, blob=blob, rec_off=rec_off, rec_len=rec_len, path=path,
+    )
 
 
 def load_trace(path: str | os.PathLike[str], *, allow_empty: bool = False) -> Trace:
@@ -319,14 +323,10 @@ def load_trace(path: str | os.PathLike[str], *, allow_empty: bool = False) -> Tr
     if cols is None:
         records = ((i + 1, frame_start[i + 1], buf[o:o + n]) for i, (o, n) in enumerate(zip(offsets[1:], lengths[1:])))
         trace = _TraceBuilder(str(path)).build(meta_record, records)
-        trace.metadata_record = meta_record
-        return trace
-    return Trace(
-        metadata=metadata, ids=cols.ids, types=cols.types, name_idx=cols.name_idx, strings=cols.strings,
-        start=cols.start, duration=cols.duration, data_ptr=cols.data_ptr, data_deps=cols.data_deps,
-        ctrl_ptr=cols.ctrl_ptr, ctrl_deps=cols.ctrl_deps, is_cpu_op=cols.is_cpu_op, pg_idx=cols.pg_idx,
-        **cols.ints, blob=buf, rec_off=rec_off, rec_len=rec_len, path=str(path), metadata_record=meta_record,
-    )
+    else:
+        trace = _from_columns(cols, metadata, buf, rec_off, rec_len, str(path))
+    trace.metadata_record = meta_record
+    return trace
 
 
 def read_trace_bytes(path: str | os.PathLike[str]) -> bytes:
