@@ -102,7 +102,7 @@ def bench_accuracy() -> None:
     ``machine`` = ``etkit calibrate`` (gloo on loopback, now) and ``trace`` = fitted to the job's own
     recorded communication (``etkit calibrate --from-trace``)."""
     from etkit.pytorch.job import convert_job
-    from etkit.simulate.calibrate import CALIBRATION_SYSTEM, calibrate, calibrate_from_job, measured_step_ns
+    from etkit.simulate.calibrate import calibrate, calibrate_from_job, measured_step_ns
 
     jobs = sorted(p for p in (SHARED / "pytorch").iterdir() if p.is_dir())
     with tempfile.TemporaryDirectory() as tmp:
@@ -121,10 +121,10 @@ def bench_accuracy() -> None:
             measured = measured_step_ns(job_dir)
             row = f"{job_dir.name:<20} {len(job.traces):>5} {measured / 1e6:>12.2f}"
             for label, cal in (("machine", machine[world]), ("trace", calibrate_from_job(job) if len(job.traces) > 1 else machine[world])):
-                result = simulate(job, cal.network(), CALIBRATION_SYSTEM)
-                err = result.makespan_ns / measured - 1.0
+                result = simulate(job, cal.network(), cal.system())
+                err = result.step_ns / measured - 1.0
                 errors[label].append(abs(err))
-                row += f" {result.makespan_ns / 1e6:>14.2f} {err:>+8.1%}"
+                row += f" {result.step_ns / 1e6:>14.2f} {err:>+8.1%}"
             print(row)
         for label, errs in errors.items():
             within = sum(e <= 0.10 for e in errs)

@@ -45,6 +45,26 @@ def test_measure_real_gloo_collectives() -> None:
     assert by[("all_gather", 1 << 20)] > by[("all_gather", 1 << 10)]  # a MiB costs more than a KiB
 
 
+def test_per_type_fit_reproduces_a_backend_with_per_call_overheads() -> None:
+    """A backend whose all-gather costs 2 ms more per call than the network explains: one latency for
+    every type cannot fit it, per-type overheads reproduce every measurement."""
+    from dataclasses import replace
+
+    truth_net = net(("Switch", 2, 0.5, 20_000.0))
+    truth_sys = replace(CALIBRATION_SYSTEM, collective_overhead_ns=(("ALL_GATHER", 2_000_000.0),))
+    sizes = (1 << 10, 1 << 14, 1 << 18)
+    probes = [Measurement(c, s, 0.0, 2) for c in ("ALL_REDUCE", "ALL_GATHER", "BROADCAST") for s in sizes]
+    measured = [replace(m, seconds=_model_ns(m, truth_net, 2, truth_sys) * 1e-9) for m in probes]
+    # the closed form of the truth: a 2-rank all-gather = one ring round over a Switch (2 hops) + its overhead
+    gather = next(m for m in measured if m.collective == "ALL_GATHER" and m.size == 1 << 10)
+    assert gather.seconds * 1e9 == pytest.approx(2 * 20_000 + (1 << 10) // (0.5 * 2**30 / 1e9) + 2_000_000, rel=1e-6)
+    single = fit(measured, 2, relative=False)
+    per_type = fit(measured, 2, relative=False, per_type=True)
+    assert max(abs(e) for e in single.errors) > 0.3
+    assert max(abs(e) for e in per_type.errors) < 0.01
+    assert per_type.overheads_ns["ALL_GATHER"] > 1_900_000
+
+
 def test_calibrate_cli_from_trace(tmp_path, capsys) -> None:
     from etkit.cli import calibrate as verb
     from etkit.simulate.synthetic import chain_job
@@ -75,7 +95,7 @@ def test_every_shared_pytorch_job_simulates(converted, name: str) -> None:
     job = converted[name]
     calibration = calibrate_from_job(job) if len(job.traces) > 1 else None
     network = calibration.network() if calibration else net(("Switch", 2, 1.0, 50_000.0))
-    result = simulate(job, network, CALIBRATION_SYSTEM)
+    result = simulate(job, network, calibration.system() if calibration else CALIBRATION_SYSTEM)
     measured = measured_step_ns(PYTORCH_JOBS / name)
     # every node of every rank ran, no dependency was violated, one CPU/compute/comm op at a time per rank
     for rank, sched in result.schedule.ranks.items():

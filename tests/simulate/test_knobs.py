@@ -11,7 +11,7 @@ from etkit.errors import EtkitError
 from etkit.format.schema import CommType
 from etkit.generate.devices import get_device
 from etkit.simulate import Knobs, load_config, simulate
-from etkit.simulate.config import PRESETS
+from etkit.simulate.config import PRESETS, SystemConfig, system_from_dict
 from etkit.simulate.synthetic import chain_job
 
 from .helpers import coll, comp, job, net, system
@@ -144,3 +144,24 @@ def test_constructed_chain_job_is_a_valid_et_job(tmp_path) -> None:
     job = chain_job(4, 3, 10, CommType.ALL_GATHER, 4096, pg_names={r: "1" for r in range(4)}, groups={"1": [0, 1, 2, 3]})
     report = validate_job(job)
     assert report.ok, [f.message for f in report.findings][:5]
+
+
+def test_scale_latency_scales_link_latency_and_call_overheads() -> None:
+    from dataclasses import replace as _replace
+
+    job = chain_job(4, 5, 10, comm_type=CommType.ALL_REDUCE, size=1 << 20)
+    slow_sys = SystemConfig(collective_overhead_ns=(("ALL_REDUCE", 30_000.0),))
+    scaled = simulate(job, net(("Ring", 4, 50.0, 4_000.0)), slow_sys, Knobs(scale_latency=0.25, scale_bandwidth=2))
+    direct = simulate(job, net(("Ring", 4, 100.0, 1_000.0)), _replace(slow_sys, collective_overhead_ns=(("ALL_REDUCE", 7_500.0),)))
+    assert scaled.makespan_ns == pytest.approx(direct.makespan_ns)
+    plain = simulate(job, net(("Ring", 4, 100.0, 4_000.0)), slow_sys)
+    assert scaled.makespan_ns < plain.makespan_ns  # latency and overheads both shrank
+    with pytest.raises(Exception, match="scale-latency"):
+        Knobs(scale_latency=-1)
+
+
+def test_collective_overhead_key_in_a_system_file() -> None:
+    cfg = system_from_dict({"etkit-collective-overhead": {"all_gather": 1500, "P2P": 20}}, "sys.json")
+    assert cfg.overhead_ns("ALL_GATHER") == 1500.0 and cfg.overhead_ns("P2P") == 20.0 and cfg.overhead_ns("ALL_REDUCE") == 0.0
+    with pytest.raises(EtkitError, match="sys.json: etkit-collective-overhead key 'allgather'"):
+        system_from_dict({"etkit-collective-overhead": {"allgather": 1}}, "sys.json")

@@ -23,7 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="message sizes, e.g. 1KiB,64KiB,4MiB (default 1KiB..4MiB, 5 sizes)")
     p.add_argument("--reps", type=int, default=5, help="timed repetitions per size (median; default 5)")
     p.add_argument("--from-trace", metavar="PREFIX", help="instead of measuring, fit the communication recorded in a "
-                   "measured job (per collective, the fastest member's duration)")
+                   "measured job (per collective, from the last member's arrival until every member returned; "
+                   "latency, bandwidth and a fixed overhead per collective type)")
     p.add_argument("-o", "--output", required=True, metavar="NET.yml", help="network YAML to write")
     p.set_defaults(func=run)
 
@@ -42,5 +43,7 @@ def run(args: argparse.Namespace) -> int:
     for m, err in list(zip(cal.measurements, cal.errors))[:40]:
         print(f"{m.collective:<11} {m.size:>9} {m.seconds * 1e6:>12.1f} {err:>+10.1%}")
     print(f"fitted: {cal.topology} x {cal.ranks}, latency {cal.latency_ns:,.0f} ns/hop, bandwidth {cal.bandwidth_gbps:.3f} GB/s")
+    if cal.overheads_ns:
+        print("per-call overheads: " + ", ".join(f"{k} {v / 1e3:,.0f} us" for k, v in sorted(cal.overheads_ns.items())))
     print(f"wrote {net_path} and {sys_path}")
     return 0

@@ -36,6 +36,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "thread or drop recorded blocking on comm)")
     p.add_argument("--scale-compute", type=float, default=1.0, metavar="X", help="multiply every compute time by X")
     p.add_argument("--scale-bandwidth", type=float, default=1.0, metavar="X", help="multiply every link bandwidth by X")
+    p.add_argument("--scale-latency", type=float, default=1.0, metavar="X",
+                   help="multiply every link latency and per-call overhead by X (with --scale-bandwidth 10, "
+                        "--scale-latency 0.1 is a network 10x faster in both terms)")
+    p.add_argument("--measured-start", action="store_true",
+                   help="measured traces: each rank enters at its recorded start instead of 0 (one clock needed)")
     p.add_argument("--straggler", action="append", default=[], metavar="RANK:F",
                    help="rank RANK computes F times slower (repeatable)")
     p.add_argument("--device", metavar="NAME", help="swap the device (A100, H100, H200, MI300X): compute rescaled by roofline")
@@ -59,7 +64,8 @@ def _knobs(args: argparse.Namespace, preset_device) -> Knobs:
 
         raise UsageError("--device needs --trace-device (or a preset / etkit system file naming the trace's device)")
     return Knobs(args.scale_compute, args.scale_bandwidth, stragglers, device, trace_device, args.congestion, args.deps,
-                 measured_gaps=not args.raw_durations, strip_waits=not args.raw_durations)
+                 measured_gaps=not args.raw_durations, strip_waits=not args.raw_durations,
+                 scale_latency=args.scale_latency, measured_start=args.measured_start)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ Public API (what ``etkit simulate`` and ``etkit analyze --simulate`` call)::
     network, system, device = load_config("NET.yml", "SYS.json")   # or an etkit system YAML / preset
     result = simulate(job, network, system, knobs=Knobs(scale_bandwidth=2))
     result.makespan_ns, result.ranks[0].finish_ns, result.schedule   # Schedule(source="simulation")
+    result.step_ns      # slowest rank's finish minus its start (measured traces start ranks where they did)
 
 ``simulate(job, network, system, knobs=None, *, congestion=None) -> SimulationResult``: ``job`` is an
 :class:`etkit.model.job.Job` (or a prefix / file list, loaded with :func:`etkit.model.job.load_job`),
@@ -64,8 +65,10 @@ def simulate(job: Job | str | os.PathLike[str] | Sequence[str], network: Network
     network = network.with_npus(world)
     if network.npus < world:
         raise UsageError(f"{network.source}: the network has {network.npus} NPUs but the job has {world} ranks")
-    if knobs.scale_bandwidth != 1.0:
-        network = network.scaled(knobs.scale_bandwidth)
+    if knobs.scale_bandwidth != 1.0 or knobs.scale_latency != 1.0:
+        network = network.scaled(knobs.scale_bandwidth, knobs.scale_latency)
+    if knobs.scale_latency != 1.0:
+        system = system.scaled_overheads(knobs.scale_latency)
     bad = [r for r in knobs.stragglers if r not in job.traces]
     if bad:
         raise UsageError(f"straggler rank(s) {bad} not in the job (ranks 0..{world - 1})")
@@ -81,6 +84,7 @@ def simulate(job: Job | str | os.PathLike[str] | Sequence[str], network: Network
     simulated = sum(len(c.program) for c in classes)
     config = {"network": network.to_yaml_dict(), "system": system.source, "congestion": knobs.congestion,
               "scale_compute": knobs.scale_compute, "scale_bandwidth": knobs.scale_bandwidth,
+              "scale_latency": knobs.scale_latency, "collective_overhead_ns": dict(system.collective_overhead_ns),
               "stragglers": knobs.stragglers, "device": knobs.device.name if knobs.device else None}
     return SimulationResult(figures, build_schedule(classes, out.start, out.end), out.events, nodes, simulated,
                             len(classes), time.perf_counter() - began, out.warnings, config)

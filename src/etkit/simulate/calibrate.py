@@ -1,11 +1,19 @@
 """Calibrate the network model on this machine: time real collectives (``torch.distributed``, gloo,
-ranks spawned on loopback) over a range of sizes, then fit one network dimension (latency per hop and
-bandwidth) so that the simulator's own collective model reproduces the measurements.
+ranks spawned on loopback) over a range of sizes, or read them from a measured job's trace, then fit
+one network dimension (latency per hop and bandwidth) plus a fixed per-call overhead per collective
+type (an etkit system extension, ``etkit-collective-overhead``) so that the simulator's own
+collective model reproduces the measurements.
 
-The fit minimises the relative error of :func:`etkit.simulate.collectives.plan_collective` against
-every (collective, size) median, in log space, with ``scipy.optimize.least_squares``; the system the
-fit assumes (:data:`CALIBRATION_SYSTEM`) is written beside the network YAML so that a trace collected
-here can be simulated with both files and compared with its measured step time.
+Why per-type overheads: a real backend's call costs depend on how it implements each collective, not
+only on bytes and hops (gloo's ``_allgather_base``/``_reduce_scatter_base`` run on a worker thread
+with extra copies and cost milliseconds where a 4-byte all-reduce costs 0.2 ms), so one latency fitted
+over every type under-predicts the expensive types and over-predicts the cheap ones. The fit is a
+non-negative least squares over the columns the model itself yields (hops on the critical path,
+bytes at 1 GB/s, one indicator per type) with a tiny ridge on the network terms, so a fixed cost goes
+to the type that shows it and the network keeps what sizes and hop counts explain. The system the fit assumes
+(:data:`CALIBRATION_SYSTEM` plus the overheads, :meth:`Calibration.system`) is written beside the
+network YAML so that a trace collected here can be simulated with both files and compared with its
+measured step time.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ import os
 import socket
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -23,10 +31,9 @@ import yaml
 
 from ..errors import EtkitError, UsageError
 from ..fileio import atomic_output
-from ..format.schema import CommType
-from .collectives import group_layout, plan_collective
-from .config import Dimension, NetworkConfig, SystemConfig
-from ..format.schema import NodeType
+from ..format.schema import CommType, NodeType
+from .collectives import group_layout, p2p_time, plan_collective
+from .config import OVERHEAD_KEY, Dimension, NetworkConfig, SystemConfig
 from ..model.job import Job
 
 __all__ = ["measured_step_ns", "Measurement", "Calibration", "measure", "fit", "calibrate", "write_calibration", "CALIBRATION_SYSTEM",
@@ -56,9 +63,14 @@ class Calibration:
     bandwidth_gbps: float = 0.0
     topology: str = "Switch"
     errors: list[float] = field(default_factory=list)  # relative error of the fit, per measurement
+    overheads_ns: dict[str, float] = field(default_factory=dict)  # per call, by CommType name or "P2P"
 
     def network(self) -> NetworkConfig:
         return NetworkConfig((Dimension(self.topology, self.ranks, self.bandwidth_gbps, self.latency_ns),), "calibration")
+
+    def system(self) -> SystemConfig:
+        """:data:`CALIBRATION_SYSTEM` with the fitted per-call overheads (what to simulate with)."""
+        return replace(CALIBRATION_SYSTEM, collective_overhead_ns=tuple(sorted(self.overheads_ns.items())))
 
 
 def measured_step_ns(job_dir: str | os.PathLike[str]) -> float:
@@ -150,20 +162,38 @@ def measure(ranks: int = 2, *, backend: str = "gloo", sizes: tuple[int, ...] = D
     return out
 
 
-def _model_ns(m: Measurement, network: NetworkConfig, ranks: int) -> float:
+def _kind(m: Measurement) -> str:
+    """The overhead key of a measurement: a CommType name or ``P2P``."""
+    if m.collective in COLLECTIVES:
+        return COLLECTIVES[m.collective].name
+    return m.collective
+
+
+def _model_ns(m: Measurement, network: NetworkConfig, ranks: int, system: SystemConfig = CALIBRATION_SYSTEM) -> float:
+    if m.collective == "P2P":
+        return p2p_time(network, system, 0, 1, m.size)[0]
     layout = group_layout(tuple(range(m.group or ranks)), network)
     comm_type = COLLECTIVES[m.collective] if m.collective in COLLECTIVES else CommType[m.collective]
-    return plan_collective(comm_type, m.size, layout, CALIBRATION_SYSTEM).time_ns
+    return plan_collective(comm_type, m.size, layout, system).time_ns
+
+
+#: Weight of the ridge that settles how a fixed cost splits between the network and the overheads.
+_OVERHEAD_RIDGE = 1e-3
 
 
 def fit(measurements: list[Measurement], ranks: int, *, topology: str = "Switch", backend: str = "gloo",
-        relative: bool = True) -> Calibration:
-    """Latency and bandwidth of one ``topology`` dimension that best reproduce ``measurements``.
+        relative: bool = True, per_type: bool = False) -> Calibration:
+    """Latency and bandwidth of one ``topology`` dimension (and, ``per_type``, a fixed overhead per
+    collective type) that best reproduce ``measurements``.
 
-    The model's time is linear in latency and in 1/bandwidth (``hops * L + bytes / B`` per round), so
-    the coefficients of each measurement are read off the model itself and the fit is a non-negative
-    least squares, on relative errors (sizes over decades: every size counts) or on absolute ones
-    (``relative=False``: the fitted model reproduces the total time, what a step-time prediction needs).
+    The model's time is linear in latency, in 1/bandwidth (``hops * L + bytes / B`` per round) and in
+    each overhead, so the coefficients of each measurement are read off the model itself and the fit
+    is a non-negative least squares, on relative errors (sizes over decades: every size counts) or on
+    absolute ones (``relative=False``: the fitted model reproduces the total time per type, what a
+    step-time prediction needs). Latency and the overheads are collinear when every measurement of a
+    type crosses the same hops; a tiny ridge on latency and 1/bandwidth then leaves the network only
+    what sizes and hop counts show, and each type's fixed cost in its overhead (so that messages and
+    types the fit never saw, e.g. point-to-point, do not inherit another type's software cost).
     """
     from scipy.optimize import nnls
 
@@ -175,40 +205,87 @@ def fit(measurements: list[Measurement], ranks: int, *, topology: str = "Switch"
     base = at(0.0, huge)
     per_latency = (at(1e6, huge) - base) / 1e6  # hops on the critical path
     per_inverse_bw = (at(0.0, 1e-3) - base) * 1e-3  # ns at 1 GB/s
+    kinds = sorted({_kind(m) for m in measurements}) if per_type else []
+    indicator = np.asarray([[float(_kind(m) == k) for k in kinds] for m in measurements]).reshape(len(measurements), len(kinds))
     measured = np.asarray([m.seconds * 1e9 for m in measurements])
     scale = measured if relative else np.ones_like(measured)
-    a = np.stack([per_latency, per_inverse_bw], axis=1) / scale[:, None]
-    (latency, inverse_bw), _ = nnls(a, (measured - base) / scale)
+    a = np.column_stack([per_latency, per_inverse_bw, indicator]) / scale[:, None]
+    b = (measured - base) / scale
+    if kinds:  # a tiny ridge on latency and 1/bandwidth: only what the sizes and hops show goes to the network
+        ridge = _OVERHEAD_RIDGE * np.sqrt(np.mean(a[:, :2] ** 2, axis=0))
+        a = np.vstack([a, np.column_stack([np.diag(ridge), np.zeros((2, len(kinds)))])])
+        b = np.append(b, [0.0, 0.0])
+    solution, _ = nnls(a, b)
+    latency, inverse_bw = solution[:2]
     bandwidth = 1.0 / inverse_bw if inverse_bw > 0 else huge
-    cal = Calibration(ranks, backend, measurements, float(latency), float(bandwidth), topology)
-    net = cal.network()
-    cal.errors = [_model_ns(m, net, ranks) / (m.seconds * 1e9) - 1.0 for m in measurements]
+    overheads = {k: float(v) for k, v in zip(kinds, solution[2:]) if v > 0}
+    cal = Calibration(ranks, backend, measurements, float(latency), float(bandwidth), topology, overheads_ns=overheads)
+    net, system = cal.network(), cal.system()
+    cal.errors = [_model_ns(m, net, ranks, system) / (m.seconds * 1e9) - 1.0 for m in measurements]
     return cal
 
 
-def measurements_from_job(job: Job) -> list[Measurement]:
-    """What a measured job says its communication costs: per collective instance (the k-th collective of
-    a communicator) the shortest recorded duration over its members, since the last rank to arrive waits
-    for nobody. Point-to-point ops are left out: a blocking SEND records its wait for the receiver."""
-    by_instance: dict[tuple, list[float]] = {}
-    info: dict[tuple, tuple[str, int, int]] = {}
-    for rank, trace in job.traces.items():
-        timed = trace.start > 0
+@dataclass
+class _Instance:
+    kind: str
+    size: int
+    group: int
+    starts: list[float] = field(default_factory=list)  # µs, per member
+    ends: list[float] = field(default_factory=list)
+
+
+def _collective_instances(job: Job) -> dict[tuple, _Instance]:
+    """Every timed collective instance (the k-th collective of a communicator) with its members' times."""
+    known = {int(c) for c in CommType}
+    out: dict[tuple, _Instance] = {}
+    for trace in job.traces.values():
         pgs = trace.pg_names()
-        counters: dict[tuple, int] = {}
-        rows = np.flatnonzero((trace.types == NodeType.COMM_COLL_NODE) & timed)
+        counters: dict[str, int] = {}
+        rows = np.flatnonzero((trace.types == NodeType.COMM_COLL_NODE) & (trace.start > 0))
         for row in rows[np.argsort(trace.start[rows], kind="stable")]:
             pg = pgs[row] if pgs[row] not in (None, "") else "0"
-            members = job.groups.members(pg, job.world_size)
             k = counters.get(pg, 0)
             counters[pg] = k + 1
-            key = (pg, k)
-            by_instance.setdefault(key, []).append(float(trace.duration[row]) * 1e-6)
             comm_type = int(trace.comm_type[row])
-            if comm_type in set(CommType):
-                info[key] = (CommType(comm_type).name, max(int(trace.comm_size[row]), 0), len(members))
-    return [Measurement(info[k][0], info[k][1], min(v), info[k][2]) for k, v in by_instance.items()
-            if k in info and info[k][2] > 1 and min(v) > 0]
+            if comm_type not in known:
+                continue
+            inst = out.setdefault((pg, k), _Instance(CommType(comm_type).name, max(int(trace.comm_size[row]), 0),
+                                                     len(job.groups.members(pg, job.world_size))))
+            inst.starts.append(float(trace.start[row]))
+            inst.ends.append(float(trace.start[row] + trace.duration[row]))
+    return out
+
+
+def _one_clock(instances: list[_Instance]) -> bool:
+    """Whether the ranks' timestamps come from one clock: no member of an instance ended before
+    another member had started it (1 µs of rounding allowed)."""
+    return all(max(i.starts) <= min(i.ends) + 1.0 for i in instances if len(i.starts) > 1)
+
+
+def measurements_from_job(job: Job) -> list[Measurement]:
+    """What a measured job says its collectives cost, per instance (the k-th collective of a
+    communicator).
+
+    The simulator starts a collective when its last member arrives and releases every member at its
+    end, so the cost is measured the same way: from the last member's arrival until every member has
+    returned. A member that returned late (a backend thread that was not scheduled, a copy-out) holds
+    back what follows it as a slow network would, and the shortest member duration the older fit used
+    missed exactly that time (the tp/fsdp/hybrid jobs' under-prediction). This needs the ranks'
+    timestamps on one clock (one host, or synchronised hosts); when they visibly are not, the shortest
+    member duration is used instead (the last member to arrive waits for nobody). Point-to-point ops
+    are left out: a blocking SEND records its wait for the receiver, not the message.
+    """
+    instances = [i for i in _collective_instances(job).values() if i.group > 1 and len(i.starts) == i.group]
+    aligned = _one_clock(instances)
+    out = []
+    for inst in instances:
+        if aligned:
+            cost = max(inst.ends) - max(inst.starts)
+        else:
+            cost = min(e - s for s, e in zip(inst.starts, inst.ends))
+        if cost > 0:
+            out.append(Measurement(inst.kind, inst.size, cost * 1e-6, inst.group))
+    return out
 
 
 def calibrate_from_job(job: Job) -> Calibration:
@@ -217,7 +294,7 @@ def calibrate_from_job(job: Job) -> Calibration:
     measurements = measurements_from_job(job)
     if len(measurements) < 2:
         raise UsageError(f"{job.prefix}: fewer than two timed collectives to calibrate from")
-    return fit(measurements, max(job.world_size, 2), backend="trace", relative=False)
+    return fit(measurements, max(job.world_size, 2), backend="trace", relative=False, per_type=True)
 
 
 def calibrate(ranks: int = 2, *, backend: str = "gloo", sizes: tuple[int, ...] = DEFAULT_SIZES, reps: int = 5) -> Calibration:
@@ -243,6 +320,8 @@ def write_calibration(cal: Calibration, path: str | os.PathLike[str]) -> tuple[P
               "all-gather-implementation": list(s.all_gather), "reduce-scatter-implementation": list(s.reduce_scatter),
               "all-to-all-implementation": list(s.all_to_all), "collective-optimization": s.collective_optimization,
               "local-mem-bw": s.local_mem_bw_gbps, "roofline-enabled": 0, "peak-perf": s.peak_perf_tflops}
+    if cal.overheads_ns:
+        system[OVERHEAD_KEY] = {k: round(v, 1) for k, v in sorted(cal.overheads_ns.items())}
     with atomic_output(system_path, compress=False) as out:
         out.write(orjson.dumps(system, option=orjson.OPT_INDENT_2) + b"\n")
     return path, system_path

@@ -12,6 +12,10 @@ through phases like jobs through a flow shop with ``active-chunks-per-dimension`
 out (direct on a Switch, any multi-hop path on a Ring) pay for their own contention in both
 congestion modes; the congestion-aware engine additionally shares links between concurrent flows.
 
+An etkit system may add a fixed per-call overhead per collective type (and ``P2P`` per message,
+:meth:`SystemConfig.overhead_ns`): the software cost of a call that the network does not explain,
+which a calibration against a real backend finds (gloo's per-type costs differ by milliseconds).
+
 Collectives ASTRA-sim does not simulate get the standard decompositions: broadcast = scatter +
 all-gather, reduce = reduce-scatter + gather, gather ~ all-gather, scatter ~ reduce-scatter (no
 reduction), barrier = a zero-byte all-reduce (latency only).
@@ -238,6 +242,7 @@ def plan_collective(comm_type: int, size: float, layout: tuple[LayoutDim, ...], 
     total = flow_shop([t for t, _ in timed], chunks, system.active_chunks_per_dimension)
     serial = sum(t for t, _ in timed) * chunks
     bandwidth = sum(b for _, b in timed) * chunks * (total / serial if serial else 0.0)
+    total += system.overhead_ns(CommType(comm_type).name)
     return CollectivePlan(phases, chunks, total, bandwidth, tuple(sorted({ld.index for ld in layout})))
 
 
@@ -261,4 +266,4 @@ def p2p_time(network: NetworkConfig, system: SystemConfig, src: int, dst: int, s
         return system.endpoint_delay_ns, 0.0, ()
     _, latency, dims, bw = _route(network, src, dst)
     transfer = float(math.floor(max(size, 0) / bw))
-    return latency + transfer + system.endpoint_delay_ns, transfer, dims
+    return latency + transfer + system.endpoint_delay_ns + system.overhead_ns("P2P"), transfer, dims

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from ..errors import EtkitError, UsageError
+from ..format.schema import CommType
 from ..generate.devices import DEVICES, Device, get_device
 
 __all__ = ["Dimension", "NetworkConfig", "SystemConfig", "Knobs", "SimConfig", "PRESETS", "TOPOLOGIES",
@@ -74,8 +75,10 @@ class NetworkConfig:
             rank //= dim.npus
         return tuple(out)
 
-    def scaled(self, bandwidth: float = 1.0) -> NetworkConfig:
-        return replace(self, dims=tuple(replace(d, bandwidth_gbps=d.bandwidth_gbps * bandwidth) for d in self.dims))
+    def scaled(self, bandwidth: float = 1.0, latency: float = 1.0) -> NetworkConfig:
+        """Every link ``bandwidth`` times as fast and its latency multiplied by ``latency``."""
+        return replace(self, dims=tuple(replace(d, bandwidth_gbps=d.bandwidth_gbps * bandwidth, latency_ns=d.latency_ns * latency)
+                                        for d in self.dims))
 
     def with_npus(self, world: int) -> NetworkConfig:
         """Fill a last dimension declared with 0 NPUs ("as many as needed") for a job of ``world`` ranks."""
@@ -106,12 +109,26 @@ class SystemConfig:
     local_mem_bw_gbps: float = 1600.0
     roofline_enabled: bool = False
     peak_perf_tflops: float = 900.0
+    #: etkit extension (system key ``etkit-collective-overhead``): fixed ns added once per call, by
+    #: CommType name (``ALL_GATHER``, ...) or ``P2P`` for a SEND/RECV message: software cost of a
+    #: communication call that no link latency or bandwidth explains (framework, backend threads).
+    collective_overhead_ns: tuple[tuple[str, float], ...] = ()
     source: str = "<defaults>"
 
     def algorithm(self, family: str, dim: int) -> str:
         """Algorithm of ``family`` (all_reduce, ...) in network dimension ``dim`` (last entry repeats)."""
         algos: tuple[str, ...] = getattr(self, family)
         return algos[min(dim, len(algos) - 1)] if algos else "ring"
+
+    def overhead_ns(self, kind: str) -> float:
+        """Fixed cost of one call of ``kind`` (a CommType name or ``P2P``); 0 when not configured."""
+        for name, ns in self.collective_overhead_ns:
+            if name == kind:
+                return ns
+        return 0.0
+
+    def scaled_overheads(self, factor: float) -> SystemConfig:
+        return replace(self, collective_overhead_ns=tuple((k, v * factor) for k, v in self.collective_overhead_ns))
 
 
 @dataclass(frozen=True)
@@ -128,10 +145,15 @@ class Knobs:
     measured_gaps: bool = True  # measured traces: keep the time between ops of a thread where it happened
     strip_waits: bool = True  # measured traces: drop recorded blocking on comm the simulator models itself
     symmetry: bool = True  # simulate identical ranks once (False: walk every rank, for benchmarks/checks)
+    # every link latency (and the per-call overheads of an etkit system) multiplied by this: with
+    # scale_bandwidth=10, scale_latency=0.1 makes "a 10x faster network" faster in both terms
+    scale_latency: float = 1.0
+    # measured traces: each rank enters at its recorded start instead of 0 (off by default: see docs/guide/simulate.md)
+    measured_start: bool = False
 
     def __post_init__(self) -> None:
-        if self.scale_compute <= 0 or self.scale_bandwidth <= 0:
-            raise UsageError("--scale-compute and --scale-bandwidth must be positive")
+        if self.scale_compute <= 0 or self.scale_bandwidth <= 0 or self.scale_latency < 0:
+            raise UsageError("--scale-compute and --scale-bandwidth must be positive, --scale-latency not negative")
         if self.congestion not in ("aware", "unaware"):
             raise UsageError(f"congestion mode must be 'aware' or 'unaware', not {self.congestion!r}")
         if self.deps not in ("both", "data"):
@@ -246,6 +268,29 @@ def _algorithms(value: Any, source: str, key: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+#: System JSON key of the etkit per-call overheads (ASTRA-sim ignores unknown keys, so files stay shared).
+OVERHEAD_KEY = "etkit-collective-overhead"
+OVERHEAD_KINDS = tuple(c.name for c in CommType) + ("P2P",)
+
+
+def _overheads(value: Any, source: str) -> tuple[tuple[str, float], ...]:
+    if not isinstance(value, dict):
+        raise EtkitError(f"{source}: {OVERHEAD_KEY} must map a collective ({', '.join(OVERHEAD_KINDS)}) to ns")
+    out = []
+    for key, ns in value.items():
+        name = str(key).upper().replace("-", "_")
+        if name not in OVERHEAD_KINDS:
+            raise EtkitError(f"{source}: {OVERHEAD_KEY} key {key!r} is not one of {', '.join(OVERHEAD_KINDS)}")
+        try:
+            ns = float(ns)
+        except (TypeError, ValueError):
+            raise EtkitError(f"{source}: {OVERHEAD_KEY}[{key!r}] must be a number of ns, got {ns!r}") from None
+        if ns < 0:
+            raise EtkitError(f"{source}: {OVERHEAD_KEY}[{key!r}] must not be negative")
+        out.append((name, ns))
+    return tuple(out)
+
+
 def system_from_dict(data: dict[str, Any], source: str, base: SystemConfig | None = None) -> SystemConfig:
     """ASTRA-sim system JSON keys over ``base`` (defaults when None); unknown keys are ignored like ASTRA-sim does."""
     cfg = base or SystemConfig()
@@ -266,6 +311,8 @@ def system_from_dict(data: dict[str, Any], source: str, base: SystemConfig | Non
     for key, attr in (("scheduling-policy", "scheduling_policy"), ("collective-optimization", "collective_optimization")):
         if key in data:
             updates[attr] = str(data[key])
+    if OVERHEAD_KEY in data:
+        updates["collective_overhead_ns"] = _overheads(data[OVERHEAD_KEY], source)
     out = replace(cfg, **updates)
     if out.preferred_dataset_splits < 1 or out.active_chunks_per_dimension < 1 or out.local_mem_bw_gbps <= 0:
         raise EtkitError(f"{source}: preferred-dataset-splits and active-chunks-per-dimension must be >= 1, local-mem-bw > 0")

@@ -29,7 +29,7 @@ from .workload import K_COLL, K_RECV, K_SEND, KIND_NAMES, RESOURCE_OF_KIND, Rank
 
 __all__ = ["BlockedNode", "BlockedReport", "SimulationBlocked", "EngineResult", "run_engine"]
 
-_DONE, _COLL_DONE, _P2P_DONE, _FLOW_DONE = range(4)
+_DONE, _COLL_DONE, _P2P_DONE, _FLOW_DONE, _RELEASE = range(5)
 
 
 @dataclass(frozen=True)
@@ -318,9 +318,13 @@ class _Engine:
     def run(self) -> None:
         for c, cls in enumerate(self.classes):
             indeg = self.indeg[c]
+            release = cls.program.release_ns
             for row in range(len(cls.program)):
                 if indeg[row] == 0:
-                    self.make_ready(c, row)
+                    if release > 0:
+                        self.push(release, _RELEASE, c, row)
+                    else:
+                        self.make_ready(c, row)
         heap = self.heap
         pop = heapq.heappop
         events = 0
@@ -330,6 +334,8 @@ class _Engine:
             events += 1
             if etype == _DONE:
                 self.complete(a, b)
+            elif etype == _RELEASE:
+                self.make_ready(a, b)
             elif etype == _FLOW_DONE:
                 if self.sharing.current(a, b):
                     for other, finish, version in self.sharing.remove(a, t):

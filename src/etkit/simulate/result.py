@@ -38,6 +38,12 @@ class RankFigures:
     comm_ns: float
     exposed_comm_ns: float
     idle_ns: float
+    start_ns: float = 0.0  # when the rank entered (its recorded start in a measured trace, else 0)
+
+    @property
+    def span_ns(self) -> float:
+        """The rank's own run time: finish minus start (what Kineto's ProfilerStep spans add up to)."""
+        return self.finish_ns - self.start_ns
 
 
 def figures_for(cls: RankClass, start: np.ndarray, end: np.ndarray, transfer: np.ndarray) -> RankFigures:
@@ -53,7 +59,9 @@ def figures_for(cls: RankClass, start: np.ndarray, end: np.ndarray, transfer: np
     both = gpu | comm
     exposed = union_length(begin[both], end[both]) - compute
     busy = union_length(begin[ran & (both | cpu)], end[ran & (both | cpu)])
-    return RankFigures(finish, compute, union_length(start[cpu], end[cpu]), comm_len, exposed, max(finish - busy, 0.0))
+    entered = cls.program.release_ns
+    return RankFigures(finish, compute, union_length(start[cpu], end[cpu]), comm_len, exposed,
+                       max(finish - entered - busy, 0.0), entered)
 
 
 @dataclass
@@ -72,11 +80,19 @@ class SimulationResult:
 
     @property
     def makespan_ns(self) -> float:
+        """End of the last rank, from the earliest rank's start."""
         return max((f.finish_ns for f in self.ranks.values()), default=0.0)
+
+    @property
+    def step_ns(self) -> float:
+        """The longest rank's own run time (finish minus its start): a measured trace's step time as
+        Kineto reports it (per rank the ProfilerStep spans, the slowest rank's). Equals the makespan
+        when every rank starts at 0."""
+        return max((f.span_ns for f in self.ranks.values()), default=0.0)
 
     def to_dict(self) -> dict:
         return {
-            "makespan_ns": self.makespan_ns,
+            "makespan_ns": self.makespan_ns, "step_ns": self.step_ns,
             "ranks": {r: f.__dict__ for r, f in sorted(self.ranks.items())},
             "nodes": self.nodes, "simulated_nodes": self.simulated_nodes, "rank_classes": self.classes,
             "events": self.events, "wall_s": self.wall_s, "warnings": self.warnings, "config": self.config,

@@ -61,6 +61,7 @@ class Program:
     comm_peer: list[int]  # SEND: destination, RECV: source (-1 = any)
     comm_tag: list[int]  # -1 = any
     problems: list[Problem] = field(default_factory=list)
+    release_ns: float = 0.0  # when the rank's first nodes may start (its recorded start, measured traces)
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -272,20 +273,46 @@ def _signature(trace: Trace) -> bytes:
     return digest.digest()
 
 
+def recorded_starts(job: Job) -> dict[int, float]:
+    """Each rank's recorded start (its first timestamp) in ns after the earliest rank's; empty when a
+    rank has no timestamps or the offsets cannot come from one clock (spread over half the shortest
+    rank's recorded span: traces from hosts whose clocks disagree)."""
+    first, span = {}, []
+    for rank, trace in job.traces.items():
+        timed = trace.start[trace.start > 0]
+        if not len(timed):
+            return {}
+        first[rank] = float(timed.min())
+        span.append(float((trace.start + trace.duration)[trace.start > 0].max()) - first[rank])
+    base = min(first.values())
+    offsets = {r: (t - base) * 1000.0 for r, t in first.items()}
+    if max(offsets.values()) > 0.5 * min(span) * 1000.0:
+        return {}
+    return offsets
+
+
 def rank_classes(job: Job, system: SystemConfig, knobs: Knobs) -> list[RankClass]:
     """One :class:`RankClass` per distinct program.
 
-    Ranks share a class when their traces are byte-identical and nothing makes them differ in the
-    simulation: no point-to-point nodes (whose peers are rank-specific) and no straggler factor.
+    Ranks share a class when their traces are identical up to node ids and nothing makes them differ
+    in the simulation: no point-to-point nodes (the engine matches messages by rank, and a class is
+    walked as its first rank, so peers of merged ranks would be wrong), no straggler factor and the
+    same recorded start (``Knobs.measured_start``).
     """
-    by_signature: dict[bytes, list[int]] = {}
+    starts = recorded_starts(job) if knobs.measured_start else {}
+    by_signature: dict[tuple, list[int]] = {}
     singles: list[int] = []
     for rank, trace in sorted(job.traces.items()):
         p2p = bool(np.isin(trace.types, (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE)).any())
         if p2p or rank in knobs.stragglers or not knobs.symmetry:
             singles.append(rank)
         else:
-            by_signature.setdefault(_signature(trace), []).append(rank)
+            by_signature.setdefault((_signature(trace), starts.get(rank, 0.0)), []).append(rank)
     groups = [tuple(r) for r in by_signature.values()] + [(r,) for r in singles]
     groups.sort()
-    return [RankClass(build_program(job.traces[g[0]], g[0], system, knobs), g) for g in groups]
+    classes = []
+    for g in groups:
+        program = build_program(job.traces[g[0]], g[0], system, knobs)
+        program.release_ns = starts.get(g[0], 0.0)
+        classes.append(RankClass(program, g))
+    return classes
