@@ -13,3 +13,11 @@ from .model import Job, ProcessGroups, Trace, load_job, load_trace  # noqa: E402
 
 __all__ = ["EtkitError", "Job", "ProcessGroups", "Trace", "TraceFormatError", "load_job", "load_trace",
            "open_trace", "write_trace", "__version__"]
+
+
+def __getattr__(name: str):  # noqa: ANN202 - lazy entry points that pull in heavier tool packages
+    if name == "convert_job":
+        from .pytorch.job import convert_job
+
+        return convert_job
+    raise AttributeError(f"module 'etkit' has no attribute {name!r}")

@@ -1,0 +1,44 @@
+"""``etkit collect example``: run a built-in example job on CPU and record its traces."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .common import add_quiet
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from ..pytorch.collect import WORKLOADS
+
+    parser = subparsers.add_parser("collect", help="record real PyTorch jobs (host ET + Kineto per rank)",
+                                   description="Record PyTorch execution traces. In your own code use "
+                                               "etkit.collect.profile(); 'example' runs a built-in job.")
+    sub = parser.add_subparsers(dest="what", metavar="WHAT")
+    sub.required = True
+    ex = sub.add_parser("example", help="run a built-in example job on CPU (gloo, spawned ranks)",
+                        description="Run a tiny built-in training job with N spawned CPU ranks (gloo, loopback "
+                                    "rendezvous) and write rank-<r>.et.json + rank-<r>.kineto.json per rank.")
+    ex.add_argument("--workload", required=True, choices=WORKLOADS,
+                    help="ddp: DDP MLP; tp: sequence/tensor parallel; pp: pipeline send/recv; "
+                         "moe: all_to_all experts; fsdp: FSDP2; cnn: small CNN (DDP with >1 rank)")
+    ex.add_argument("--ranks", type=int, default=2, metavar="N", help="number of ranks (default 2)")
+    ex.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
+    ex.add_argument("--steps", type=int, default=2, help="profiled steps (after 1 wait + 1 warm-up step; default 2)")
+    ex.add_argument("--gzip", action="store_true", help="write .json.gz files")
+    ex.add_argument("--timeout", type=float, default=600.0, metavar="S", help="give up after S seconds (default 600)")
+    add_quiet(ex)
+    ex.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..pytorch.collect import run_example
+
+    out = run_example(args.workload, args.ranks, args.output, steps=args.steps, quiet=args.quiet,
+                      compress=args.gzip, timeout_s=args.timeout)
+    files = sorted(p.name for p in out.iterdir() if ".json" in p.name and p.name != "meta.json")
+    print(f"{args.workload}: {args.ranks} ranks, {args.steps} profiled steps -> {out}/ ({len(files)} trace files)")
+    for name in files:
+        print(f"  {name}")
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,46 @@
+"""``etkit convert pytorch``: PyTorch host ET (+ Kineto) of every rank -> ``PREFIX.<rank>.et``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .common import add_quiet, add_workers, executor_from, write_json
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "pytorch", help="PyTorch execution traces (+ Kineto) -> Chakra ET per rank",
+        description="Convert a PyTorch job directory (rank-<r>.et.json + rank-<r>.kineto.json, or host.<r>.json + "
+                    "device.<r>.json) or a single host/linked trace to PREFIX.<rank>.et plus "
+                    "PREFIX.comm_groups.json.")
+    parser.add_argument("input", metavar="JOB_DIR|HOST.json", help="job directory, or one host / linked JSON file")
+    parser.add_argument("-o", "--output", required=True, metavar="PREFIX", help="output prefix")
+    parser.add_argument("--kineto", metavar="K.json", default=None, help="Kineto trace (single-file form only)")
+    parser.add_argument("--rank", type=int, default=None, help="rank of a single file (default: from its name, else 0)")
+    parser.add_argument("--gzip", action="store_true", help="write PREFIX.<rank>.et.gz")
+    parser.add_argument("--report", metavar="FILE", default=None, help="write the per-rank report as JSON ('-' = stdout)")
+    add_workers(parser)
+    add_quiet(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..pytorch.job import convert_files, convert_job
+
+    if Path(args.input).is_dir():
+        report = convert_job(args.input, args.output, executor=executor_from(args), compress=args.gzip)
+    else:
+        report = convert_files(args.input, args.output, kineto=args.kineto, rank=args.rank, compress=args.gzip)
+    print(f"{'rank':>4} {'nodes':>7} {'linked':>7} {'unlinked':>8}  comm nodes")
+    for r in report.ranks:
+        comm = ", ".join(f"{k} {v}" for k, v in sorted(r.comm_nodes.items())) or "-"
+        linked = r.link.get("linked_ops", 0)
+        print(f"{r.rank:>4} {r.nodes:>7} {linked:>7} {r.unlinked_ops:>8}  {comm}")
+        for warning in r.warnings:
+            print(f"     warning: {warning}")
+    print(f"wrote {len(report.files)} ET files {report.prefix}.<rank>.et"
+          + (f" and {report.comm_groups}" if report.comm_groups else ""))
+    if args.report:
+        write_json(report.to_json(), args.report)
+    return 0

@@ -1,0 +1,544 @@
+"""Converting one linked rank (host ET + Kineto) into a Chakra ET file.
+
+What each host op becomes:
+
+* every collective call becomes exactly one COMM node: the outermost op of its chain
+  (``_c10d_functional::*`` > ``c10d::*`` > ``record_param_comms`` > ``gloo:*``/``nccl:*`` > NCCL kernel).
+  The inner members are folded into it: their Kineto interval is the COMM node's start and duration
+  (the backend's or kernel's execution, not the enqueue), their tensors give its size.
+  ``comm_type``/``comm_size``/``pg_name`` on collectives; ``comm_src``/``comm_dst`` (global ranks),
+  ``comm_tag``, ``comm_size``, ``pg_name`` on send/recv. Comm nodes have ``is_cpu_op=false``.
+* ``process_group:init`` becomes the METADATA node (``inputs.values = "['<json list>']"``); when the host
+  trace lacks it, it is built from Kineto's ``distributedInfo``.
+* every other op is a COMP node (``is_cpu_op`` true, or false with ``stream`` for GPU activity) whose
+  duration is its exclusive (self) time.
+
+Node ids are dense, in order of (start time, depth-first position): parents come before children and every dependency
+points to a smaller id, so the graph is acyclic by construction and nodes are written sorted by id.
+Data deps: each thread's ops form a chain in start order; GPU activity follows its stream and its launch;
+a COMM node depends on the op before it on its thread (it is issued there) and on the previous
+collective of its group; the first op that touches a collective's tensors afterwards (the wait) depends on
+the COMM node; an op that reads a tensor another thread wrote depends on the writer. Ctrl deps name the
+parent op (never a COMM node, which would make feeder v3 wait for the collective).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from ..format.attrs import CANONICAL_KINDS as _KIND
+from ..format.attrs import make_attr
+from ..format.schema import AttributeProto, CommType, GlobalMetadata, IOInfo, Node, NodeType
+from ..format.stream import TraceWriter
+from .comm import CommKind, Family, classify_kernel, classify_op, group_name_arg, message_bytes, p2p_peer_and_tag
+from .host import KNOWN_SCHEMAS, HostOp
+from .link import LinkedRank
+
+__all__ = ["RankReport", "convert_linked", "GroupInfo", "groups_of_rank"]
+
+PG_INIT = "process_group:init"
+_FAMILY_DEPTH = {Family.FUNCTIONAL: 0, Family.DISPATCH: 1, Family.PARAM: 2, Family.BACKEND: 3, Family.KERNEL: 4}
+
+
+@dataclass
+class GroupInfo:
+    """Process groups one rank knows: ``pg_name`` -> global ranks (group-rank order), plus descriptions."""
+
+    ranks: dict[str, list[int]] = field(default_factory=dict)
+    descs: dict[str, str] = field(default_factory=dict)
+    world_size: int | None = None
+    source: str = "none"
+
+    def members(self, pg_name: str) -> list[int]:
+        ranks = self.ranks.get(pg_name) or []
+        if not ranks and self.world_size:
+            return list(range(self.world_size))
+        return ranks
+
+    def to_global(self, pg_name: str, group_rank: int) -> int:
+        members = self.members(pg_name)
+        return members[group_rank] if 0 <= group_rank < len(members) else group_rank
+
+
+@dataclass
+class RankReport:
+    """What converting one rank produced."""
+
+    rank: int
+    path: str
+    nodes: int = 0
+    comm_nodes: dict[str, int] = field(default_factory=dict)
+    comm_bytes: int = 0
+    gpu_nodes: int = 0
+    unlinked_ops: int = 0
+    unlinked_names: dict[str, int] = field(default_factory=dict)
+    durations_known: bool = True
+    schema: str = ""
+    link: dict[str, Any] = field(default_factory=dict)
+    groups: dict[str, list[int]] = field(default_factory=dict)
+    group_source: str = "none"
+    pg_inferred: int = 0   # collectives whose group came from the gloo worker thread that ran them
+    pg_assumed: int = 0    # collectives of a rank with subgroups whose group is unknown: written as "0"
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+# -- process groups --------------------------------------------------------------------------------------
+
+
+def _pg_init_entries(op: HostOp) -> list[dict[str, Any]]:
+    from .literal import LiteralError, parse_literal
+
+    values = op.inputs or []
+    for value in values:
+        if not isinstance(value, str):
+            continue
+        try:
+            entries = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            try:
+                entries = parse_literal(value, what=f"node {op.id} process_group:init")
+            except LiteralError:
+                continue
+        if isinstance(entries, list):
+            return [e for e in entries if isinstance(e, dict) and "pg_name" in e]
+    return []
+
+
+def groups_of_rank(linked: LinkedRank, pg_init: HostOp | None) -> tuple[GroupInfo, list[dict[str, Any]]]:
+    """Process groups from Kineto ``distributedInfo`` (complete rank lists) or the host ``process_group:init``."""
+    info = GroupInfo()
+    entries: list[dict[str, Any]] = []
+    kin = linked.kineto
+    if kin is not None and kin.pg_config:
+        info.world_size = kin.world_size
+        info.source = "kineto distributedInfo"
+        for entry in kin.pg_config:
+            name = str(entry.get("pg_name"))
+            info.ranks[name] = [int(r) for r in entry.get("ranks") or []]
+            info.descs[name] = str(entry.get("pg_desc", ""))
+            entries.append({"pg_name": name, "pg_desc": entry.get("pg_desc", ""),
+                            "backend_config": entry.get("backend_config", ""), "ranks": info.ranks[name],
+                            "group_size": entry.get("pg_size", len(info.ranks[name])),
+                            "group_count": len(kin.pg_config)})
+    if pg_init is not None:
+        host_entries = _pg_init_entries(pg_init)
+        if host_entries:
+            entries = host_entries if not entries else entries
+            for entry in host_entries:
+                name = str(entry["pg_name"])
+                if name not in info.ranks or not info.ranks[name]:
+                    info.ranks[name] = [int(r) for r in entry.get("ranks") or []]
+                info.descs.setdefault(name, str(entry.get("pg_desc", "")))
+                if not entry.get("ranks") and entry.get("group_size") and info.world_size is None:
+                    info.world_size = int(entry["group_size"])
+            if info.source == "none":
+                info.source = "host process_group:init"
+    return info, entries
+
+
+def _gloo_thread_groups(linked: LinkedRank, groups: GroupInfo, rank: int | None) -> dict[int, str]:
+    """Gloo worker thread -> pg_name. Each ProcessGroupGloo starts the same number of ``pt_gloo_runloop``
+    threads when it is created, and groups are created in ``pg_name`` order, so this rank's member groups
+    own consecutive runs of its worker thread ids."""
+    kin = linked.kineto
+    if kin is None or rank is None:
+        return {}
+    threads = kin.gloo_threads()
+    mine = sorted((name for name in groups.ranks if name.isdigit() and
+                   (not groups.ranks[name] or rank in groups.ranks[name])), key=int)
+    if not threads or not mine or len(threads) % len(mine):
+        return {}
+    per = len(threads) // len(mine)
+    return {tid: mine[i // per] for i, tid in enumerate(threads)}
+
+
+# -- conversion ------------------------------------------------------------------------------------------
+
+
+class _Converter:
+    def __init__(self, linked: LinkedRank, rank: int | None, out_path: str) -> None:
+        self.linked = linked
+        self.host = linked.host
+        self.ops = linked.host.ops
+        self.rank = rank
+        self.report = RankReport(rank if rank is not None else 0, out_path, schema=linked.host.schema)
+        self.attr_cache: dict[tuple[str, Any], AttributeProto] = {}
+        self.templates: dict[tuple[Any, ...], bytes] = {}
+        self.counts: Counter[str] = Counter()  # COMM nodes written, by kind
+        self.groups = GroupInfo()
+
+    # Attributes are mostly repeated values (scope 0, tid 1, the same op_schema): each distinct set is built
+    # once with make_attr and merged into nodes as a serialized template (about 3x faster than copying
+    # AttributeProto messages one by one).
+    def attr(self, name: str, value: Any) -> AttributeProto:
+        key = (name, value)
+        cached = self.attr_cache.get(key)
+        if cached is None:
+            cached = self.attr_cache[key] = make_attr(name, value)
+        return cached
+
+    def _template(self, op: HostOp, is_cpu_op: bool) -> bytes:
+        key = (op.fw_parent, op.scope, op.tid, op.fw_tid, op.op_schema, is_cpu_op)
+        found = self.templates.get(key)
+        if found is None:
+            a = self.attr
+            holder = Node(attr=[a("fw_parent", op.fw_parent), a("scope", op.scope), a("tid", op.tid),
+                                a("fw_tid", op.fw_tid), a("op_schema", op.op_schema), a("is_cpu_op", is_cpu_op)])
+            found = self.templates[key] = holder.SerializeToString()
+        return found
+
+    def _std_attrs(self, node: Node, op: HostOp, is_cpu_op: bool) -> None:
+        """rf_id, seq_id (per op), then fw_parent, scope, tid, fw_tid, op_schema, is_cpu_op (templated)."""
+        add = node.attr.add
+        add(name="rf_id", **{_KIND["rf_id"]: op.rf_id})
+        add(name="seq_id", **{_KIND["seq_id"]: op.seq_id})
+        node.MergeFromString(self._template(op, is_cpu_op))
+
+    def run(self, writer_path: str) -> RankReport:
+        linked, ops = self.linked, self.ops
+        n = len(ops)
+        parent = linked.parent.tolist()
+        ts = linked.ts.tolist()
+        # comm classification and chain heads
+        kinds: list[CommKind | None] = [None] * n
+        pg_init = None
+        for i, op in enumerate(ops):
+            if op.inputs is not None:
+                if PG_INIT in op.name:
+                    pg_init = i if pg_init is None else pg_init
+                else:
+                    kinds[i] = classify_op(op.name, op.extra, op.inputs)
+        groups, pg_entries = groups_of_rank(linked, ops[pg_init] if pg_init is not None else None)
+        self.groups = groups
+        self.report.groups = {k: (v or groups.members(k)) for k, v in groups.ranks.items()}
+        self.report.group_source = groups.source
+        gloo_groups = _gloo_thread_groups(linked, groups, self.rank)
+
+        # depth-first order of the repaired tree: parents before children
+        children: list[list[int]] = [[] for _ in range(n)]
+        roots: list[int] = []
+        for i, p in enumerate(parent):
+            (children[p] if p >= 0 else roots).append(i)
+        key = [0.0] * n
+        head = [-1] * n          # the COMM head whose chain op i belongs to (-1: none)
+        owner = [-1] * n         # the COMM head whose subtree op i is in (-1: none)
+        emitted_parent = [-1] * n  # nearest emitted, non-COMM ancestor (ctrl dep)
+        lane_of = [None] * n
+        thread = linked.thread.tolist()
+        stack = [(r, -math.inf, -1, -1, -1, None, -1) for r in reversed(sorted(roots, key=lambda i: ops[i].id))]
+        order: list[int] = []
+        while stack:
+            i, parent_key, h, own, ctrl, parent_lane, chain_level = stack.pop()
+            t = ts[i]
+            k = parent_key if t != t else max(t, parent_key)  # NaN: inherit the parent's time
+            key[i] = k
+            kind = kinds[i]
+            level = -1
+            if kind is not None:
+                level = _FAMILY_DEPTH[kind.family]
+                # A comm op continues its parent's chain only one layer down (c10d:: -> gloo:); a c10d op
+                # under another one (recv_ under an isend in a corrupted tree) is a call of its own.
+                if h < 0 or level <= chain_level:
+                    h = i
+                    own = i
+            else:
+                h = -1  # a compute op inside a comm op (aten::clone under reduce_scatter) is its own node
+            head[i] = h
+            owner[i] = own
+            emitted_parent[i] = ctrl
+            lane = ("t", thread[i]) if thread[i] >= 0 else (parent_lane or ("et", ops[i].tid))
+            lane_of[i] = lane
+            order.append(i)
+            next_ctrl = ctrl if kind is not None else i
+            kids = children[i]
+            if len(kids) > 1:  # visit in start order (unknown times last, then call order)
+                kids.sort(key=lambda c: (ts[c] if ts[c] == ts[c] else math.inf, ops[c].id), reverse=True)
+            for c in kids:
+                stack.append((c, k, h, own, next_ctrl, lane, level))
+        if len(order) != n:
+            seen = set(order)
+            for i in range(n):  # ops outside every root's tree (cannot happen after link's cycle check)
+                if i not in seen:
+                    order.append(i)
+                    key[i] = ts[i] if ts[i] == ts[i] else math.inf
+        return self._emit(order, key, kinds, head, owner, emitted_parent, lane_of, pg_init, pg_entries,
+                          gloo_groups, writer_path)
+
+    def _chain_members(self, order: list[int], head: list[int]) -> dict[int, list[int]]:
+        members: dict[int, list[int]] = {}
+        for i in order:
+            h = head[i]
+            if h >= 0:
+                members.setdefault(h, []).append(i)
+        return members
+
+    def _emit(self, order: list[int], key: list[float], kinds: list[CommKind | None],
+              head: list[int], owner: list[int], ctrl: list[int], lane_of: list[Any], pg_init: int | None,
+              pg_entries: list[dict[str, Any]], gloo_groups: dict[int, str], path: str) -> RankReport:
+        linked, ops, report = self.linked, self.ops, self.report
+        chains = self._chain_members(order, head)
+        # GPU activity: comm kernels fold into the chain of their launching op, the rest become nodes.
+        gpu_by_op: dict[int, list[int]] = {}
+        kernel_heads: list[int] = []
+        for g, act in enumerate(linked.gpu):
+            launch_head = head[act.op]
+            kind = classify_kernel(act.name, kinds[launch_head] if launch_head >= 0 else None)
+            if kind is not None and launch_head >= 0:
+                chains[launch_head].append(-(g + 1))
+            else:
+                gpu_by_op.setdefault(act.op, []).append(g)
+                if kind is not None:
+                    kernel_heads.append(g)
+        kernel_kind = {g: classify_kernel(linked.gpu[g].name) for g in kernel_heads}
+
+        # The written nodes, sorted by (time, depth-first position): an op without a time of its own took its
+        # parent's, and its position keeps it after the parent and in call order among its siblings.
+        items: list[tuple[float, int, int]] = []  # (key, seq, ref) ref>=0 op, <0 gpu
+        seq = 0
+        for i in order:
+            if head[i] >= 0 and head[i] != i:
+                continue  # folded into its chain's COMM node
+            items.append((key[i], seq, i))
+            seq += 1
+            for g in gpu_by_op.get(i, ()):
+                act = linked.gpu[g]
+                items.append((max(act.ts, key[i]), seq, -(g + 1)))
+                seq += 1
+        items.sort()
+        new_id = {ref: n + 1 for n, (_, _, ref) in enumerate(items)}
+
+        meta = GlobalMetadata()
+        host = self.host
+        meta.attr.extend([make_attr("schema", host.schema), make_attr("pid", host.pid, "uint64_val"),
+                          make_attr("time", host.time), make_attr("start_ts", host.start_ts, "uint64_val"),
+                          make_attr("finish_ts", host.finish_ts, "uint64_val")])
+        offset = linked.clock_offset_us
+        ts, excl = linked.ts.tolist(), linked.excl.tolist()
+        comm_counts = self.counts
+        last_on_lane: dict[Any, int] = {}
+        last_comm_of_group: dict[str, int] = {}
+        pending_wait: dict[tuple[int, int], int] = {}   # tensor -> COMM node id not yet waited on
+        writer_of: dict[tuple[int, int], tuple[int, Any]] = {}  # tensor -> (node id, lane) of last writer
+        wrote_metadata = pg_init is not None
+        with TraceWriter(path, meta) as writer:
+            if not wrote_metadata and pg_entries:
+                writer.write(self._metadata_node(0, "## process_group:init ##", pg_entries))
+            for _, _, ref in items:
+                nid = new_id[ref]
+                if ref < 0:
+                    node = self._gpu_node(nid, -ref - 1, new_id, last_on_lane, kernel_kind)
+                    writer.write(node)
+                    report.gpu_nodes += 1
+                    continue
+                i = ref
+                op = ops[i]
+                node = Node(id=nid, name=op.name)
+                p = ctrl[i]
+                if p >= 0 and p in new_id:
+                    node.ctrl_deps.append(new_id[p])
+                lane = lane_of[i]
+                deps: list[int] = []
+                prev = last_on_lane.get(lane)
+                if prev is not None:
+                    deps.append(prev)
+                if head[i] == i:
+                    self._comm_node(node, i, kinds, chains[i], gloo_groups, offset, comm_counts)
+                    pg = _attr_str(node, "pg_name")
+                    prev_comm = last_comm_of_group.get(pg)
+                    if prev_comm is not None and prev_comm not in deps:
+                        deps.append(prev_comm)
+                    last_comm_of_group[pg] = nid
+                    for k in op.reads + op.writes:
+                        pending_wait[k] = nid
+                    self._io(node, op)
+                else:
+                    is_meta = i == pg_init
+                    if is_meta:
+                        node.type = NodeType.METADATA_NODE
+                        entries = pg_entries or _pg_init_entries(op)
+                        node.inputs.CopyFrom(IOInfo(values=str([orjson.dumps(entries).decode()]),
+                                                    shapes=op.io[1], types=op.io[2]))
+                    else:
+                        node.type = NodeType.COMP_NODE
+                        self._io(node, op)
+                    t = ts[i]
+                    if t == t:
+                        node.start_time_micros = max(0, int(t + offset + 0.5))
+                        node.duration_micros = max(0, int(excl[i] + 0.5))
+                    self._std_attrs(node, op, True)
+                    last_on_lane[lane] = nid
+                    if owner[i] < 0:
+                        for k in op.reads + op.writes:
+                            waited = pending_wait.pop(k, None)
+                            if waited is not None and waited not in deps:
+                                deps.append(waited)
+                        for k in op.reads:
+                            w = writer_of.get(k)
+                            if w is not None and w[1] != lane and w[0] not in deps:
+                                deps.append(w[0])
+                        for k in op.writes:
+                            writer_of[k] = (nid, lane)
+                if deps:
+                    node.data_deps.extend(deps)  # unique by construction (each added only if not present)
+                writer.write_record(node.SerializeToString())
+        report.nodes = len(items) + (0 if wrote_metadata or not pg_entries else 1)
+        report.comm_nodes = dict(comm_counts)
+        report.unlinked_ops = linked.report.unlinked_ops
+        report.unlinked_names = linked.report.unlinked_names
+        report.durations_known = linked.has_timing
+        report.link = {**linked.report.to_json(), **report.link}
+        if report.link.get("orphan_comm_kernels"):
+            report.warnings.append(f"{report.link['orphan_comm_kernels']} NCCL kernels have no host collective: "
+                                   "their comm_size is unknown (0)")
+        if report.pg_assumed:
+            report.warnings.append(f"{report.pg_assumed} collectives have no recorded process group and this rank "
+                                   "belongs to several: assumed the default group '0'")
+        if self.host.schema not in KNOWN_SCHEMAS:
+            report.warnings.append(f"host trace schema {self.host.schema!r} is not one etkit was tested with; "
+                                   "read with the layout of its major version")
+        if not linked.has_timing:
+            report.warnings.append("no Kineto timing: durations and start times are unknown (written as 0)")
+        return report
+
+    # -- node parts --------------------------------------------------------------------------------------
+
+    def _io(self, node: Node, op: HostOp) -> None:
+        io = op.io
+        if io[0] != "[]" or io[2] != "[]":
+            node.inputs.values, node.inputs.shapes, node.inputs.types = io[0], io[1], io[2]
+        if io[3] != "[]" or io[5] != "[]":
+            node.outputs.values, node.outputs.shapes, node.outputs.types = io[3], io[4], io[5]
+
+    def _metadata_node(self, nid: int, name: str, entries: list[dict[str, Any]]) -> Node:
+        node = Node(id=nid, name=name, type=NodeType.METADATA_NODE)
+        node.inputs.CopyFrom(IOInfo(values=str([orjson.dumps(entries).decode()]), shapes="[[]]", types="['String']"))
+        node.attr.append(self.attr("is_cpu_op", True))
+        return node
+
+    def _gpu_node(self, nid: int, g: int, new_id: dict[int, int], last_on_lane: dict[Any, int],
+                  kernel_kind: dict[int, CommKind | None]) -> Node:
+        act = self.linked.gpu[g]
+        node = Node(id=nid, name=act.name)
+        launcher = new_id.get(act.op)
+        deps = []
+        lane = ("gpu", act.stream)
+        if lane in last_on_lane:
+            deps.append(last_on_lane[lane])
+        if launcher is not None:
+            node.ctrl_deps.append(launcher)
+            if launcher not in deps:
+                deps.append(launcher)
+        last_on_lane[lane] = nid
+        node.data_deps.extend(deps)
+        node.start_time_micros = max(0, int(round(act.ts + self.linked.clock_offset_us)))
+        node.duration_micros = max(0, int(round(act.dur)))
+        kind = kernel_kind.get(g)
+        node.attr.append(self.attr("is_cpu_op", False))
+        node.attr.append(self.attr("stream", act.stream))
+        if kind is None:
+            node.type = NodeType.COMP_NODE
+            return node
+        node.type = kind.node_type
+        if kind.comm_type is not None:
+            node.attr.append(self.attr("comm_type", int(kind.comm_type)))
+        node.attr.append(self.attr("comm_size", 0))
+        node.attr.append(self.attr("pg_name", act.pg_name or "0"))
+        self.report.link["orphan_comm_kernels"] = self.report.link.get("orphan_comm_kernels", 0) + 1
+        self.counts[_kind_label(kind)] += 1
+        return node
+
+    def _comm_node(self, node: Node, h: int, kinds: list[CommKind | None], members: list[int],
+                   gloo_groups: dict[int, str], offset: float, counts: Counter[str]) -> None:
+        ops, linked = self.ops, self.linked
+        op = ops[h]
+        kind = kinds[h]
+        assert kind is not None
+        node.type = kind.node_type
+        # execution interval: the deepest member with timing (GPU kernel, then backend, then the head)
+        exec_ts, exec_dur, best_depth = _NO_TIME, 0.0, -1
+        pg: str | None = None
+        thread_pg: str | None = None
+        size_src = h
+        for m in members:
+            if m < 0:
+                act = linked.gpu[-m - 1]
+                depth, t, d = 5, act.ts, act.dur
+                if act.pg_name:
+                    pg = pg or act.pg_name
+            else:
+                mk = kinds[m]
+                depth = _FAMILY_DEPTH.get(mk.family, 0) if mk is not None else -1
+                t, d = linked.ts[m], linked.dur[m]
+                mop = ops[m]
+                if mk is not None and mk.family in (Family.FUNCTIONAL, Family.PARAM):
+                    pg = pg or (mop.extra or {}).get("pg_name") or group_name_arg(mop.inputs, mop.input_types)
+                if mk is not None and mk.family == Family.BACKEND and thread_pg is None:
+                    thread_pg = gloo_groups.get(int(linked.thread[m]))
+                if mk is not None and mk.family == Family.DISPATCH and kind.family != Family.DISPATCH:
+                    size_src = m  # dispatcher args say precisely which buffer is sent
+            if t == t and depth > best_depth:
+                exec_ts, exec_dur, best_depth = t, d, depth
+        if exec_ts == exec_ts:
+            node.start_time_micros = max(0, int(round(exec_ts + offset)))
+            node.duration_micros = max(0, int(round(exec_dur)))
+        if pg is None:
+            pg = thread_pg
+            if pg is not None:
+                self.report.pg_inferred += 1
+        if pg is None:
+            pg = "0"
+            if len(self.groups.ranks) > 1:
+                self.report.pg_assumed += 1
+        src = ops[size_src]
+        src_kind = kinds[size_src] or kind
+        size = message_bytes(src_kind, src.inputs, src.outputs, src.extra)
+        self._std_attrs(node, op, False)
+        a = self.attr
+        if kind.node_type == NodeType.COMM_COLL_NODE:
+            assert kind.comm_type is not None
+            node.attr.extend([a("comm_type", int(kind.comm_type)), a("comm_size", size), a("pg_name", pg)])
+            counts[_kind_label(kind)] += 1
+        else:
+            peer, tag = p2p_peer_and_tag(src_kind, src.inputs)
+            me = self.rank if self.rank is not None else 0
+            other = self.groups.to_global(pg, peer) if peer is not None and peer >= 0 else -1
+            src_rank, dst_rank = (me, other) if kind.node_type == NodeType.COMM_SEND_NODE else (other, me)
+            node.attr.extend([a("comm_src", src_rank), a("comm_dst", dst_rank), a("comm_tag", tag or 0),
+                              a("comm_size", size), a("pg_name", pg)])
+            counts[_kind_label(kind)] += 1
+        self.report.comm_bytes += size
+
+
+_NO_TIME = float("nan")
+
+
+def _kind_label(kind: CommKind) -> str:
+    """Report label of a COMM node: the collective's name, or SEND / RECV."""
+    if kind.comm_type is not None:
+        return CommType(kind.comm_type).name
+    return "SEND" if kind.node_type == NodeType.COMM_SEND_NODE else "RECV"
+
+
+def _attr_str(node: Node, name: str) -> str:
+    for attr in node.attr:
+        if attr.name == name:
+            return attr.string_val
+    return ""
+
+
+def convert_linked(linked: LinkedRank, out_path: str | os.PathLike[str], *, rank: int | None = None) -> RankReport:
+    """Write ``linked`` as the Chakra ET ``out_path``; returns what was written."""
+    if rank is None:
+        rank = linked.host.rank if linked.host.rank is not None else (
+            linked.kineto.rank if linked.kineto is not None else None)
+    return _Converter(linked, rank, str(out_path)).run(str(out_path))
+

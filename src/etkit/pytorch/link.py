@@ -1,0 +1,527 @@
+"""Linking a host execution trace with the Kineto trace of the same steps.
+
+For every host op the linker finds its Kineto event (by record-function id; by name order on each
+thread when the traces carry no ids, as schema 1.0.1 traces do), and from Kineto it takes the start
+time, the inclusive and the exclusive (self) duration. GPU activity is attached to the CPU op that
+launched it (launch ``correlation`` -> the innermost CPU op enclosing the launch on its thread).
+
+It also repairs the op tree that asynchronous collectives corrupt in host traces (pytorch-traces.md
+§7.1): a linked op's parent is the innermost op that encloses it in time on the same OS thread, and a
+backend op (``gloo:*``, ``nccl:*``) that runs on a worker thread hangs under the dispatcher op
+(``c10d::*``) whose tensors it moves, paired by tensor identity in issue order.
+
+:func:`link` returns a :class:`LinkedRank`; :func:`write_linked_json` writes the classic "host + device"
+JSON (the host ET plus ``ts``/``inclusive_dur``/``exclusive_dur`` and GPU nodes), the input of
+``chakra_converter``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from ..fileio import atomic_output
+from .comm import Family, classify_op
+from .host import HostTrace, load_host_trace
+from .jsonio import read_array_document
+from .kineto import KinetoTrace, load_kineto
+
+__all__ = ["LinkedRank", "LinkReport", "GpuActivity", "link", "link_files", "write_linked_json", "from_linked_host"]
+
+#: Names of the synthetic roots of a host trace (no Kineto twin).
+ROOT_MARKERS = ("[pytorch|profiler|execution_trace|", "[pytorch|profiler|execution_graph|")
+_NAN = float("nan")
+
+
+@dataclass
+class LinkReport:
+    """How well the two traces matched."""
+
+    host_ops: int = 0
+    linked_ops: int = 0
+    unlinked_ops: int = 0
+    unlinked_names: dict[str, int] = field(default_factory=dict)
+    name_mismatches: int = 0
+    method: str = "none"           # "rf_id", "name-order" or "none" (host trace alone)
+    kineto_cpu_events: int = 0
+    kernels: int = 0
+    kernels_linked: int = 0
+    kernels_unlinked: int = 0
+    tree_repairs: int = 0          # ops whose parent differs from the host trace's
+    backend_ops_paired: int = 0    # gloo:*/nccl:* ops hung under their c10d op
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class GpuActivity:
+    """One GPU kernel / memcpy / memset attached to the host op (index) that launched it."""
+
+    op: int
+    name: str
+    category: str
+    ts: float
+    dur: float
+    stream: int
+    pg_name: str | None
+
+
+@dataclass
+class LinkedRank:
+    """A host trace with per-op timing (µs, NaN where unknown), repaired parents and GPU activity.
+
+    ``ts`` is on the Kineto clock; ``clock_offset_us`` turns it into Unix µs. ``thread`` is the OS
+    thread of linked ops (Kineto ``tid``), else -1. ``parent`` holds op indices (-1 = root).
+    """
+
+    host: HostTrace
+    ts: np.ndarray
+    dur: np.ndarray
+    excl: np.ndarray
+    thread: np.ndarray
+    parent: np.ndarray
+    gpu: list[GpuActivity]
+    report: LinkReport
+    clock_offset_us: float = 0.0
+    kineto: KinetoTrace | None = None
+
+    @property
+    def has_timing(self) -> bool:
+        return self.report.linked_ops > 0
+
+
+# -- matching -------------------------------------------------------------------------------------------
+
+
+def _match_by_rf_id(host: HostTrace, kin: KinetoTrace, rows: np.ndarray, report: LinkReport) -> None:
+    rf = np.fromiter((op.rf_id for op in host.ops), dtype=np.int64, count=len(host.ops))
+    k_rf = kin.cpu_rf_id
+    valid = np.flatnonzero(k_rf >= 0)
+    order = valid[np.argsort(k_rf[valid], kind="stable")]
+    sorted_rf = k_rf[order]
+    pos = np.searchsorted(sorted_rf, rf)
+    pos_ok = pos < len(sorted_rf)
+    hit = np.zeros(len(rf), dtype=bool)
+    hit[pos_ok] = sorted_rf[pos[pos_ok]] == rf[pos_ok]
+    hit &= rf != 0
+    cand = np.full(len(rf), -1, dtype=np.int64)
+    cand[hit] = order[pos[hit]]
+    names = kin.names
+    for i in np.flatnonzero(hit).tolist():
+        row = int(cand[i])
+        if names[kin.cpu_name[row]] == host.ops[i].name:
+            rows[i] = row
+        else:
+            report.name_mismatches += 1
+    report.method = "rf_id"
+
+
+def _match_by_name_order(host: HostTrace, kin: KinetoTrace, rows: np.ndarray, report: LinkReport) -> None:
+    """Schema 1.0.1 traces have no record-function ids in Kineto: align each host thread's ops (in start,
+    i.e. id, order) with the Kineto ops of the OS thread that matches best, greedily by name."""
+    by_tid: dict[int, list[int]] = defaultdict(list)
+    for i, op in enumerate(host.ops):
+        if not op.name.startswith(ROOT_MARKERS):
+            by_tid[op.tid].append(i)
+    k_order = np.lexsort((-kin.cpu_dur, kin.cpu_ts))
+    k_threads: dict[int, list[int]] = defaultdict(list)
+    for row in k_order.tolist():
+        k_threads[int(kin.cpu_tid[row])].append(row)
+    names = kin.names
+    taken_threads: set[int] = set()
+    for tid, ops in sorted(by_tid.items(), key=lambda kv: -len(kv[1])):
+        ops.sort(key=lambda i: host.ops[i].id)
+        wanted = [host.ops[i].name for i in ops]
+        best: tuple[int, int, list[tuple[int, int]]] = (0, -1, [])
+        for ktid, krows in k_threads.items():
+            if ktid in taken_threads:
+                continue
+            knames = [names[kin.cpu_name[r]] for r in krows]
+            starts = [j for j, n in enumerate(knames) if n == wanted[0]][:16] or [0]
+            for start in starts:
+                pairs = _greedy_align(wanted, knames, start)
+                if len(pairs) > len(best[2]):
+                    best = (len(pairs), ktid, pairs)
+        if best[1] >= 0:
+            taken_threads.add(best[1])
+            krows = k_threads[best[1]]
+            for a, b in best[2]:
+                rows[ops[a]] = krows[b]
+    report.method = "name-order"
+
+
+def _greedy_align(wanted: list[str], have: list[str], start: int, window: int = 64) -> list[tuple[int, int]]:
+    pairs: list[tuple[int, int]] = []
+    j = start
+    for i, name in enumerate(wanted):
+        for k in range(j, min(j + window, len(have))):
+            if have[k] == name:
+                pairs.append((i, k))
+                j = k + 1
+                break
+    return pairs
+
+
+# -- Kineto nesting ---------------------------------------------------------------------------------------
+
+
+def _kineto_nesting(kin: KinetoTrace) -> tuple[np.ndarray, np.ndarray]:
+    """Innermost enclosing CPU event on the same thread (-1 = none) and exclusive duration of every event."""
+    n = len(kin.cpu_ts)
+    parent = np.full(n, -1, dtype=np.int64)
+    child_sum = np.zeros(n, dtype=np.float64)
+    order = np.lexsort((-kin.cpu_dur, kin.cpu_ts, kin.cpu_tid))
+    ts = kin.cpu_ts.tolist()
+    end = (kin.cpu_ts + kin.cpu_dur).tolist()
+    tid = kin.cpu_tid.tolist()
+    dur = kin.cpu_dur.tolist()
+    stack: list[int] = []
+    current_tid = None
+    par = [-1] * n
+    sums = [0.0] * n
+    for row in order.tolist():
+        if tid[row] != current_tid:
+            stack.clear()
+            current_tid = tid[row]
+        t = ts[row]
+        while stack and end[stack[-1]] <= t and not (end[stack[-1]] == t and dur[row] == 0 and ts[stack[-1]] == t):
+            stack.pop()
+        # An event that starts inside the top but ends after it is clipped: treat the top as its parent.
+        if stack:
+            top = stack[-1]
+            par[row] = top
+            sums[top] += min(dur[row], end[top] - t)
+        stack.append(row)
+    parent[:] = par
+    child_sum[:] = sums
+    excl = np.maximum(kin.cpu_dur - child_sum, 0.0)
+    return parent, excl
+
+
+# -- tree repair -----------------------------------------------------------------------------------------
+
+
+def _thread_root_of(host: HostTrace, index_of: dict[int, int], i: int) -> int:
+    """Nearest host-trace ancestor that is a synthetic thread/process root (-1 if none)."""
+    seen = 0
+    j = i
+    while seen < 10_000:
+        op = host.ops[j]
+        p = index_of.get(op.parent, -1)
+        if p < 0 or p == j:
+            return j if op.name.startswith(ROOT_MARKERS) else -1
+        if host.ops[p].name.startswith(ROOT_MARKERS):
+            return p
+        j = p
+        seen += 1
+    return -1
+
+
+def _pair_backend_ops(host: HostTrace, index_of: dict[int, int], ts: np.ndarray) -> dict[int, int]:
+    """Backend op index -> dispatcher op index, by tensor identity and issue order."""
+    ops = host.ops
+    dispatch: list[int] = []
+    backend: list[int] = []
+    for i, op in enumerate(ops):
+        if op.inputs is None:
+            continue
+        kind = classify_op(op.name, op.extra, op.inputs)
+        if kind is None:
+            continue
+        if kind.family == Family.DISPATCH:
+            dispatch.append(i)
+        elif kind.family == Family.BACKEND:
+            backend.append(i)
+    if not backend or not dispatch:
+        return {}
+
+    def order_key(i: int) -> tuple[float, int]:
+        t = ts[i]
+        return (ops[i].id if math.isnan(t) else t, ops[i].id)
+
+    by_key: dict[tuple[int, int], list[int]] = defaultdict(list)
+    children: dict[int, list[int]] = defaultdict(list)
+    dispatch_ids = {ops[i].id: i for i in dispatch}
+    for i, op in enumerate(ops):
+        owner = dispatch_ids.get(op.parent)
+        if owner is not None:
+            children[owner].append(i)
+    for d in sorted(dispatch, key=order_key):
+        keys = set(ops[d].reads) | set(ops[d].writes)
+        for c in children[d]:  # reduce_scatter on gloo: the backend moves the dispatcher's aten::clone output
+            keys.update(ops[c].writes)
+        for key in keys:
+            by_key[key].append(d)
+    paired: dict[int, int] = {}
+    used: set[int] = set()
+    for b in sorted(backend, key=order_key):
+        b_key = order_key(b)
+        best = None
+        for key in ops[b].reads or ops[b].writes:
+            for d in by_key.get(key, ()):
+                if d in used:
+                    continue
+                if order_key(d) <= b_key or math.isnan(ts[b]):
+                    if best is None or order_key(d) < order_key(best):
+                        best = d
+                    break
+        if best is not None:
+            paired[b] = best
+            used.add(best)
+    return paired
+
+
+def _repair_parents(host: HostTrace, rows: np.ndarray, k_parent: np.ndarray, ts: np.ndarray,
+                    report: LinkReport) -> np.ndarray:
+    ops = host.ops
+    n = len(ops)
+    index_of = {op.id: i for i, op in enumerate(ops)}
+    host_of_row: dict[int, int] = {int(r): i for i, r in enumerate(rows.tolist()) if r >= 0}
+    parent = np.empty(n, dtype=np.int64)
+    paired = _pair_backend_ops(host, index_of, ts)
+    report.backend_ops_paired = len(paired)
+    for i, op in enumerate(ops):
+        et_parent = index_of.get(op.parent, -1)
+        if et_parent == i:
+            et_parent = -1
+        chosen = -2
+        if i in paired:
+            chosen = paired[i]
+        elif rows[i] >= 0:
+            kp = int(k_parent[rows[i]])
+            while kp >= 0 and kp not in host_of_row:
+                kp = int(k_parent[kp])
+            if kp >= 0:
+                chosen = host_of_row[kp]
+            elif et_parent >= 0 and rows[et_parent] < 0:
+                chosen = et_parent  # top of its thread: keep the unlinked root above it
+            else:
+                chosen = _thread_root_of(host, index_of, i)
+        if chosen == -2:
+            chosen = et_parent
+        parent[i] = chosen
+        if chosen != et_parent:
+            report.tree_repairs += 1
+    _break_cycles(parent, host, index_of)
+    return parent
+
+
+def _break_cycles(parent: np.ndarray, host: HostTrace, index_of: dict[int, int]) -> None:
+    """Re-hang any op caught in a parent cycle under its thread root (never expected; cheap to ensure)."""
+    state = np.zeros(len(parent), dtype=np.int8)  # 0 new, 1 on current path, 2 done
+    plist = parent.tolist()
+    for start in range(len(plist)):
+        path = []
+        j = start
+        while j >= 0 and state[j] == 0:
+            state[j] = 1
+            path.append(j)
+            j = plist[j]
+        if j >= 0 and state[j] == 1:  # cycle: cut it at j
+            root = _thread_root_of(host, index_of, j)
+            plist[j] = root if root not in (j,) and state[root] != 1 else -1
+        for k in path:
+            state[k] = 2
+    parent[:] = plist
+
+
+# -- GPU activity ----------------------------------------------------------------------------------------
+
+
+def _attach_gpu(kin: KinetoTrace, rows: np.ndarray, k_parent: np.ndarray, report: LinkReport) -> list[GpuActivity]:
+    n_gpu = len(kin.gpu_ts)
+    report.kernels = n_gpu
+    if not n_gpu:
+        return []
+    host_of_row = {int(r): i for i, r in enumerate(rows.tolist()) if r >= 0}
+    launch_of = {int(c): j for j, c in enumerate(kin.launch_correlation.tolist()) if c >= 0}
+    # Per thread: CPU events sorted by start, to find the innermost one enclosing a launch.
+    per_tid: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for tid in np.unique(kin.cpu_tid).tolist():
+        sel = np.flatnonzero(kin.cpu_tid == tid)
+        sel = sel[np.lexsort((-kin.cpu_dur[sel], kin.cpu_ts[sel]))]
+        per_tid[tid] = (sel, kin.cpu_ts[sel])
+    end = kin.cpu_ts + kin.cpu_dur
+    out: list[GpuActivity] = []
+    for g in range(n_gpu):
+        j = launch_of.get(int(kin.gpu_correlation[g]), -1)
+        owner = -1
+        if j >= 0:
+            t = float(kin.launch_ts[j])
+            sel, starts = per_tid.get(int(kin.launch_tid[j]), (None, None))
+            if sel is not None:
+                k = int(np.searchsorted(starts, t, side="right")) - 1
+                row = int(sel[k]) if k >= 0 else -1
+                while row >= 0 and (end[row] < t or row not in host_of_row):
+                    row = int(k_parent[row])
+                owner = host_of_row.get(row, -1) if row >= 0 else -1
+        if owner < 0:
+            report.kernels_unlinked += 1
+            continue
+        report.kernels_linked += 1
+        out.append(GpuActivity(owner, kin.names[kin.gpu_name[g]], kin.gpu_category[g], float(kin.gpu_ts[g]),
+                               float(kin.gpu_dur[g]), int(kin.gpu_stream[g]), kin.gpu_pg[g]))
+    return out
+
+
+# -- entry points ----------------------------------------------------------------------------------------
+
+
+def link(host: HostTrace, kineto: KinetoTrace | None) -> LinkedRank:
+    """Link ``host`` with ``kineto`` (``None``: a host trace alone, durations unknown)."""
+    n = len(host.ops)
+    report = LinkReport(host_ops=n)
+    rows = np.full(n, -1, dtype=np.int64)
+    nan = np.full(n, _NAN)
+    if kineto is None:
+        gpu = _split_gpu_nodes(host)
+        n = len(host.ops)
+        report.host_ops = n
+        ts, dur, excl = _linked_fields(host)
+        report.linked_ops = int((~np.isnan(ts)).sum())
+        report.method = "linked-json" if report.linked_ops else "none"
+        index_of = {op.id: j for j, op in enumerate(host.ops)}
+        parent = np.array([index_of.get(op.parent, -1) for op in host.ops], dtype=np.int64)
+        parent[parent == np.arange(n)] = -1
+        # Without Kineto nesting, still hang each backend op under its dispatcher op (tensor identity).
+        paired = _pair_backend_ops(host, index_of, ts)
+        for b, d in paired.items():
+            if parent[b] != d:
+                parent[b] = d
+                report.tree_repairs += 1
+        report.backend_ops_paired = len(paired)
+        _break_cycles(parent, host, index_of)
+        _count_unlinked(host, ts, report)
+        report.kernels = report.kernels_linked = len(gpu)
+        return LinkedRank(host, ts, dur, excl, np.full(n, -1, dtype=np.int64), parent, gpu, report)
+    report.kineto_cpu_events = len(kineto.cpu_ts)
+    if host.has_rf_ids and kineto.has_rf_ids:
+        _match_by_rf_id(host, kineto, rows, report)
+    else:
+        _match_by_name_order(host, kineto, rows, report)
+    k_parent, k_excl = _kineto_nesting(kineto)
+    hit = rows >= 0
+    ts, dur, excl = nan.copy(), nan.copy(), nan.copy()
+    ts[hit] = kineto.cpu_ts[rows[hit]]
+    dur[hit] = kineto.cpu_dur[rows[hit]]
+    excl[hit] = k_excl[rows[hit]]
+    thread = np.full(n, -1, dtype=np.int64)
+    thread[hit] = kineto.cpu_tid[rows[hit]]
+    report.linked_ops = int(hit.sum())
+    _count_unlinked(host, ts, report)
+    parent = _repair_parents(host, rows, k_parent, ts, report)
+    gpu = _attach_gpu(kineto, rows, k_parent, report)
+    offset = kineto.base_time_ns / 1000.0
+    return LinkedRank(host, ts, dur, excl, thread, parent, gpu, report, offset, kineto)
+
+
+def _split_gpu_nodes(host: HostTrace) -> list[GpuActivity]:
+    """A linked JSON carries GPU activity as extra nodes (with ``cat``): turn them back into activities of
+    their launching op and keep only host ops in ``host.ops``."""
+    if not any(op.gpu is not None for op in host.ops):
+        return []
+    cpu_ops = [op for op in host.ops if op.gpu is None]
+    index_of = {op.id: i for i, op in enumerate(cpu_ops)}
+    out = []
+    for op in host.ops:
+        if op.gpu is None or op.parent not in index_of:
+            continue
+        ts, dur, _ = op.linked or (_NAN, 0.0, 0.0)
+        out.append(GpuActivity(index_of[op.parent], op.name, op.gpu[0], ts, dur, op.gpu[1],
+                               (op.extra or {}).get("pg_name")))
+    host.ops = cpu_ops
+    return out
+
+
+def _linked_fields(host: HostTrace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    n = len(host.ops)
+    ts, dur, excl = np.full(n, _NAN), np.full(n, _NAN), np.full(n, _NAN)
+    for i, op in enumerate(host.ops):
+        if op.linked is not None:
+            ts[i], dur[i], excl[i] = op.linked
+    return ts, dur, excl
+
+
+def _count_unlinked(host: HostTrace, ts: np.ndarray, report: LinkReport) -> None:
+    missing: dict[str, int] = defaultdict(int)
+    for i in np.flatnonzero(np.isnan(ts)).tolist():
+        name = host.ops[i].name
+        if not name.startswith(ROOT_MARKERS):
+            missing[name] += 1
+    report.unlinked_ops = sum(missing.values())
+    report.unlinked_names = dict(sorted(missing.items(), key=lambda kv: -kv[1])[:20])
+
+
+def from_linked_host(host: HostTrace) -> LinkedRank:
+    """A :class:`LinkedRank` from a linked JSON (or a bare host trace: then no timing)."""
+    return link(host, None)
+
+
+def link_files(host_path: str | os.PathLike[str], kineto_path: str | os.PathLike[str] | None, *,
+               rank: int | None = None) -> LinkedRank:
+    """Read and link one rank's pair of files (gzip or plain)."""
+    host = load_host_trace(host_path, rank=rank)
+    kineto = load_kineto(kineto_path, rank=rank) if kineto_path is not None else None
+    return link(host, kineto)
+
+
+def write_linked_json(linked: LinkedRank, path: str | os.PathLike[str]) -> LinkReport:
+    """Write the "host + device" JSON: every host node with ``ts``/``inclusive_dur``/``exclusive_dur``
+    (µs, Kineto clock) where linked and ``ctrl_deps`` = the repaired parent (the host trace's parent is
+    kept as ``et_parent`` when they differ), followed by one node per GPU activity (``cat``, ``stream``,
+    ``pg_name``) whose ``ctrl_deps`` is the launching op. GPU node ids continue after the largest host id.
+    """
+    host = linked.host
+    doc = read_array_document(host.path, "nodes")
+    ids = [op.id for op in host.ops]
+    index_of = {node_id: i for i, node_id in enumerate(ids)}
+    next_id = max(ids) + 1
+    flat = host.schema.startswith("1.0.1")
+    parts: list[bytes] = []
+    for chunk in doc.chunks():
+        for raw in chunk:
+            i = index_of[raw["id"]]
+            _annotate(raw, linked, i, ids)
+            parts.append(orjson.dumps(raw))
+    for act in sorted(linked.gpu, key=lambda a: (a.op, a.ts)):
+        op = host.ops[act.op]
+        node: dict[str, Any] = {"id": next_id, "name": act.name, "cat": act.category, "ph": "X", "ts": act.ts,
+                                "inclusive_dur": act.dur, "exclusive_dur": act.dur, "stream": act.stream}
+        if flat:  # schema 1.0.1 layout
+            node.update(parent=op.id, inputs=[], input_shapes=[], input_types=[], outputs=[], output_shapes=[],
+                        output_types=[])
+        else:
+            node.update(ctrl_deps=op.id, inputs={"values": [], "shapes": [], "types": []},
+                        outputs={"values": [], "shapes": [], "types": []}, attrs=[])
+        if act.pg_name is not None:
+            node["pg_name"] = act.pg_name
+        parts.append(orjson.dumps(node))
+        next_id += 1
+    header = dict(doc.header)
+    header["nodes"] = None
+    head = orjson.dumps(header)
+    with atomic_output(path) as out:
+        out.write(head[:head.rindex(b'"nodes":null')] + b'"nodes":[\n')
+        out.write(b",\n".join(parts))
+        out.write(b"\n]" + head[head.rindex(b'"nodes":null') + len(b'"nodes":null'):] + b"\n")
+    return linked.report
+
+
+def _annotate(raw: dict[str, Any], linked: LinkedRank, i: int, ids: list[int]) -> None:
+    if not math.isnan(linked.ts[i]):
+        raw["ts"] = float(linked.ts[i])
+        raw["inclusive_dur"] = float(linked.dur[i])
+        raw["exclusive_dur"] = float(linked.excl[i])
+    p = int(linked.parent[i])
+    new_parent = ids[p] if p >= 0 else ids[i]
+    key = "parent" if "parent" in raw and "ctrl_deps" not in raw else "ctrl_deps"
+    if raw.get(key) != new_parent:
+        raw["et_parent"] = raw.get(key)
+        raw[key] = new_parent

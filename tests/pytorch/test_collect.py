@@ -1,0 +1,85 @@
+"""Collecting real jobs: the profile() context manager and ``etkit collect example`` end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from etkit.cli.main import main
+from etkit.errors import EtkitError
+from etkit.executor import SerialExecutor
+from etkit.pytorch.collect import CollectError, run_example
+from etkit.pytorch.job import convert_job
+from etkit.validate import validate
+
+from .raw import host_collectives, load_json
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+
+def test_profile_records_the_same_steps_in_both_files(tmp_path):
+    from etkit.collect import profile
+
+    model = torch.nn.Linear(8, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with profile(tmp_path, rank=0, steps=2, compress=True) as rec:
+        for _ in range(rec.total_steps):
+            opt.zero_grad()
+            model(torch.randn(2, 8)).sum().backward()
+            opt.step()
+            rec.step()
+    assert rec.host_path.name == "rank-0.et.json.gz" and rec.kineto_path.name == "rank-0.kineto.json.gz"
+    host = load_json(rec.host_path)
+    kineto = load_json(rec.kineto_path)
+    steps_host = sorted(n["name"] for n in host["nodes"] if n["name"].startswith("ProfilerStep#"))
+    steps_kineto = sorted(e["name"] for e in kineto["traceEvents"] if e.get("name", "").startswith("ProfilerStep#"))
+    assert steps_host == steps_kineto == ["ProfilerStep#2", "ProfilerStep#3"]
+    report = convert_job(tmp_path, tmp_path / "out" / "job", executor=SerialExecutor())
+    assert report.ranks[0].unlinked_ops == 0 and report.ranks[0].durations_known
+
+
+def test_profile_refuses_a_loop_that_is_too_short(tmp_path):
+    from etkit.collect import profile
+
+    with pytest.raises(EtkitError, match="ran 1 steps"):
+        with profile(tmp_path, rank=0, steps=2) as rec:
+            rec.step()
+
+
+@pytest.mark.slow
+def test_collect_example_then_convert(tmp_path, capsys):
+    out = tmp_path / "ddp"
+    assert main(["collect", "example", "--workload", "ddp", "--ranks", "2", "-o", str(out), "-q"]) == 0
+    assert "rank-1.kineto.json" in capsys.readouterr().out
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["world_size"] == 2 and meta["profiled_steps"] == 2
+    assert main(["convert", "pytorch", str(out), "-o", str(tmp_path / "et" / "ddp"), "-q", "-j", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "ALL_REDUCE" in printed
+    assert validate(str(tmp_path / "et" / "ddp"), executor=SerialExecutor()).ok
+    # the fresh job's collectives are those its raw host traces show
+    from etkit import load_job
+
+    job = load_job(str(tmp_path / "et" / "ddp"), executor=SerialExecutor())
+    for rank in (0, 1):
+        calls = host_collectives(out / f"rank-{rank}.et.json")
+        assert calls and int((job.traces[rank].types == 7).sum()) == len(calls)
+
+
+@pytest.mark.slow
+def test_a_failing_rank_is_named(tmp_path):
+    out = tmp_path / "broken"
+    (out / "rank-1.et.json").mkdir(parents=True)  # rank 1 cannot write its trace
+    with pytest.raises(CollectError) as err:
+        run_example("cnn", 2, out, quiet=True, timeout_s=120)
+    message = str(err.value)
+    assert "first rank 1: IsADirectoryError" in message and "rank-1.log" in message
+
+
+def test_bad_requests_are_refused_before_spawning(tmp_path):
+    with pytest.raises(EtkitError, match="unknown workload"):
+        run_example("gpt", 2, tmp_path)
+    with pytest.raises(EtkitError, match="at least 2 ranks"):
+        run_example("pp", 1, tmp_path)

@@ -1,0 +1,40 @@
+"""Chunked reading of big JSON arrays gives exactly what a whole-document parse gives, in every layout."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from etkit.errors import EtkitError
+from etkit.pytorch.jsonio import read_array_document
+
+DOC = {"schema": "1.1.1-chakra.0.0.4", "pid": 7,
+       "nodes": [{"id": i, "name": f"op{i}", "attrs": [{"name": "rf_id", "value": i}, {"name": "tid", "value": 1}],
+                  "inputs": {"values": [[i, i, 0, 4, 4, "cpu"], "},\n{"]}} for i in range(50)],
+       "finish_ts": 9}
+
+
+@pytest.mark.parametrize("dump", [
+    lambda d: json.dumps(d),                     # one line: no boundary at all
+    lambda d: json.dumps(d, indent=2),           # nested objects on their own lines: boundaries inside nodes
+    lambda d: json.dumps(d, indent=None, separators=(",", ":")).replace('},{"id"', '},\n    {"id"'),
+])
+@pytest.mark.parametrize("size", [1, 7, 2048])
+def test_chunks_equal_the_array(tmp_path, dump, size):
+    path = tmp_path / "doc.json"
+    path.write_text(dump(DOC))
+    doc = read_array_document(path, "nodes")
+    assert doc.header == {k: v for k, v in DOC.items() if k != "nodes"}
+    chunks = list(doc.chunks(size))
+    assert [n for c in chunks for n in c] == DOC["nodes"]
+    assert all(len(c) <= size for c in chunks)
+
+
+def test_errors_name_the_file(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text('{"nodes": [ {"id": 1}, ')
+    with pytest.raises(EtkitError, match="bad.json"):
+        list(read_array_document(path, "nodes").chunks())
+    with pytest.raises(EtkitError, match="missing.json"):
+        read_array_document(tmp_path / "missing.json", "nodes")
