@@ -23,8 +23,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="message sizes, e.g. 1KiB,64KiB,4MiB (default 1KiB..4MiB, 5 sizes)")
     p.add_argument("--reps", type=int, default=5, help="timed repetitions per size (median; default 5)")
     p.add_argument("--from-trace", metavar="PREFIX", help="instead of measuring, fit the communication recorded in a "
-                   "measured job (per collective, from the last member's arrival until every member returned; "
-                   "latency, bandwidth and a fixed overhead per collective type)")
+                   "measured job (per collective member, from the last member's arrival until it returned; "
+                   "latency, bandwidth, a fixed overhead per collective type and the recorded spread around it)")
+    p.add_argument("--steps", metavar="N,M", help="with --from-trace: fit only the collectives of these profiled "
+                   "steps (ProfilerStep#N), e.g. to check the prediction of the others out of sample")
     p.add_argument("-o", "--output", required=True, metavar="NET.yml", help="network YAML to write")
     p.set_defaults(func=run)
 
@@ -35,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
         from ..model.job import load_job
         from ..simulate.calibrate import calibrate_from_job
 
-        cal = calibrate_from_job(load_job(args.from_trace, executor=SerialExecutor()))
+        steps = {int(x) for x in args.steps.split(",") if x} if args.steps else None
+        cal = calibrate_from_job(load_job(args.from_trace, executor=SerialExecutor()), steps=steps)
     else:
         cal = calibrate(args.ranks, backend=args.backend, sizes=args.sizes, reps=args.reps)
     net_path, sys_path = write_calibration(cal, args.output)
@@ -45,5 +48,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"fitted: {cal.topology} x {cal.ranks}, latency {cal.latency_ns:,.0f} ns/hop, bandwidth {cal.bandwidth_gbps:.3f} GB/s")
     if cal.overheads_ns:
         print("per-call overheads: " + ", ".join(f"{k} {v / 1e3:,.0f} us" for k, v in sorted(cal.overheads_ns.items())))
+    for (kind, group), vectors in sorted(cal.residuals_ns.items()):
+        flat = sorted(x for v in vectors for x in v)
+        print(f"spread of {kind} on {group} ranks: {len(vectors)} calls, member residual {flat[0] / 1e3:+,.0f} .. "
+              f"{flat[-1] / 1e3:+,.0f} us (median {flat[len(flat) // 2] / 1e3:+,.0f} us)")
     print(f"wrote {net_path} and {sys_path}")
     return 0

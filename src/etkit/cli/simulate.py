@@ -41,6 +41,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "--scale-latency 0.1 is a network 10x faster in both terms)")
     p.add_argument("--measured-start", action="store_true",
                    help="measured traces: each rank enters at its recorded start instead of 0 (one clock needed)")
+    p.add_argument("--samples", type=int, default=32, metavar="N",
+                   help="systems with recorded cost residuals (etkit calibrate --from-trace): Monte Carlo runs; the "
+                        "result is the run with the median step time (default 32; 0 = one deterministic run)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the first Monte Carlo run (default 0)")
     p.add_argument("--straggler", action="append", default=[], metavar="RANK:F",
                    help="rank RANK computes F times slower (repeatable)")
     p.add_argument("--device", metavar="NAME", help="swap the device (A100, H100, H200, MI300X): compute rescaled by roofline")
@@ -65,7 +69,8 @@ def _knobs(args: argparse.Namespace, preset_device) -> Knobs:
         raise UsageError("--device needs --trace-device (or a preset / etkit system file naming the trace's device)")
     return Knobs(args.scale_compute, args.scale_bandwidth, stragglers, device, trace_device, args.congestion, args.deps,
                  measured_gaps=not args.raw_durations, strip_waits=not args.raw_durations,
-                 scale_latency=args.scale_latency, measured_start=args.measured_start)
+                 scale_latency=args.scale_latency, measured_start=args.measured_start, samples=args.samples,
+                 seed=args.seed)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -96,6 +101,10 @@ def run(args: argparse.Namespace) -> int:
     print("\n".join(result.table()))
     print(f"simulated {result.nodes:,} nodes ({result.simulated_nodes:,} walked, {result.classes} rank class(es)) "
           f"in {result.wall_s:.2f} s")
+    if result.step_samples_ns:
+        steps = sorted(result.step_samples_ns)
+        print(f"{len(steps)} Monte Carlo runs (recorded cost spread): step time median {result.step_ns / 1e6:,.3f} ms, "
+              f"mean {sum(steps) / len(steps) / 1e6:,.3f} ms, range {steps[0] / 1e6:,.3f}-{steps[-1] / 1e6:,.3f} ms")
     for w in result.warnings[:10]:
         print(f"warning: {w}", file=sys.stderr)
     if args.json:

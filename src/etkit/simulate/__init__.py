@@ -7,6 +7,12 @@ Public API (what ``etkit simulate`` and ``etkit analyze --simulate`` call)::
     result = simulate(job, network, system, knobs=Knobs(scale_bandwidth=2))
     result.makespan_ns, result.ranks[0].finish_ns, result.schedule   # Schedule(source="simulation")
     result.step_ns      # slowest rank's finish minus its start (measured traces start ranks where they did)
+    result.step_samples_ns  # Monte Carlo: every run's step time (systems with recorded cost residuals)
+
+A system calibrated from a measured job (``etkit calibrate --from-trace``) carries the recorded spread
+of each collective type's cost (``collective_residuals_ns``): then ``Knobs.samples`` runs (default 32,
+seeds ``Knobs.seed`` + i) each release every collective member at its own drawn time, and the result
+is the run whose step time is the median.
 
 ``simulate(job, network, system, knobs=None, *, congestion=None) -> SimulationResult``: ``job`` is an
 :class:`etkit.model.job.Job` (or a prefix / file list, loaded with :func:`etkit.model.job.load_job`),
@@ -73,8 +79,19 @@ def simulate(job: Job | str | os.PathLike[str] | Sequence[str], network: Network
     if bad:
         raise UsageError(f"straggler rank(s) {bad} not in the job (ranks 0..{world - 1})")
     began = time.perf_counter()
-    classes = rank_classes(job, system, knobs)
-    out = run_engine(classes, job.groups, world, network, system, knobs.congestion)
+    runs = knobs.samples if system.collective_residuals_ns else 0
+    # each member draws its own cost: ranks with identical graphs no longer run identically
+    classes = rank_classes(job, system, replace(knobs, symmetry=False) if runs else knobs)
+    if runs:
+        import numpy as np
+
+        outs = [run_engine(classes, job.groups, world, network, system, knobs.congestion,
+                           np.random.default_rng(knobs.seed + i)) for i in range(runs)]
+        steps = [_run_step(classes, o) for o in outs]
+        out = outs[int(np.argsort(steps, kind="stable")[(runs - 1) // 2])]  # the run with the median step time
+    else:
+        out = run_engine(classes, job.groups, world, network, system, knobs.congestion)
+        steps = []
     figures = {}
     for cls, s, e, x in zip(classes, out.start, out.end, out.transfer):
         f = figures_for(cls, s, e, x)
@@ -85,6 +102,13 @@ def simulate(job: Job | str | os.PathLike[str] | Sequence[str], network: Network
     config = {"network": network.to_yaml_dict(), "system": system.source, "congestion": knobs.congestion,
               "scale_compute": knobs.scale_compute, "scale_bandwidth": knobs.scale_bandwidth,
               "scale_latency": knobs.scale_latency, "collective_overhead_ns": dict(system.collective_overhead_ns),
-              "stragglers": knobs.stragglers, "device": knobs.device.name if knobs.device else None}
+              "stragglers": knobs.stragglers, "samples": runs, "seed": knobs.seed, "device": knobs.device.name if knobs.device else None}
     return SimulationResult(figures, build_schedule(classes, out.start, out.end), out.events, nodes, simulated,
-                            len(classes), time.perf_counter() - began, out.warnings, config)
+                            len(classes), time.perf_counter() - began, out.warnings, config, steps)
+
+
+def _run_step(classes, out) -> float:
+    """Step time of one engine run: the longest class's finish minus its entry."""
+    import numpy as np
+
+    return max(float(np.nanmax(e, initial=0.0)) - c.program.release_ns for c, e in zip(classes, out.end))

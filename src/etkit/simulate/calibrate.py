@@ -33,16 +33,17 @@ from ..errors import EtkitError, UsageError
 from ..fileio import atomic_output
 from ..format.schema import CommType, NodeType
 from .collectives import group_layout, p2p_time, plan_collective
-from .config import OVERHEAD_KEY, Dimension, NetworkConfig, SystemConfig
+from .config import OVERHEAD_KEY, RESIDUALS_KEY, Dimension, NetworkConfig, SystemConfig
 from ..model.job import Job
 
-__all__ = ["measured_step_ns", "Measurement", "Calibration", "measure", "fit", "calibrate", "write_calibration", "CALIBRATION_SYSTEM",
+__all__ = ["measured_step_ns", "measured_steps_ns", "simulated_steps_ns", "step_rows", "Measurement", "Calibration", "measure", "fit", "calibrate", "write_calibration", "CALIBRATION_SYSTEM",
            "DEFAULT_SIZES"]
 
 #: System assumed by the fit: one chunk, no endpoint delay, ring everywhere.
 CALIBRATION_SYSTEM = SystemConfig(endpoint_delay_ns=0.0, preferred_dataset_splits=1, active_chunks_per_dimension=1,
                                   local_mem_bw_gbps=1e6, source="etkit calibrate")
 DEFAULT_SIZES = (1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22)
+STEP_PREFIX = "ProfilerStep#"
 COLLECTIVES = {"all_reduce": CommType.ALL_REDUCE, "all_gather": CommType.ALL_GATHER, "broadcast": CommType.BROADCAST}
 
 
@@ -52,6 +53,7 @@ class Measurement:
     size: int  # comm_size as an ET would carry it (all_gather: the per-rank shard)
     seconds: float  # median over repetitions (max over ranks per repetition)
     group: int = 0  # members (0 = every rank of the calibration)
+    instance: int = -1  # from a trace: which recorded call (the members of one call share it)
 
 
 @dataclass
@@ -64,26 +66,77 @@ class Calibration:
     topology: str = "Switch"
     errors: list[float] = field(default_factory=list)  # relative error of the fit, per measurement
     overheads_ns: dict[str, float] = field(default_factory=dict)  # per call, by CommType name or "P2P"
+    # from a trace: per (CommType name, group size) one vector per recorded call, each member's cost
+    # minus the fitted model's time (ns): the spread the simulator draws from
+    residuals_ns: dict[tuple[str, int], list[tuple[float, ...]]] = field(default_factory=dict)
 
     def network(self) -> NetworkConfig:
         return NetworkConfig((Dimension(self.topology, self.ranks, self.bandwidth_gbps, self.latency_ns),), "calibration")
 
     def system(self) -> SystemConfig:
         """:data:`CALIBRATION_SYSTEM` with the fitted per-call overheads (what to simulate with)."""
-        return replace(CALIBRATION_SYSTEM, collective_overhead_ns=tuple(sorted(self.overheads_ns.items())))
+        return replace(CALIBRATION_SYSTEM, collective_overhead_ns=tuple(sorted(self.overheads_ns.items())),
+                       collective_residuals_ns=tuple((k, g, tuple(v)) for (k, g), v in sorted(self.residuals_ns.items())))
 
 
 def measured_step_ns(job_dir: str | os.PathLike[str]) -> float:
     """The measured time of a collected PyTorch job's profiled steps: per rank the sum of its Kineto
     ``ProfilerStep#N`` spans (files ``rank-<r>.kineto.json[.gz]``), the slowest rank's, in ns."""
+    best = 0.0
+    for events in _kineto_events(job_dir):
+        best = max(best, sum(float(e.get("dur", 0)) for e in events if str(e.get("name", "")).startswith(STEP_PREFIX)))
+    return best * 1000.0
+
+
+def _kineto_events(job_dir: str | os.PathLike[str]):
     import gzip
 
-    best = 0.0
     for path in sorted(Path(job_dir).glob("rank-*.kineto.json*")):
         with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as fh:
-            events = orjson.loads(fh.read()).get("traceEvents", [])
-        best = max(best, sum(float(e.get("dur", 0)) for e in events if str(e.get("name", "")).startswith("ProfilerStep#")))
-    return best * 1000.0
+            yield orjson.loads(fh.read()).get("traceEvents", [])
+
+
+def measured_steps_ns(job_dir: str | os.PathLike[str]) -> dict[int, float]:
+    """Per profiled step N (Kineto ``ProfilerStep#N``) the slowest rank's span, in ns."""
+    out: dict[int, float] = {}
+    for events in _kineto_events(job_dir):
+        for e in events:
+            step = _step_number(str(e.get("name", "")))
+            if step is not None:
+                out[step] = max(out.get(step, 0.0), float(e.get("dur", 0)) * 1000.0)
+    return dict(sorted(out.items()))
+
+
+def _step_number(name: str) -> int | None:
+    if not name.startswith(STEP_PREFIX):
+        return None
+    try:
+        return int(name[len(STEP_PREFIX):])
+    except ValueError:
+        return None
+
+
+def step_rows(trace) -> dict[int, int]:
+    """Row of each ``ProfilerStep#N`` annotation of a converted trace, by N."""
+    out = {}
+    for row in np.flatnonzero(trace.types == NodeType.COMP_NODE):
+        step = _step_number(trace.name(int(row)))
+        if step is not None:
+            out[step] = int(row)
+    return dict(sorted(out.items()))
+
+
+def simulated_steps_ns(job: Job, result) -> dict[int, float]:
+    """Per profiled step N the slowest rank's simulated span: from its ``ProfilerStep#N`` annotation's
+    simulated start (the first step: from the rank's entry) to the next step's (the last: its finish)."""
+    out: dict[int, float] = {}
+    for rank, trace in job.traces.items():
+        rows = step_rows(trace)
+        sched, fig = result.schedule.ranks[rank], result.ranks[rank]
+        bounds = [fig.start_ns] + [float(sched.start_ns[r]) for r in list(rows.values())[1:]] + [fig.finish_ns]
+        for i, step in enumerate(rows):
+            out[step] = max(out.get(step, 0.0), bounds[i + 1] - bounds[i])
+    return dict(sorted(out.items()))
 
 
 def _free_port() -> int:
@@ -221,7 +274,7 @@ def fit(measurements: list[Measurement], ranks: int, *, topology: str = "Switch"
     overheads = {k: float(v) for k, v in zip(kinds, solution[2:]) if v > 0}
     cal = Calibration(ranks, backend, measurements, float(latency), float(bandwidth), topology, overheads_ns=overheads)
     net, system = cal.network(), cal.system()
-    cal.errors = [_model_ns(m, net, ranks, system) / (m.seconds * 1e9) - 1.0 for m in measurements]
+    cal.errors = [_model_ns(m, net, ranks, system) / max(m.seconds * 1e9, 1.0) - 1.0 for m in measurements]
     return cal
 
 
@@ -230,6 +283,7 @@ class _Instance:
     kind: str
     size: int
     group: int
+    step: int | None = None  # the profiled step (ProfilerStep#N) it ran in, on the first rank that recorded it
     starts: list[float] = field(default_factory=list)  # µs, per member
     ends: list[float] = field(default_factory=list)
 
@@ -241,6 +295,8 @@ def _collective_instances(job: Job) -> dict[tuple, _Instance]:
     for trace in job.traces.values():
         pgs = trace.pg_names()
         counters: dict[str, int] = {}
+        steps = step_rows(trace)
+        step_starts = trace.start[list(steps.values())].astype(np.float64)
         rows = np.flatnonzero((trace.types == NodeType.COMM_COLL_NODE) & (trace.start > 0))
         for row in rows[np.argsort(trace.start[rows], kind="stable")]:
             pg = pgs[row] if pgs[row] not in (None, "") else "0"
@@ -249,52 +305,85 @@ def _collective_instances(job: Job) -> dict[tuple, _Instance]:
             comm_type = int(trace.comm_type[row])
             if comm_type not in known:
                 continue
+            at = int(np.searchsorted(step_starts, float(trace.start[row]), side="right")) - 1
             inst = out.setdefault((pg, k), _Instance(CommType(comm_type).name, max(int(trace.comm_size[row]), 0),
-                                                     len(job.groups.members(pg, job.world_size))))
+                                                     len(job.groups.members(pg, job.world_size)),
+                                                     list(steps)[at] if at >= 0 else None))
             inst.starts.append(float(trace.start[row]))
             inst.ends.append(float(trace.start[row] + trace.duration[row]))
     return out
 
 
+#: Collectives with a root: the root may return before the others arrive (a broadcast's root only
+#: sends), so they say nothing about the ranks' clocks.
+_ROOTED = {"BROADCAST", "REDUCE", "GATHER", "SCATTER"}
+
+
 def _one_clock(instances: list[_Instance]) -> bool:
-    """Whether the ranks' timestamps come from one clock: no member of an instance ended before
-    another member had started it (1 µs of rounding allowed)."""
-    return all(max(i.starts) <= min(i.ends) + 1.0 for i in instances if len(i.starts) > 1)
+    """Whether the ranks' timestamps come from one clock: no member of a collective that synchronises
+    every member (not a rooted one) ended before another member had started it (1 µs of rounding allowed)."""
+    return all(max(i.starts) <= min(i.ends) + 1.0 for i in instances if len(i.starts) > 1 and i.kind not in _ROOTED)
 
 
-def measurements_from_job(job: Job) -> list[Measurement]:
-    """What a measured job says its collectives cost, per instance (the k-th collective of a
-    communicator).
+def _member_costs(inst: _Instance, aligned: bool) -> list[float]:
+    """Each member's cost in µs: from the last member's arrival until it returned (one clock), else the
+    shortest member duration for every member (the last member to arrive waits for nobody)."""
+    if aligned:
+        last = max(inst.starts)
+        return [max(e - last, 0.0) for e in inst.ends]
+    return [min(e - s for s, e in zip(inst.starts, inst.ends))] * len(inst.starts)
 
-    The simulator starts a collective when its last member arrives and releases every member at its
-    end, so the cost is measured the same way: from the last member's arrival until every member has
-    returned. A member that returned late (a backend thread that was not scheduled, a copy-out) holds
-    back what follows it as a slow network would, and the shortest member duration the older fit used
-    missed exactly that time (the tp/fsdp/hybrid jobs' under-prediction). This needs the ranks'
-    timestamps on one clock (one host, or synchronised hosts); when they visibly are not, the shortest
-    member duration is used instead (the last member to arrive waits for nobody). Point-to-point ops
-    are left out: a blocking SEND records its wait for the receiver, not the message.
+
+def measurements_from_job(job: Job, steps: set[int] | None = None) -> list[Measurement]:
+    """What a measured job says its collectives cost: one :class:`Measurement` per member of every
+    recorded instance (the k-th collective of a communicator; ``instance`` numbers them), only those
+    of the profiled ``steps`` when given.
+
+    The simulator starts a collective when its last member arrives, so a member's cost is measured
+    from the last arrival until that member returned. Members return at different times (a gloo
+    worker thread scheduled late, a copy-out), and the simulator releases each at its own drawn time
+    (:func:`calibrate_from_job`). This needs the ranks' timestamps on one clock (one host, or
+    synchronised hosts); when they visibly are not, every member gets the shortest member duration.
+    Point-to-point ops are left out: a blocking SEND records its wait for the receiver, not the message.
     """
     instances = [i for i in _collective_instances(job).values() if i.group > 1 and len(i.starts) == i.group]
     aligned = _one_clock(instances)
     out = []
-    for inst in instances:
-        if aligned:
-            cost = max(inst.ends) - max(inst.starts)
-        else:
-            cost = min(e - s for s, e in zip(inst.starts, inst.ends))
-        if cost > 0:
-            out.append(Measurement(inst.kind, inst.size, cost * 1e-6, inst.group))
+    for number, inst in enumerate(instances):
+        if steps is not None and inst.step not in steps:
+            continue
+        costs = _member_costs(inst, aligned)
+        if max(costs) > 0:
+            out.extend(Measurement(inst.kind, inst.size, c * 1e-6, inst.group, number) for c in costs)
     return out
 
 
-def calibrate_from_job(job: Job) -> Calibration:
+def calibrate_from_job(job: Job, *, steps: set[int] | None = None) -> Calibration:
     """Fit the network to the communication recorded in a measured job (``etkit calibrate --from-trace``),
-    on absolute errors so that the model's total communication time matches the recorded one."""
-    measurements = measurements_from_job(job)
-    if len(measurements) < 2:
+    only that of the profiled ``steps`` when given (to check a prediction out of sample).
+
+    Two parts: (1) latency, bandwidth and a per-type overhead fitted to every member's cost on
+    absolute errors (the model's time is then the mean member cost of each type); (2) the spread
+    around it: per recorded call the vector of its members' residuals (cost minus the model's time),
+    by type and group size. The simulator draws one recorded vector per call, in random member
+    order, and releases each member at the model's time plus its residual; over Monte Carlo runs
+    this reproduces the distribution, including the expected slowest member and the correlation
+    between members of one call (on a loaded host they are slow together), that a mean cannot.
+    """
+    measurements = measurements_from_job(job, steps)
+    if len({m.instance for m in measurements}) < 2:
         raise UsageError(f"{job.prefix}: fewer than two timed collectives to calibrate from")
-    return fit(measurements, max(job.world_size, 2), backend="trace", relative=False, per_type=True)
+    ranks = max(job.world_size, 2)
+    cal = fit(measurements, ranks, backend="trace", relative=False, per_type=True)
+    network, system = cal.network(), cal.system()
+    calls: dict[int, list[Measurement]] = {}
+    for m in measurements:
+        calls.setdefault(m.instance, []).append(m)
+    for members in calls.values():
+        model = _model_ns(members[0], network, ranks, system)
+        cal.residuals_ns.setdefault((_kind(members[0]), members[0].group), []).append(
+            tuple(round(m.seconds * 1e9 - model, 1) for m in members))
+    return cal
 
 
 def calibrate(ranks: int = 2, *, backend: str = "gloo", sizes: tuple[int, ...] = DEFAULT_SIZES, reps: int = 5) -> Calibration:
@@ -322,6 +411,11 @@ def write_calibration(cal: Calibration, path: str | os.PathLike[str]) -> tuple[P
               "local-mem-bw": s.local_mem_bw_gbps, "roofline-enabled": 0, "peak-perf": s.peak_perf_tflops}
     if cal.overheads_ns:
         system[OVERHEAD_KEY] = {k: round(v, 1) for k, v in sorted(cal.overheads_ns.items())}
+    if cal.residuals_ns:
+        residuals: dict[str, dict[str, list]] = {}
+        for (kind, group), vectors in sorted(cal.residuals_ns.items()):
+            residuals.setdefault(kind, {})[str(group)] = [list(v) for v in vectors]
+        system[RESIDUALS_KEY] = residuals
     with atomic_output(system_path, compress=False) as out:
         out.write(orjson.dumps(system, option=orjson.OPT_INDENT_2) + b"\n")
     return path, system_path

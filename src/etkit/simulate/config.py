@@ -113,6 +113,12 @@ class SystemConfig:
     #: CommType name (``ALL_GATHER``, ...) or ``P2P`` for a SEND/RECV message: software cost of a
     #: communication call that no link latency or bandwidth explains (framework, backend threads).
     collective_overhead_ns: tuple[tuple[str, float], ...] = ()
+    #: etkit extension (system key ``etkit-collective-residuals``): the recorded spread of a call's
+    #: cost around the model, per (CommType name, group size): one vector per recorded instance, ns
+    #: per member (member's return minus the last arrival, minus the model's time). When present,
+    #: each simulated instance of that type draws one recorded vector (members in random order) and
+    #: releases each member at its own time (:func:`etkit.simulate.engine.run_engine`, Monte Carlo).
+    collective_residuals_ns: tuple[tuple[str, int, tuple[tuple[float, ...], ...]], ...] = ()
     source: str = "<defaults>"
 
     def algorithm(self, family: str, dim: int) -> str:
@@ -127,8 +133,22 @@ class SystemConfig:
                 return ns
         return 0.0
 
+    def residual_vectors(self, kind: str, group: int) -> tuple[tuple[tuple[float, ...], ...], bool]:
+        """Recorded residual vectors of ``kind`` calls: those of groups of ``group`` members (and True:
+        draw a whole vector), else every member's of any group size as one-member vectors (and False:
+        draw each member independently), else none."""
+        pooled: list[tuple[float, ...]] = []
+        for name, size, vectors in self.collective_residuals_ns:
+            if name == kind:
+                if size == group:
+                    return vectors, True
+                pooled.extend((v,) for vec in vectors for v in vec)
+        return tuple(pooled), False
+
     def scaled_overheads(self, factor: float) -> SystemConfig:
-        return replace(self, collective_overhead_ns=tuple((k, v * factor) for k, v in self.collective_overhead_ns))
+        return replace(self, collective_overhead_ns=tuple((k, v * factor) for k, v in self.collective_overhead_ns),
+                       collective_residuals_ns=tuple((k, g, tuple(tuple(x * factor for x in vec) for vec in vecs))
+                                                     for k, g, vecs in self.collective_residuals_ns))
 
 
 @dataclass(frozen=True)
@@ -150,12 +170,18 @@ class Knobs:
     scale_latency: float = 1.0
     # measured traces: each rank enters at its recorded start instead of 0 (off by default: see docs/guide/simulate.md)
     measured_start: bool = False
+    # systems with recorded cost residuals (etkit calibrate --from-trace): Monte Carlo runs (the result
+    # is the run with the median step time; 0 = one deterministic run without residuals) and their seed
+    samples: int = 32
+    seed: int = 0
 
     def __post_init__(self) -> None:
         if self.scale_compute <= 0 or self.scale_bandwidth <= 0 or self.scale_latency < 0:
             raise UsageError("--scale-compute and --scale-bandwidth must be positive, --scale-latency not negative")
         if self.congestion not in ("aware", "unaware"):
             raise UsageError(f"congestion mode must be 'aware' or 'unaware', not {self.congestion!r}")
+        if self.samples < 0:
+            raise UsageError(f"samples must not be negative, not {self.samples}")
         if self.deps not in ("both", "data"):
             raise UsageError(f"deps must be 'both' or 'data', not {self.deps!r}")
         for rank, factor in self.stragglers.items():
@@ -271,6 +297,8 @@ def _algorithms(value: Any, source: str, key: str) -> tuple[str, ...]:
 #: System JSON key of the etkit per-call overheads (ASTRA-sim ignores unknown keys, so files stay shared).
 OVERHEAD_KEY = "etkit-collective-overhead"
 OVERHEAD_KINDS = tuple(c.name for c in CommType) + ("P2P",)
+#: System JSON key of the recorded cost residuals: ``{"ALL_GATHER": {"2": [[ns, ns], ...]}, ...}``.
+RESIDUALS_KEY = "etkit-collective-residuals"
 
 
 def _overheads(value: Any, source: str) -> tuple[tuple[str, float], ...]:
@@ -288,6 +316,27 @@ def _overheads(value: Any, source: str) -> tuple[tuple[str, float], ...]:
         if ns < 0:
             raise EtkitError(f"{source}: {OVERHEAD_KEY}[{key!r}] must not be negative")
         out.append((name, ns))
+    return tuple(out)
+
+
+def _residuals(value: Any, source: str) -> tuple[tuple[str, int, tuple[tuple[float, ...], ...]], ...]:
+    bad = EtkitError(f"{source}: {RESIDUALS_KEY} must map a collective to {{group size: [[ns per member], ...]}}")
+    if not isinstance(value, dict):
+        raise bad
+    out = []
+    for key, by_group in value.items():
+        name = str(key).upper().replace("-", "_")
+        if name not in OVERHEAD_KINDS or not isinstance(by_group, dict):
+            raise bad
+        for group, vectors in by_group.items():
+            try:
+                size = int(group)
+                vecs = tuple(tuple(float(x) for x in vec) for vec in vectors)
+            except (TypeError, ValueError):
+                raise bad from None
+            if size < 1 or any(len(v) != size for v in vecs):
+                raise EtkitError(f"{source}: {RESIDUALS_KEY}[{key!r}][{group!r}]: every vector needs {group} entries")
+            out.append((name, size, vecs))
     return tuple(out)
 
 
@@ -313,6 +362,8 @@ def system_from_dict(data: dict[str, Any], source: str, base: SystemConfig | Non
             updates[attr] = str(data[key])
     if OVERHEAD_KEY in data:
         updates["collective_overhead_ns"] = _overheads(data[OVERHEAD_KEY], source)
+    if RESIDUALS_KEY in data:
+        updates["collective_residuals_ns"] = _residuals(data[RESIDUALS_KEY], source)
     out = replace(cfg, **updates)
     if out.preferred_dataset_splits < 1 or out.active_chunks_per_dimension < 1 or out.local_mem_bw_gbps <= 0:
         raise EtkitError(f"{source}: preferred-dataset-splits and active-chunks-per-dimension must be >= 1, local-mem-bw > 0")

@@ -93,6 +93,7 @@ class _Instance:
     size: float
     arrived: dict[int, int] = field(default_factory=dict)  # class -> row
     issued_at: float = 0.0
+    delays: dict[int, float] | None = None  # class -> release after the instance's end (recorded residuals)
 
 
 @dataclass
@@ -110,8 +111,10 @@ class _Message:
 
 class _Engine:
     def __init__(self, classes: list[RankClass], groups: ProcessGroups, world: int, network: NetworkConfig,
-                 system: SystemConfig, congestion: str) -> None:
+                 system: SystemConfig, congestion: str, rng: np.random.Generator | None = None) -> None:
         self.classes = classes
+        self.rng = rng if system.collective_residuals_ns else None
+        self.residual_cache: dict[tuple[int, int], tuple[tuple[tuple[float, ...], ...], bool, float]] = {}
         self.groups = groups
         self.world = world
         self.network = network
@@ -244,10 +247,41 @@ class _Engine:
             fid = self.next_id
             self.next_id += 1
             self.running[fid] = inst
-            if self.sharing is None or not plan.dims:
-                self.push(self.now + plan.time_ns, _COLL_DONE, fid)
+            aware = self.sharing is not None and bool(plan.dims)
+            shift = self.draw_delays(inst) if self.rng is not None else 0.0
+            if not aware:
+                self.push(self.now + plan.time_ns + shift, _COLL_DONE, fid)
             else:
-                self.start_flow(fid, collective_ports(members, plan.dims), plan.time_ns - plan.bandwidth_ns, plan.bandwidth_ns)
+                self.start_flow(fid, collective_ports(members, plan.dims), plan.time_ns - plan.bandwidth_ns + shift,
+                                plan.bandwidth_ns)
+
+    def draw_delays(self, inst: _Instance) -> float:
+        """Draw each member's residual from the system's recorded ones (a whole recorded vector of a
+        group of this size, members in random order, else independent draws). A residual changes the
+        call's software cost (its overhead) only: no member returns before the network moved the
+        bytes. Returns the shift of the instance's end (the smallest residual) and sets each class's
+        release after that end in ``inst.delays``."""
+        key = (inst.comm_type, len(inst.members))
+        found = self.residual_cache.get(key)
+        if found is None:
+            name = comm_type_name(inst.comm_type)
+            found = self.system.residual_vectors(name, len(inst.members)) + (self.system.overhead_ns(name),)
+            self.residual_cache[key] = found
+        vectors, whole, overhead = found
+        if not vectors:
+            return 0.0
+        rng = self.rng
+        if whole:
+            vec = vectors[int(rng.integers(len(vectors)))]
+            drawn = dict(zip(inst.members, (vec[i] for i in rng.permutation(len(vec)))))
+        else:
+            drawn = dict(zip(inst.members, (vectors[i][0] for i in rng.integers(len(vectors), size=len(inst.members)))))
+        per_class: dict[int, float] = {}
+        for r, d in drawn.items():  # (simulate() does not merge ranks when drawing; a merged class takes its first member's)
+            per_class.setdefault(self.class_of_rank[r], d)
+        shift = max(min(per_class.values()), -overhead)
+        inst.delays = {c: max(d, shift) - shift for c, d in per_class.items()}
+        return shift
 
     # -- point to point -------------------------------------------------------------------------
     # Sends are eager, as in ASTRA-sim: the message leaves when the SEND issues and the SEND ends when it
@@ -305,8 +339,12 @@ class _Engine:
     def finish(self, fid: int) -> None:
         item = self.running.pop(fid)
         if isinstance(item, _Instance):
+            delays = item.delays
             for c, row in item.arrived.items():
-                self.complete(c, row)
+                if delays and delays[c] > 0:
+                    self.push(self.now + delays[c], _DONE, c, row)
+                else:
+                    self.complete(c, row)
         else:
             item.arrived = True
             self.complete(item.cls, item.row)
@@ -463,12 +501,14 @@ def _check(classes: list[RankClass], groups: ProcessGroups, world: int) -> list[
 
 
 def run_engine(classes: list[RankClass], groups: ProcessGroups, world: int, network: NetworkConfig,
-               system: SystemConfig, congestion: str = "unaware") -> EngineResult:
-    """Simulate; raise :class:`SimulationBlocked` when the job cannot run to the end."""
+               system: SystemConfig, congestion: str = "unaware", rng: np.random.Generator | None = None) -> EngineResult:
+    """Simulate; raise :class:`SimulationBlocked` when the job cannot run to the end. With ``rng`` and
+    a system with recorded residuals (``collective_residuals_ns``), each collective member is
+    released at its own drawn time (one Monte Carlo run)."""
     problems = _check(classes, groups, world)
     if problems:
         raise SimulationBlocked(BlockedReport("invalid input", problems))
-    engine = _Engine(classes, groups, world, network, system, congestion)
+    engine = _Engine(classes, groups, world, network, system, congestion, rng)
     engine.run()
     report = engine.blocked_report()
     if report is not None:

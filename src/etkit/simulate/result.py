@@ -77,6 +77,7 @@ class SimulationResult:
     wall_s: float
     warnings: list[str] = field(default_factory=list)
     config: dict = field(default_factory=dict)
+    step_samples_ns: list[float] = field(default_factory=list)  # Monte Carlo: each run's step time (the result is the median run)
 
     @property
     def makespan_ns(self) -> float:
@@ -95,7 +96,7 @@ class SimulationResult:
             "makespan_ns": self.makespan_ns, "step_ns": self.step_ns,
             "ranks": {r: f.__dict__ for r, f in sorted(self.ranks.items())},
             "nodes": self.nodes, "simulated_nodes": self.simulated_nodes, "rank_classes": self.classes,
-            "events": self.events, "wall_s": self.wall_s, "warnings": self.warnings, "config": self.config,
+            "events": self.events, "wall_s": self.wall_s, "step_samples_ns": self.step_samples_ns, "warnings": self.warnings, "config": self.config,
         }
 
     def table(self, limit: int = 64) -> list[str]:
