@@ -1,0 +1,221 @@
+"""Launching a replay: one process per rank (gloo on loopback, or NCCL on GPUs), or inside torchrun.
+
+:func:`replay_job` loads and plans the job in the calling process (so a job that cannot be replayed
+fails before anything starts), then either
+
+* spawns ``world`` rank processes that meet through a ``file://`` rendezvous in a private temporary
+  folder, each loading only its own trace; results come back as pickles in that folder; or
+* when the environment already is a torchrun rank (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``), replays
+  that rank and gathers every rank's result with ``all_gather_object``.
+
+A deadline bounds the whole run: collectives get ``timeout_s`` through the process group, and the
+launcher terminates rank processes that outlive it, naming them in the error.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import pickle
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import EtkitError
+from ..executor import SerialExecutor
+from ..model.job import Job, load_job
+from ..model.trace import load_trace
+from ..progress import Progress
+from .plan import JobPlan, RankPlan, plan_job
+
+__all__ = ["ReplayOptions", "replay_job", "in_torchrun"]
+
+
+@dataclass
+class ReplayOptions:
+    """Everything a rank needs besides its trace and plan (picklable)."""
+
+    mode: str = "full"
+    iters: int = 1
+    warmup: int = 1
+    backend: str | None = None  # default: nccl with cuda, else gloo
+    device: str | None = None  # default: cuda when available, else cpu
+    timeout_s: float = 120.0
+    pool_bytes: int = 1 << 30
+    threads: int = 1  # intra-op threads per rank (PyTorch traces are collected with 1 on this project's hosts)
+    host_time: bool = True  # spin for containers' exclusive time (framework overhead around the ops)
+
+    def resolved(self) -> ReplayOptions:
+        """These options with backend and device decided, checked against this host."""
+        import torch
+
+        device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        backend = self.backend or ("nccl" if device == "cuda" else "gloo")
+        if device == "cuda" and not torch.cuda.is_available():
+            raise EtkitError("--device cuda: no CUDA device is available on this host")
+        if backend == "nccl" and device != "cuda":
+            raise EtkitError("--backend nccl needs --device cuda")
+        if self.iters < 1 or self.warmup < 0:
+            raise EtkitError("--iters must be >= 1 and --warmup >= 0")
+        return replace(self, backend=backend, device=device)
+
+
+def in_torchrun() -> bool:
+    """Whether this process is one rank of an existing torchrun/torch.distributed launch."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))
+
+
+def _device_for(options: ReplayOptions, rank: int) -> Any:
+    import torch
+
+    if options.device == "cuda":
+        local = int(os.environ.get("LOCAL_RANK", rank)) % max(torch.cuda.device_count(), 1)
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local)
+    return torch.device(options.device or "cpu")
+
+
+def run_rank(plan: RankPlan, groups: dict[str, tuple[int, ...]], world: int, options: ReplayOptions) -> Any:
+    """Replay this process's rank once the default process group exists; returns its RankResult."""
+    import torch
+    import torch.distributed as dist
+
+    from .comm import Communicator
+    from .engine import RankReplayer
+    from .pool import TensorPool
+
+    torch.set_num_threads(max(1, options.threads))
+    device = _device_for(options, plan.rank)
+    pool = TensorPool(device, max_bytes=options.pool_bytes)
+    trace = load_trace(plan.path)
+    communicator = Communicator(plan.rank, world, groups, pool)
+    replayer = RankReplayer(trace, plan, pool, communicator, host_time=options.host_time)
+    with torch.no_grad():
+        return replayer.replay(options.iters, options.warmup, barrier=dist.barrier)
+
+
+def _init_timeout(options: ReplayOptions) -> datetime.timedelta:
+    return datetime.timedelta(seconds=max(1.0, options.timeout_s))
+
+
+def _spawned_rank(rank: int, world: int, folder: str, options: ReplayOptions) -> None:
+    """Entry point of a spawned rank process (module level, so it pickles)."""
+    import torch.distributed as dist
+
+    out = Path(folder)
+    try:
+        with open(out / f"plan.{rank}.pkl", "rb") as f:
+            plan, groups = pickle.load(f)
+        dist.init_process_group(options.backend, init_method=f"file://{out / 'rendezvous'}", rank=rank,
+                                world_size=world, timeout=_init_timeout(options))
+        result = run_rank(plan, groups, world, options)
+        with open(out / f"result.{rank}.pkl.tmp", "wb") as f:
+            pickle.dump(result, f)
+        os.replace(out / f"result.{rank}.pkl.tmp", out / f"result.{rank}.pkl")
+    except BaseException:
+        (out / f"error.{rank}.txt").write_text(traceback.format_exc())
+        raise
+    # Leave together: a rank that closed its connections while a peer was still finishing the last
+    # barrier would make that peer fail. The result is saved already, so teardown errors do not count.
+    try:
+        dist.barrier()
+        dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - the peer's teardown race, after every result is written
+        pass
+
+
+def _wait_for_ranks(context: Any, out: Path, world: int, deadline: float, quiet: bool) -> str | None:
+    """Join the rank processes (progress as their results appear); the failure to report, if any."""
+    with Progress(total=world, desc="replay: ranks done", quiet=quiet) as bar:
+        done = 0
+        try:
+            while not context.join(timeout=0.5):
+                finished = len(list(out.glob("result.*.pkl")))
+                bar.advance(finished - done)
+                done = finished
+                if time.monotonic() > deadline:
+                    alive = [i for i, p in enumerate(context.processes) if p.is_alive()]
+                    return f"replay did not finish in time; rank(s) {alive} still running were stopped"
+        except Exception as exc:  # a rank failed: report its own traceback's last line
+            if len(list(out.glob("result.*.pkl"))) == world:
+                return None  # a crash in teardown, after every rank saved its result
+            errors = sorted(out.glob("error.*.txt"), key=lambda p: int(p.name.split(".")[1]))
+            if not errors:
+                return f"a rank failed: {str(exc).splitlines()[0]}"
+            details = [f"rank {p.name.split('.')[1]}: {p.read_text().strip().splitlines()[-1]}" for p in errors[:3]]
+            return "replay failed: " + "; ".join(details)
+        bar.advance(world - done)
+    return None
+
+
+def _spawn(plan: JobPlan, options: ReplayOptions, quiet: bool) -> list[Any]:
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory(prefix="etkit-replay-") as folder:
+        out = Path(folder)
+        for rank, rank_plan in plan.ranks.items():
+            with open(out / f"plan.{rank}.pkl", "wb") as f:
+                pickle.dump((rank_plan, plan.groups), f)
+        context = mp.spawn(_spawned_rank, args=(plan.world, folder, options), nprocs=plan.world, join=False)
+        deadline = time.monotonic() + options.timeout_s + 60.0 + 10.0 * plan.world
+        try:
+            failure = _wait_for_ranks(context, out, plan.world, deadline, quiet)
+        finally:
+            for process in context.processes:  # only the rank processes this call started
+                if process.is_alive():
+                    process.terminate()
+            for process in context.processes:
+                process.join(timeout=5.0)
+        if failure:
+            raise EtkitError(failure)
+        results = []
+        for rank in sorted(plan.ranks):
+            path = out / f"result.{rank}.pkl"
+            if not path.is_file():
+                raise EtkitError(f"rank {rank} ended without a result")
+            with open(path, "rb") as f:
+                results.append(pickle.load(f))
+        return results
+
+
+def _torchrun(plan: JobPlan, options: ReplayOptions) -> list[Any]:
+    import torch.distributed as dist
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if world != plan.world:
+        raise EtkitError(f"torchrun world size {world} differs from the trace's {plan.world} ranks")
+    created = not dist.is_initialized()
+    if created:
+        dist.init_process_group(options.backend, timeout=_init_timeout(options))
+    try:
+        result = run_rank(plan.ranks[rank], plan.groups, world, options)
+        gathered: list[Any] = [None] * world
+        dist.all_gather_object(gathered, result)
+    finally:
+        if created:
+            try:
+                dist.destroy_process_group()
+            except Exception:  # noqa: BLE001 - a peer's teardown race; the results are gathered already
+                pass
+    return gathered
+
+
+def replay_job(spec: str | os.PathLike[str] | list[str] | Job, *, ranks: int | None = None,
+               options: ReplayOptions | None = None, comm_groups: str | None = None, quiet: bool = True) -> Any:
+    """Replay the job at ``spec`` (prefix or files) on real hardware and compare it with the trace.
+
+    Returns a :class:`~etkit.replay.report.ReplayReport`. ``ranks`` must equal the job's rank count when
+    given. Inside torchrun every rank calls this and gets the same report.
+    """
+    from .report import build_report
+
+    options = (options or ReplayOptions()).resolved()
+    job = spec if isinstance(spec, Job) else load_job(spec, comm_groups=comm_groups, executor=SerialExecutor())
+    if ranks is not None and ranks != job.world_size:
+        raise EtkitError(f"{job.prefix or 'job'}: --ranks {ranks} but the trace has {job.world_size} ranks")
+    plan = plan_job(job, options.mode)
+    results = _torchrun(plan, options) if in_torchrun() else _spawn(plan, options, quiet)
+    return build_report(job, plan, options, results)
