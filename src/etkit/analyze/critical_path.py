@@ -1,0 +1,377 @@
+"""The critical path: the chain of nodes, across ranks, that set the job's end time.
+
+Walked backwards from the node that finishes last. At each node the walk asks what released it:
+for a collective, the member that arrived last (the others waited for it); for a receive, its send
+when the send started later; otherwise the predecessor that ended latest before the node started,
+among its data dependencies and the previous node on its track (the resource it waited for). Nodes
+that hold other nodes on their track (profiler ranges) are skipped: their callees are on the path,
+and a dependency of a caller counts for its first callee.
+
+Measured traces miss some dependencies, so on them (schedule source "trace") two more rules apply: a
+send that ended together with a receive posted after it waited for the receiver; and a node whose
+recorded predecessors all ended well before it began is taken to have waited for the op of its rank
+that ended last before it (counted in the notes).
+
+Each node on the path is credited with the time from its start to the next path node's start (or its
+own end); the gaps are "caller" time when an enclosing op of the same thread was running (host
+overhead) and "wait" otherwise. Credits and gaps add up to the length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..format.schema import NodeType
+from ..model.job import Job
+from ..model.schedule import Schedule
+from .context import AnalysisContext, RankView, prepare
+from .kinds import KIND_NAMES
+from .gcpause import gc_paused
+from .timing import dependency_rows
+
+__all__ = ["CriticalPath", "critical_path"]
+
+_EPS_NS = 1.0  # timestamps are whole microseconds: a dependency ending within 1 ns of a start released it
+
+
+@dataclass
+class CriticalPath:
+    """Nodes on the critical path, last-to-finish last (arrays are aligned, one entry per node)."""
+
+    source: str
+    length_ns: float
+    rank: np.ndarray
+    row: np.ndarray
+    node_id: np.ndarray
+    names: list[str]
+    kind: np.ndarray
+    start_ns: np.ndarray  # relative to the job's first start
+    end_ns: np.ndarray
+    on_path_ns: np.ndarray  # time credited to the node
+    wait_after_ns: np.ndarray  # gap between its end and the next node on the path
+    caller_ns: np.ndarray  # part of that gap a caller on the same thread ran (profiled host code)
+    notes: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return int(len(self.rank))
+
+    @property
+    def wait_ns(self) -> float:
+        """Gaps on the path where nothing ran (caller self time excluded)."""
+        return float((self.wait_after_ns - self.caller_ns).sum())
+
+    def share_by_kind(self) -> dict[str, float]:
+        """Nanoseconds of the path per node kind, plus "caller" (self time of enclosing host ops) and "wait"."""
+        per = np.bincount(self.kind.astype(np.int64), weights=self.on_path_ns, minlength=len(KIND_NAMES))
+        out = {name: float(per[i]) for i, name in enumerate(KIND_NAMES) if per[i] > 0}
+        caller = float(self.caller_ns.sum())
+        if caller > 0:
+            out["caller"] = caller
+        if self.wait_ns > 0:
+            out["wait"] = self.wait_ns
+        return out
+
+    def per_rank(self) -> dict[int, float]:
+        """Nanoseconds of the path spent on each rank's nodes."""
+        out: dict[int, float] = {}
+        for r, t in zip(self.rank.tolist(), self.on_path_ns.tolist()):
+            out[r] = out.get(r, 0.0) + t
+        return out
+
+    def top(self, n: int = 20) -> np.ndarray:
+        """Indices of the ``n`` path entries credited with most time (longest first)."""
+        return np.argsort(-self.on_path_ns, kind="stable")[:n]
+
+    def to_json(self, max_nodes: int = 10_000) -> dict:
+        keep = np.arange(len(self))[-max_nodes:] if len(self) > max_nodes else np.arange(len(self))
+        nodes = [{"rank": int(self.rank[i]), "id": int(self.node_id[i]), "name": self.names[i],
+                  "kind": KIND_NAMES[int(self.kind[i])], "start_ns": float(self.start_ns[i]),
+                  "end_ns": float(self.end_ns[i]), "on_path_ns": float(self.on_path_ns[i]),
+                  "wait_after_ns": float(self.wait_after_ns[i]), "caller_ns": float(self.caller_ns[i])}
+                 for i in keep.tolist()]
+        return {"source": self.source, "length_ns": self.length_ns, "nodes_on_path": len(self),
+                "share_ns": self.share_by_kind(), "per_rank_ns": {str(r): t for r, t in sorted(self.per_rank().items())},
+                "nodes": nodes, "truncated": len(self) > max_nodes, "notes": self.notes}
+
+
+class _RankWalk:
+    """Per-rank lookups for the walk, built the first time the walk reaches the rank.
+
+    ``pred[row]`` is the row that released ``row`` on this rank (-1: none): among its leaf data
+    dependencies and the previous leaf on its track, the one that ended last, no later than ``row``
+    began; ties go to a data dependency, then to the earlier-listed one. Computed for all rows at once.
+    """
+
+    def __init__(self, view: RankView, measured: bool = False) -> None:
+        sched = view.sched
+        n = len(view.trace)
+        start, end = sched.start_ns, sched.end_ns
+        leaf = view.tracks.leaf
+        dst, src = dependency_rows(view.trace)
+        if view.tracks.parent is not None:
+            # a dependency of a caller holds for the first op it calls; a caller as a dependency
+            # ends with the last op it called (callers are not on the path, their callees are)
+            first, last = _heirs(view.tracks.parent, start, leaf)
+            dst, src = first[dst], last[src]
+        # previous leaf on the same track, in start order
+        rows = np.flatnonzero(leaf)
+        by_track = rows[np.lexsort((start[rows], view.tracks.track[rows]))]
+        same = view.tracks.track[by_track[1:]] == view.tracks.track[by_track[:-1]]
+        prev_dst, prev_src = by_track[1:][same], by_track[:-1][same]
+        cand_dst = np.concatenate((dst, prev_dst))
+        cand_src = np.concatenate((src, prev_src))
+        is_dep = np.concatenate((np.ones(len(dst), dtype=np.int8), np.zeros(len(prev_dst), dtype=np.int8)))
+        listed = -np.arange(len(cand_dst))  # earlier-listed first among equals
+        ok = leaf[cand_src] & (end[cand_src] <= start[cand_dst] + _EPS_NS)
+        cand_dst, cand_src, is_dep, listed = cand_dst[ok], cand_src[ok], is_dep[ok], listed[ok]
+        order = np.lexsort((listed, is_dep, end[cand_src], cand_dst))
+        last = np.ones(len(order), dtype=bool)
+        last[:-1] = cand_dst[order[1:]] != cand_dst[order[:-1]]
+        pred = np.full(n, -1, dtype=np.int64)
+        pred[cand_dst[order[last]]] = cand_src[order[last]]
+        self.implicit = 0
+        if measured:
+            pred = self._wait_on_latest(pred, start, end, leaf)
+        self.pred = pred.tolist()
+        self.start = start.tolist()
+        self.end = end.tolist()
+        self.leaf = leaf.tolist()
+        self.linked: set[int] = set()  # rows tied to other ranks (collective members, receives)
+
+    def _wait_on_latest(self, pred: np.ndarray, start: np.ndarray, end: np.ndarray, leaf: np.ndarray) -> np.ndarray:
+        """Measured traces miss dependencies (a blocking receive whose consumer lists only the op
+        before it): when another leaf of the rank ended later than the recorded predecessor, still
+        before the node began, the node is taken to have waited for it."""
+        rows = np.flatnonzero(leaf)
+        rows = rows[np.argsort(end[rows], kind="stable")]
+        ends = end[rows]
+        k = np.searchsorted(ends, start[rows] + _EPS_NS, side="right") - 1
+        cand = np.where(k >= 0, rows[np.maximum(k, 0)], -1)
+        self_hit = cand == rows  # a zero-length node found itself: take the one before
+        cand[self_hit] = np.where(k[self_hit] >= 1, rows[np.maximum(k[self_hit] - 1, 0)], -1)
+        known = pred[rows]
+        known_end = np.where(known >= 0, end[np.maximum(known, 0)], -np.inf)
+        better = (cand >= 0) & (end[np.maximum(cand, 0)] > known_end + _EPS_NS)
+        out = pred.copy()
+        out[rows[better]] = cand[better]
+        self.implicit = int(better.sum())
+        return out
+
+
+def _heirs(parent: np.ndarray, start: np.ndarray, leaf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, its first and last leaf descendant on its track (itself for leaves)."""
+    n = len(parent)
+    first = np.arange(n)
+    last = np.arange(n)
+    children = np.flatnonzero(parent >= 0)
+    if len(children):
+        by_start = children[np.lexsort((start[children], parent[children]))]
+        group = parent[by_start]
+        head = np.ones(len(by_start), dtype=bool)
+        head[1:] = group[1:] != group[:-1]
+        tail = np.ones(len(by_start), dtype=bool)
+        tail[:-1] = group[1:] != group[:-1]
+        first[group[head]] = by_start[head]
+        last[group[tail]] = by_start[tail]
+        for _ in range(64):  # call depth; pointer jumping converges in log(depth) rounds
+            done_first = leaf[first] | (first == first[first])
+            done_last = leaf[last] | (last == last[last])
+            if done_first.all() and done_last.all():
+                break
+            first = first[first]
+            last = last[last]
+    return first, last
+
+
+def _last_leaf(ctx: AnalysisContext) -> tuple[int, int] | None:
+    best: tuple[float, float, int, int] | None = None
+    for rank, view in ctx.views.items():
+        rows = np.flatnonzero(view.tracks.leaf)
+        if not len(rows):
+            continue
+        ends = view.sched.end_ns[rows]
+        i = int(np.lexsort((view.sched.start_ns[rows], ends))[-1])
+        key = (float(ends[i]), float(view.sched.start_ns[rows[i]]), rank, int(rows[i]))
+        if best is None or key[:2] > best[:2]:
+            best = key
+    return None if best is None else (best[2], best[3])
+
+
+@gc_paused
+def critical_path(job: Job, schedule: Schedule | None = None, *,
+                  context: AnalysisContext | None = None) -> CriticalPath:
+    """The critical path of ``job`` (see the module docstring)."""
+    ctx = prepare(job, schedule, context=context)
+    walks: dict[int, _RankWalk] = {}
+    measured = ctx.schedule.source == "trace"
+    linked: dict[int, set[int]] = {}
+    # a measured send may also wait for its receiver (rendezvous); modelled sends never do
+    for rank, row in [*ctx.cross.instance_of, *ctx.cross.send_of, *(ctx.cross.recv_of if measured else ())]:
+        linked.setdefault(rank, set()).add(row)
+
+    def walk_of(rank: int) -> _RankWalk:
+        w = walks.get(rank)
+        if w is None:
+            w = walks[rank] = _RankWalk(ctx.views[rank], measured=measured)
+            w.linked = linked.get(rank, set())
+        return w
+
+    path_rank: list[int] = []  # the path, last node first: rank, row, and where its credit ends
+    path_row: list[int] = []
+    path_limit: list[float] = []
+    cur = _last_leaf(ctx)
+    limit = walk_of(cur[0]).end[cur[1]] if cur is not None else 0.0
+    budget = sum(len(t) for t in ctx.job.traces.values()) + 1  # zero-length ties could loop otherwise
+    while cur is not None and budget > 0:
+        if cur[1] in walk_of(cur[0]).linked:
+            cur, pred = _released_by(ctx, cur, walk_of)
+        else:
+            pred = _best_pred(walk_of(cur[0]), cur[1])[0]
+        rank, row = cur
+        w = walk_of(rank)
+        path_rank.append(rank)
+        path_row.append(row)
+        path_limit.append(limit)
+        limit = w.start[row]
+        budget -= 1
+        # stay on this rank while nothing ties the path to another one (the common, fast case)
+        start, preds, tied = w.start, w.pred, w.linked
+        first = len(path_row)
+        while pred >= 0 and pred not in tied and budget > 0:
+            row = pred
+            path_row.append(row)
+            path_limit.append(limit)
+            limit = start[row]
+            pred = preds[row]
+            budget -= 1
+        path_rank.extend([rank] * (len(path_row) - first))
+        cur = (rank, pred) if pred >= 0 and budget > 0 else None
+    result = _build(ctx, path_rank[::-1], path_row[::-1], path_limit[::-1])
+    implicit = sum(w.implicit for w in walks.values())
+    if implicit:
+        result.notes.append(f"{implicit} node(s) had no recorded dependency explaining their start; the walk "
+                            "took the op of the same rank that ended last before them")
+    return result
+
+
+def _best_pred(w: _RankWalk, row: int) -> tuple[int, float]:
+    """The predecessor that released ``row`` on its rank and when it ended (-1, -inf: none)."""
+    pred = w.pred[row]
+    return pred, (w.end[pred] if pred >= 0 else -np.inf)
+
+
+def _released_by(ctx: AnalysisContext, node: tuple[int, int], walk_of) -> tuple[tuple[int, int], int]:  # type: ignore[no-untyped-def]
+    """The node that stands for ``node`` on the path and its predecessor row (-1: the path starts here).
+
+    For a collective or a receive, that is the member (or the send) that started last; among those that
+    started together, the one whose own predecessor ended last: the others were waiting for it. On
+    measured traces a send likewise stands for a receive that was posted after it.
+    """
+    inst = ctx.cross.instance_of.get(node)
+    if inst is not None:
+        candidates = [m for m in ctx.cross.collectives[inst] if m[0] in ctx.views]
+    else:
+        peer = ctx.cross.send_of.get(node)
+        if peer is None and ctx.schedule.source == "trace":
+            peer = ctx.cross.recv_of.get(node)
+            if peer is not None and peer[0] in ctx.views and not _send_waited(walk_of(node[0]), node[1],
+                                                                           walk_of(peer[0]), peer[1]):
+                peer = None
+        candidates = [node, peer] if peer is not None and peer[0] in ctx.views else [node]
+    if len(candidates) == 1:
+        return node, _best_pred(walk_of(node[0]), node[1])[0]
+    # a partner that began only after this node ended cannot be what it waited for
+    own_end = walk_of(node[0]).end[node[1]]
+    candidates = [(r, row) for r, row in candidates if walk_of(r).start[row] <= own_end + _EPS_NS]
+    latest = max(walk_of(r).start[row] for r, row in candidates)
+    best: tuple[float, bool, tuple[int, int], int] | None = None
+    for r, row in candidates:
+        w = walk_of(r)
+        if w.start[row] < latest - _EPS_NS or not w.leaf[row]:
+            continue
+        pred, pred_end = _best_pred(w, row)
+        key = (pred_end, (r, row) == node, (r, row), pred)
+        if best is None or key[:2] > best[:2]:
+            best = key
+    if best is None:
+        return node, _best_pred(walk_of(node[0]), node[1])[0]
+    return best[2], best[3]
+
+
+def _send_waited(ws: _RankWalk, send: int, wr: _RankWalk, recv: int) -> bool:
+    """Whether a measured send ended with its receive (it waited for the receiver), not long before or after."""
+    slack = max(_EPS_NS, 0.05 * (ws.end[send] - ws.start[send]))
+    return abs(wr.end[recv] - ws.end[send]) <= slack
+
+
+def _build(ctx: AnalysisContext, ranks: list[int], rows: list[int], limits: list[float]) -> CriticalPath:
+    origin = ctx.origin_ns
+    n = len(rows)
+    rank = np.array(ranks, dtype=np.int64)
+    row = np.array(rows, dtype=np.int64)
+    limit = np.array(limits, dtype=np.float64)
+    start = np.empty(n)
+    end = np.empty(n)
+    kind = np.empty(n, dtype=np.int8)
+    node_id = np.empty(n, dtype=np.uint64)
+    name_arr = np.empty(n, dtype=object)
+    for r in np.unique(rank).tolist():
+        idx = np.flatnonzero(rank == r)
+        v = ctx.views[r]
+        rows = row[idx]
+        start[idx] = v.sched.start_ns[rows]
+        end[idx] = v.sched.end_ns[rows]
+        kind[idx] = v.kinds[rows]
+        node_id[idx] = v.trace.ids[rows]
+        name_arr[idx] = np.asarray(v.trace.strings, dtype=object)[v.trace.name_idx[rows]]
+    names = name_arr.tolist()
+    credited_end = np.minimum(end, limit)
+    on_path = np.maximum(credited_end - start, 0.0)
+    wait = np.maximum(limit - np.maximum(credited_end, start), 0.0)
+    caller = _caller_time(ctx, rank, row, np.maximum(credited_end, start), limit)
+    length = float(limit[-1] - start[0]) if n else 0.0
+    notes = []
+    if any(v.trace.types.size and (v.trace.types == NodeType.COMM_COLL_NODE).any() for v in ctx.views.values()) \
+            and ctx.schedule.source == "durations":
+        notes.append("collective durations come from the traces as written; simulate for network-bound times")
+    return CriticalPath(ctx.source_text, length, rank, row, node_id, names, kind, start - origin, end - origin,
+                        on_path, wait, np.minimum(caller, wait), notes)
+
+
+def _caller_time(ctx: AnalysisContext, rank: np.ndarray, row: np.ndarray, gap_start: np.ndarray,
+                 gap_end: np.ndarray) -> np.ndarray:
+    """Per path entry, how much of the gap after it an enclosing op on its track ran (its self time)."""
+    out = np.zeros(len(rank))
+    gaps = np.flatnonzero(gap_end > gap_start)
+    for r in np.unique(rank[gaps]).tolist():
+        v = ctx.views[r]
+        tr = v.tracks
+        owner_is_caller = ~tr.leaf[tr.seg_row]
+        if not owner_is_caller.any():
+            continue
+        idx = gaps[rank[gaps] == r]
+        seg_track = tr.track[tr.seg_row]
+        for t in np.unique(tr.track[row[idx]]).tolist():
+            mask = owner_is_caller & (seg_track == t)
+            s, e = tr.seg_start[mask], tr.seg_end[mask]
+            order = np.argsort(s, kind="stable")
+            s, e = s[order], e[order]
+            sel = idx[tr.track[row[idx]] == t]
+            out[sel] = _covered(s, e, gap_start[sel], gap_end[sel])
+    return out
+
+
+def _covered(s: np.ndarray, e: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Length of ``[a, b)`` covered by the disjoint sorted intervals ``[s, e)`` (vectorised over a, b)."""
+    if not len(s):
+        return np.zeros(len(a))
+    cum = np.concatenate(([0.0], np.cumsum(e - s)))
+
+    def before(x: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(s, x, side="right")  # intervals starting at or before x
+        inside = np.where(k > 0, np.clip(x - s[np.maximum(k - 1, 0)], 0, (e - s)[np.maximum(k - 1, 0)]), 0.0)
+        return cum[np.maximum(k - 1, 0)] * (k > 0) + inside
+
+    return before(b) - before(a)

@@ -1,0 +1,51 @@
+"""What kind of work each node is: compute, host CPU, communication, memory or other.
+
+Every analysis groups time by these kinds, so the rule lives here once. A COMP node with
+``is_cpu_op`` true is host work ("cpu") on a rank that also has device compute; on a rank whose COMP
+nodes all run on the CPU (a CPU-only PyTorch job) host work *is* the compute, so it counts as
+"compute" there.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..format.schema import CommType, NodeType
+from ..model.trace import Trace
+
+__all__ = ["KIND_NAMES", "COMPUTE", "CPU", "COMM", "MEMORY", "OTHER", "node_kinds", "comm_label"]
+
+COMPUTE, CPU, COMM, MEMORY, OTHER = range(5)
+KIND_NAMES = ("compute", "cpu", "comm", "memory", "other")
+
+_TYPE_KIND = np.full(16, OTHER, dtype=np.int8)
+_TYPE_KIND[NodeType.COMP_NODE] = COMPUTE
+_TYPE_KIND[[NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, NodeType.COMM_COLL_NODE]] = COMM
+_TYPE_KIND[[NodeType.MEM_LOAD_NODE, NodeType.MEM_STORE_NODE]] = MEMORY
+
+
+def node_kinds(trace: Trace) -> np.ndarray:
+    """Kind code (``COMPUTE`` ... ``OTHER``) of every row, as int8."""
+    types = trace.types
+    kinds = _TYPE_KIND[np.clip(types, 0, len(_TYPE_KIND) - 1)].copy()
+    kinds[(types < 0) | (types >= len(_TYPE_KIND))] = OTHER
+    comp = kinds == COMPUTE
+    host = comp & (trace.is_cpu_op == 1)
+    if host.any() and (comp & ~host).any():
+        kinds[host] = CPU
+    return kinds
+
+
+def comm_label(node_type: int, comm_type: int) -> str:
+    """``ALL_REDUCE`` ... for collectives, ``SEND`` / ``RECV`` for point-to-point nodes."""
+    if node_type == NodeType.COMM_SEND_NODE:
+        return "SEND"
+    if node_type == NodeType.COMM_RECV_NODE:
+        return "RECV"
+    if comm_type < 0:
+        return "UNKNOWN"
+    try:
+        return CommType(comm_type).name
+    except ValueError:
+        return f"UNKNOWN({comm_type})"
+

@@ -1,0 +1,167 @@
+"""Plain-text rendering of analysis results for the terminal (the CLI prints these)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .breakdown import CATEGORIES, TimeBreakdown
+from .comm import SizeHistogram, _human
+from .diff import Delta, JobDiff
+from .job_analysis import JobAnalysis
+from .kinds import KIND_NAMES
+
+__all__ = ["table", "fmt_ns", "fmt_bytes", "render_analysis", "render_diff"]
+
+
+def fmt_ns(ns: float) -> str:
+    """``1.23 ms`` style duration."""
+    a = abs(ns)
+    if a >= 1e9:
+        return f"{ns / 1e9:.3f} s"
+    if a >= 1e6:
+        return f"{ns / 1e6:.3f} ms"
+    if a >= 1e3:
+        return f"{ns / 1e3:.1f} us"
+    return f"{ns:.0f} ns"
+
+
+def fmt_bytes(n: float) -> str:
+    return _human(float(n))
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A left/right aligned text table (numbers right, text left)."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    numeric = [all(_looks_numeric(r[i]) for r in cells[1:]) if rows else False for i in range(len(headers))]
+    lines = []
+    for j, r in enumerate(cells):
+        parts = [c.rjust(w) if numeric[i] else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        lines.append("  ".join(parts).rstrip())
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _looks_numeric(text: str) -> bool:
+    head = text.split(" ", 1)[0].rstrip("%x")
+    try:
+        float(head)
+        return True
+    except ValueError:
+        return False
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.1f}%" if whole else "-"
+
+
+def _breakdown_row(label: str, b: TimeBreakdown) -> list[str]:
+    return [label, fmt_ns(b.span_ns)] + [_pct(getattr(b, f"{c}_ns"), b.span_ns) for c in CATEGORIES[:2]] + \
+        [_pct(b.overlapped_comm_ns, b.span_ns)] + [_pct(getattr(b, f"{c}_ns"), b.span_ns) for c in CATEGORIES[2:]]
+
+
+def render_analysis(a: JobAnalysis, *, max_ranks: int = 16, top: int = 15) -> str:
+    """The ``etkit analyze`` report."""
+    out: list[str] = []
+    out.append(f"job {a.prefix or '-'}: {a.world_size} rank(s), makespan {fmt_ns(a.makespan_ns)}")
+    out.append(f"times from: {a.source}")
+    out.extend(f"note: {n}" for n in a.notes)
+    out.append("nodes: " + ", ".join(f"{k} {v}" for k, v in a.node_counts.items()))
+
+    out.append("\n== time breakdown (share of each rank's span)")
+    head = ["rank", "span", "compute", "exposed comm", "overlapped comm", "memory", "host", "idle"]
+    ranks = sorted(a.breakdown.ranks.items())
+    rows = [_breakdown_row("job", a.breakdown.total)]
+    rows += [_breakdown_row(str(r), b) for r, b in ranks[:max_ranks]]
+    out.append(table(head, rows))
+    if len(ranks) > max_ranks:
+        out.append(f"({len(ranks) - max_ranks} more ranks in --json)")
+
+    ops = a.top_ops
+    out.append(f"\n== top operators by total time ({len(ops.by_name)} names)")
+    out.append(table(["operator", "kind", "count", "total", "exclusive"],
+                     [[o.name[:60], o.kind, o.count, fmt_ns(o.total_ns), fmt_ns(o.exclusive_ns)]
+                      for o in ops.by_name[:top]]))
+    out.append("\n== top operators by exclusive time")
+    out.append(table(["operator", "kind", "count", "exclusive", "total"],
+                     [[o.name[:60], o.kind, o.count, fmt_ns(o.exclusive_ns), fmt_ns(o.total_ns)]
+                      for o in ops.by_exclusive(top)]))
+    out.append("\n== time by kind")
+    out.append(table(["kind", "count", "total", "exclusive"],
+                     [[o.name, o.count, fmt_ns(o.total_ns), fmt_ns(o.exclusive_ns)] for o in ops.by_kind]))
+
+    c = a.comm
+    out.append(f"\n== communication: {c.total.count} op(s), {fmt_bytes(c.total.bytes)}, {fmt_ns(c.total.time_ns)}")
+    if c.total.count:
+        out.append(table(["type", "count", "volume", "time"],
+                         [[k, s.count, fmt_bytes(s.bytes), fmt_ns(s.time_ns)] for k, s in sorted(c.by_type.items())]))
+        out.append("")
+        groups = sorted(c.by_group.items(), key=lambda kv: (-kv[1].bytes, kv[0]))
+        out.append(table(["process group", "count", "volume", "time"],
+                         [[k, s.count, fmt_bytes(s.bytes), fmt_ns(s.time_ns)] for k, s in groups[:top]]))
+        if len(groups) > top:
+            out.append(f"({len(groups) - top} more groups in --json)")
+        out.append("\nmessage sizes:")
+        out.append(_histogram(c.histogram))
+        out.append(f"\ntraffic matrix (bytes on the wire, {c.algorithm} algorithm; rows send, columns receive):")
+        out.append(_matrix(c.ranks, c.matrix, max_ranks))
+
+    p = a.critical_path
+    out.append(f"\n== critical path: {fmt_ns(p.length_ns)}, {len(p)} node(s)")
+    out.extend(f"note: {n}" for n in p.notes)
+    share = p.share_by_kind()
+    out.append(", ".join(f"{k} {fmt_ns(v)} ({_pct(v, p.length_ns)})" for k, v in share.items()))
+    per_rank = sorted(p.per_rank().items(), key=lambda kv: -kv[1])
+    out.append("by rank: " + ", ".join(f"{r}: {fmt_ns(t)}" for r, t in per_rank[:max_ranks]))
+    out.append(table(["rank", "id", "node", "kind", "start", "on path"],
+                     [[int(p.rank[i]), int(p.node_id[i]), p.names[i][:50], KIND_NAMES[int(p.kind[i])],
+                       fmt_ns(p.start_ns[i]), fmt_ns(p.on_path_ns[i])] for i in sorted(p.top(top).tolist())]))
+
+    im = a.imbalance
+    out.append(f"\n== load imbalance: max/mean busy {im.imbalance:.3f}, median busy {fmt_ns(im.median_busy_ns)}")
+    if im.stragglers:
+        out.append(f"stragglers (> {100 * im.threshold:.0f}% over the median):")
+        out.append(table(["rank", "busy", "vs median", "finish", "vs median"],
+                         [[s.rank, fmt_ns(s.busy_ns), f"{100 * s.busy_over_median:+.1f}%", fmt_ns(s.end_ns),
+                           f"{100 * s.end_over_median:+.1f}%"] for s in im.stragglers[:max_ranks]]))
+    else:
+        out.append("no stragglers")
+    return "\n".join(out) + "\n"
+
+
+def _histogram(h: SizeHistogram) -> str:
+    if not h.counts:
+        return "(no sizes)"
+    most = max(h.counts.values())
+    return "\n".join(f"{h.bin_label(b):>20}  {h.counts[b]:>8}  {'#' * max(1, round(30 * h.counts[b] / most))}"
+                     for b in sorted(h.counts))
+
+
+def _matrix(ranks: list[int], matrix, max_ranks: int) -> str:  # type: ignore[no-untyped-def]
+    if len(ranks) > max_ranks:
+        return f"({len(ranks)} ranks: see --json or the HTML report)"
+    return table(["src\\dst"] + [str(r) for r in ranks],
+                 [[str(r)] + [fmt_bytes(v) if v else "." for v in matrix[i]] for i, r in enumerate(ranks)])
+
+
+def _delta_rows(deltas: Sequence[Delta], fmt) -> list[list[str]]:  # type: ignore[no-untyped-def]
+    return [[d.key[:60], fmt(d.a), fmt(d.b), fmt(d.delta), d.ratio_text]
+            for d in deltas]
+
+
+def render_diff(d: JobDiff, *, top: int = 20) -> str:
+    """The ``etkit diff`` report."""
+    head = ["", d.a_name, d.b_name, "delta", "b/a"]
+    count = lambda v: f"{v:.0f}"  # noqa: E731
+    out = [f"diff {d.a_name} -> {d.b_name}", "\n== summary"]
+    out.append(table(head, [[x.key, *(_delta_rows([x], fmt_bytes if "bytes" in x.key else
+                                                   (fmt_ns if x.key.endswith("_ns") else count))[0][1:])]
+                            for x in d.summary]))
+    out += ["\n== nodes by type", table(head, _delta_rows(d.node_counts, count))]
+    out += ["\n== breakdown (summed over ranks)", table(head, _delta_rows(d.breakdown, fmt_ns))]
+    out += [f"\n== operator time, largest changes first (top {top})", table(head, _delta_rows(d.op_time[:top], fmt_ns))]
+    if d.comm_bytes:
+        out += ["\n== communication volume by type", table(head, _delta_rows(d.comm_bytes, fmt_bytes))]
+        out += ["\n== communication time by type", table(head, _delta_rows(d.comm_time, fmt_ns))]
+    return "\n".join(out) + "\n"

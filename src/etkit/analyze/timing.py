@@ -1,0 +1,246 @@
+"""Where the times come from: the trace's own timestamps, a simulation, or the durations alone.
+
+:func:`resolve_schedule` picks, in this order: a schedule the caller passes (e.g. a simulator's),
+the recorded timestamps when the traces carry them (converted profiles), else
+:func:`schedule_from_durations`: every node starts as soon as its dependencies allow, collectives
+start when their last member is ready, a receive ends no earlier than its send. That last one has no
+resource contention, so it is a lower bound; ``--simulate`` gives a realistic one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+
+import numpy as np
+
+from ..errors import DependencyError
+from ..model.job import Job
+from ..model.schedule import RankSchedule, Schedule, has_timestamps, schedule_from_timestamps
+from ..model.trace import Trace
+from .crossrank import CrossRank, match_cross_rank
+from .gcpause import gc_paused
+from .kinds import COMM, node_kinds
+
+__all__ = ["resolve_schedule", "schedule_from_trace", "schedule_from_durations", "schedule_from_simulation", "SOURCE_TEXT",
+           "dependency_rows", "topological_order"]
+
+#: How each ``Schedule.source`` is described to users.
+SOURCE_TEXT = {
+    "trace": "trace timestamps",
+    "simulation": "simulation",
+    "durations": "node durations and dependencies only (no timestamps; no resource contention)",
+}
+
+
+def resolve_schedule(job: Job, schedule: Schedule | None = None, *,
+                     cross: CrossRank | None = None) -> Schedule:
+    """The schedule to analyse ``job`` with (see the module docstring for the order)."""
+    if schedule is not None:
+        return schedule
+    if any(has_timestamps(t) for t in job.traces.values()):
+        return schedule_from_trace(job)
+    return schedule_from_durations(job, cross=cross)
+
+
+def schedule_from_trace(job: Job) -> Schedule:
+    """The recorded timestamps, with callers stretched over their callees.
+
+    Converters (ours and Chakra's) write a host op's *exclusive* time as its duration, so a caller's
+    ``[start, start + duration)`` does not cover the ops it called. A caller (the ``ctrl_deps`` parent)
+    whose interval ends before its callees do gets ``duration + callees' inclusive time`` (and at least
+    up to its last callee's end), which is its inclusive time again; exclusive time is then recovered
+    from nesting. Communication nodes run on the backend's thread and do not stretch their caller.
+    """
+    schedule = schedule_from_timestamps(job)
+    for rank, trace in job.traces.items():
+        _stretch_callers(trace, schedule.ranks[rank])
+    return schedule
+
+
+def _stretch_callers(trace: Trace, sched: RankSchedule) -> None:
+    if not len(trace.ctrl_deps):
+        return
+    n = len(trace)
+    parent = np.full(n, -1, dtype=np.int64)
+    first = trace.ctrl_ptr[:-1][np.diff(trace.ctrl_ptr) > 0]
+    has = np.flatnonzero(np.diff(trace.ctrl_ptr) > 0)
+    parent[has] = trace.rows_of(trace.ctrl_deps[first])
+    parent[parent == np.arange(n)] = -1
+    counted = sched.ran & (node_kinds(trace) != COMM)
+    parent[~counted] = -1
+    depth = np.zeros(n, dtype=np.int64)
+    cur = parent.copy()
+    for _ in range(10_000):  # a ctrl cycle would loop forever; depth past this is not a call stack
+        live = cur >= 0
+        if not live.any():
+            break
+        depth[live] += 1
+        cur[live] = parent[cur[live]]
+    start, end = sched.start_ns, sched.end_ns
+    last_end = float(end[sched.ran].max()) if sched.ran.any() else 0.0
+    child_sum = np.zeros(n)
+    child_end = np.full(n, -np.inf)
+    for level in range(int(depth.max()), 0, -1):
+        rows = np.flatnonzero((depth == level) & (parent >= 0))
+        # a callee ends before its next sibling starts: the sum below over-stretches a caller whose
+        # callees were themselves misplaced by an async op (pytorch-traces.md 7.1)
+        order = rows[np.lexsort((start[rows], parent[rows]))]
+        same = parent[order[1:]] == parent[order[:-1]]
+        end[order[:-1][same]] = np.minimum(end[order[:-1][same]], start[order[1:][same]])
+        np.add.at(child_sum, parent[rows], end[rows] - start[rows])
+        np.maximum.at(child_end, parent[rows], end[rows])
+        callers = np.unique(parent[rows])
+        short = callers[sched.ran[callers] & (end[callers] < child_end[callers])]
+        end[short] = np.minimum(np.maximum(end[short] + child_sum[short], child_end[short]), last_end)
+
+
+def schedule_from_simulation(job: Job, network: str | os.PathLike[str] | None,
+                             system: str | os.PathLike[str] | None = None, *, preset: str | None = None) -> Schedule:
+    """Simulate ``job`` and return its schedule.
+
+    ``network``/``system``: ASTRA-sim network YAML and system JSON, or an etkit system YAML; ``preset``
+    an etkit system preset (see ``etkit simulate --help``).
+    """
+    from ..simulate import load_config, simulate  # lazy: a sibling tool, only needed on this path
+
+    net, sys_cfg, _ = load_config(network, system, preset=preset)
+    schedule = simulate(job, net, sys_cfg).schedule
+    schedule.source = schedule.source or "simulation"
+    return schedule
+
+
+def dependency_rows(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Data dependencies as rows: ``(dst_rows, src_rows)`` per edge, edges to unknown ids dropped."""
+    src = trace.rows_of(trace.data_deps)
+    dst = trace.edge_sources("data")
+    keep = src >= 0
+    return dst[keep], src[keep]
+
+
+def topological_order(trace: Trace) -> np.ndarray:
+    """Rows in an order where every data dependency comes first (file order when it already is)."""
+    dst, src = dependency_rows(trace)
+    n = len(trace)
+    if not len(dst) or bool((src < dst).all()):
+        return np.arange(n, dtype=np.int64)
+    indeg = np.bincount(dst, minlength=n)
+    order_edges = np.argsort(src, kind="stable")
+    succ_ptr = np.concatenate(([0], np.cumsum(np.bincount(src, minlength=n))))
+    succ = dst[order_edges].tolist()
+    ptr = succ_ptr.tolist()
+    deg = indeg.tolist()
+    ready = deque(np.flatnonzero(indeg == 0).tolist())
+    out: list[int] = []
+    while ready:
+        row = ready.popleft()
+        out.append(row)
+        for child in succ[ptr[row]:ptr[row + 1]]:
+            deg[child] -= 1
+            if deg[child] == 0:
+                ready.append(child)
+    if len(out) < n:
+        raise DependencyError(f"{trace.path}: {n - len(out)} node(s) are on a dependency cycle")
+    return np.asarray(out, dtype=np.int64)
+
+
+class _RankCursor:
+    """One rank's walk in dependency order, pausing at collectives and receives that wait on others."""
+
+    def __init__(self, rank: int, trace: Trace, cross: CrossRank) -> None:
+        self.rank = rank
+        n = len(trace)
+        self.order = topological_order(trace).tolist()
+        dst, src = dependency_rows(trace)
+        by_dst = np.argsort(dst, kind="stable")
+        self.ptr = np.concatenate(([0], np.cumsum(np.bincount(dst, minlength=n)))).tolist()
+        self.deps = src[by_dst].tolist()
+        self.dur = (trace.duration.astype(np.float64) * 1000.0).tolist()
+        self.start = [0.0] * n
+        self.end = [0.0] * n
+        self.done = [False] * n
+        self.pos = 0
+        self.arrived: set[int] = set()
+        #: rows that wait on other ranks: collective member -> instance (int), receive -> its send (tuple)
+        self.special: dict[int, int | tuple[int, int]] = {}
+
+
+@gc_paused
+def schedule_from_durations(job: Job, *, cross: CrossRank | None = None) -> Schedule:
+    """Dependency-bound schedule from ``duration_micros`` (see the module docstring)."""
+    cross = cross or match_cross_rank(job)
+    cursors = {rank: _RankCursor(rank, trace, cross) for rank, trace in job.traces.items()}
+    for (rank, row), inst in cross.instance_of.items():
+        cursors[rank].special[row] = inst
+    for (rank, row), send in cross.send_of.items():
+        cursors[rank].special[row] = send
+    arrivals: dict[int, dict[tuple[int, int], float]] = {}
+    progress = True
+    while progress:
+        progress = False
+        for cur in cursors.values():
+            progress |= _advance(cur, cursors, cross, arrivals)
+    notes = []
+    stuck = sum(len(c.order) - c.pos for c in cursors.values())
+    if stuck:
+        notes.append(f"{stuck} node(s) wait on a collective or receive that never completes; left unscheduled")
+    ranks = {r: RankSchedule(np.asarray(c.start), np.asarray(c.end), np.asarray(c.done, dtype=bool))
+             for r, c in cursors.items()}
+    return Schedule(ranks, source="durations", notes=notes + cross.notes)
+
+
+def _advance(cur: _RankCursor, cursors: dict[int, _RankCursor], cross: CrossRank,
+             arrivals: dict[int, dict[tuple[int, int], float]]) -> bool:
+    """Schedule ``cur``'s rows until one must wait for another rank; whether any row was placed."""
+    order, ptr, deps, end, start, dur, done = cur.order, cur.ptr, cur.deps, cur.end, cur.start, cur.dur, cur.done
+    special = cur.special
+    pos, n = cur.pos, len(order)
+    first = pos
+    while pos < n:
+        row = order[pos]
+        if not done[row]:
+            lo, hi = ptr[row], ptr[row + 1]
+            ready = 0.0
+            for dep in deps[lo:hi]:
+                if end[dep] > ready:
+                    ready = end[dep]
+            link = special.get(row)
+            if link is None:
+                start[row] = ready
+                end[row] = ready + dur[row]
+                done[row] = True
+            elif isinstance(link, int):  # a collective: wait until every member has arrived
+                newly = row not in cur.arrived
+                if newly:
+                    cur.arrived.add(row)
+                    arrivals.setdefault(link, {})[(cur.rank, row)] = ready
+                    _maybe_start_collective(link, cursors, cross, arrivals)
+                if not done[row]:
+                    cur.pos = pos
+                    return pos > first or newly
+            else:  # a receive: its send must have been placed
+                peer = cursors.get(link[0])
+                if peer is None or not peer.done[link[1]]:
+                    cur.pos = pos
+                    return pos > first
+                start[row] = max(ready, peer.start[link[1]])
+                end[row] = max(start[row] + dur[row], peer.end[link[1]])
+                done[row] = True
+        pos += 1
+    cur.pos = pos
+    return pos > first
+
+
+def _maybe_start_collective(inst: int, cursors: dict[int, _RankCursor], cross: CrossRank,
+                            arrivals: dict[int, dict[tuple[int, int], float]]) -> None:
+    members = cross.collectives[inst]
+    got = arrivals[inst]
+    if len(got) < len(members):
+        return
+    begin = max(got.values())
+    for rank, row in members:
+        c = cursors[rank]
+        c.start[row] = begin
+        c.end[row] = begin + c.dur[row]
+        c.done[row] = True
+    del arrivals[inst]

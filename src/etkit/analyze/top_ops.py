@@ -1,0 +1,98 @@
+"""Top operators: where time goes by operator name and by node kind, inclusive and exclusive.
+
+Inclusive time is a node's scheduled duration; exclusive time leaves out the time of nodes nested
+inside it on its track (see :mod:`.tracks`). Operators are grouped by name over all ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model.job import Job
+from ..model.schedule import Schedule
+from ..model.trace import node_type_name
+from .context import AnalysisContext, prepare
+from .kinds import KIND_NAMES
+
+__all__ = ["OpStats", "TopOps", "top_ops"]
+
+
+@dataclass
+class OpStats:
+    name: str
+    kind: str
+    count: int
+    total_ns: float
+    exclusive_ns: float
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "count": self.count, "total_ns": self.total_ns,
+                "exclusive_ns": self.exclusive_ns}
+
+
+@dataclass
+class TopOps:
+    source: str
+    by_name: list[OpStats]  # every operator name, largest total first
+    by_kind: list[OpStats]  # per kind ("compute", "comm", ...), name = the node types seen
+    by_type: list[OpStats]  # per NodeType
+
+    def by_exclusive(self, n: int = 20) -> list[OpStats]:
+        return sorted(self.by_name, key=lambda o: (-o.exclusive_ns, o.name))[:n]
+
+    def to_json(self, limit: int = 200) -> dict:
+        return {"source": self.source, "operators": len(self.by_name),
+                "by_total": [o.to_json() for o in self.by_name[:limit]],
+                "by_exclusive": [o.to_json() for o in self.by_exclusive(limit)],
+                "by_kind": [o.to_json() for o in self.by_kind], "by_type": [o.to_json() for o in self.by_type]}
+
+
+def top_ops(job: Job, schedule: Schedule | None = None, *, context: AnalysisContext | None = None) -> TopOps:
+    """Operator time of ``job`` grouped by name, kind and node type."""
+    ctx = prepare(job, schedule, context=context)
+    names: dict[tuple[str, int], list[float]] = {}
+    kinds = np.zeros((len(KIND_NAMES), 3))
+    types: dict[int, list[float]] = {}
+    for view in ctx.views.values():
+        trace = view.trace
+        ran = view.sched.ran
+        n = len(trace)
+        dur = view.durations()
+        excl = view.tracks.exclusive_ns(n)
+        if ctx.schedule.source == "trace":
+            recorded = trace.duration.astype(np.float64) * 1000.0
+            if (dur > recorded + 1.0).any():
+                # callers were stretched over their callees (timing.schedule_from_trace): this trace
+                # records self time as the duration, which is the exclusive time as measured
+                excl = np.where(ran, recorded, 0.0)
+            else:
+                excl = np.minimum(excl, recorded)
+        # key = (name index, kind): one operator name can appear as two kinds (e.g. cpu and compute)
+        key = trace.name_idx.astype(np.int64) * len(KIND_NAMES) + view.kinds
+        uniq, inverse = np.unique(key[ran], return_inverse=True)
+        count = np.bincount(inverse, minlength=len(uniq))
+        total = np.bincount(inverse, weights=dur[ran], minlength=len(uniq))
+        exclusive = np.bincount(inverse, weights=excl[ran], minlength=len(uniq))
+        for k, c, t, x in zip(uniq.tolist(), count.tolist(), total.tolist(), exclusive.tolist()):
+            entry = names.setdefault((trace.strings[k // len(KIND_NAMES)], k % len(KIND_NAMES)), [0, 0.0, 0.0])
+            entry[0] += c
+            entry[1] += t
+            entry[2] += x
+        kinds[:, 0] += np.bincount(view.kinds[ran], minlength=len(KIND_NAMES))
+        kinds[:, 1] += np.bincount(view.kinds[ran], weights=dur[ran], minlength=len(KIND_NAMES))
+        kinds[:, 2] += np.bincount(view.kinds[ran], weights=excl[ran], minlength=len(KIND_NAMES))
+        tu, ti = np.unique(trace.types[ran], return_inverse=True)
+        for t, c, d, x in zip(tu.tolist(), np.bincount(ti).tolist(), np.bincount(ti, weights=dur[ran]).tolist(),
+                              np.bincount(ti, weights=excl[ran]).tolist()):
+            entry = types.setdefault(t, [0, 0.0, 0.0])
+            entry[0] += c
+            entry[1] += d
+            entry[2] += x
+    by_name = [OpStats(name, KIND_NAMES[k], int(v[0]), v[1], v[2]) for (name, k), v in names.items()]
+    by_name.sort(key=lambda o: (-o.total_ns, o.name))
+    by_kind = [OpStats(KIND_NAMES[i], KIND_NAMES[i], int(kinds[i, 0]), float(kinds[i, 1]), float(kinds[i, 2]))
+               for i in range(len(KIND_NAMES)) if kinds[i, 0]]
+    by_type = [OpStats(node_type_name(t), "", int(v[0]), v[1], v[2]) for t, v in sorted(types.items())]
+    return TopOps(ctx.source_text, by_name, by_kind, by_type)

@@ -1,0 +1,133 @@
+"""The HTML report in a real browser: headless Chromium loads it with no console errors, the charts are
+drawn, and names from the trace cannot inject markup. A screenshot is kept as a test artifact.
+
+Chromium is required (Debian: ``apt-get install -y chromium``); without it these tests fail.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from etkit.viz.report import write_report
+
+from ..analyze.builders import N, build_job, coll, comp
+
+EVIL = '<script>console.error("pwned")</script><img src=x onerror=alert(1)>'
+_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+          "--disable-component-update", "--disable-sync", "--no-first-run", "--enable-logging=stderr", "--v=0"]
+
+
+def _chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert exe, "headless Chromium is needed for the report tests: apt-get install -y chromium"
+    return exe
+
+
+def _run_chromium(args: list[str], page: Path) -> subprocess.CompletedProcess[str]:
+    with tempfile.TemporaryDirectory(prefix="etkit-chromium-") as profile:
+        return subprocess.run([_chromium(), *_FLAGS, f"--user-data-dir={profile}", *args, page.as_uri()],
+                              capture_output=True, text=True, timeout=120, check=False)
+
+
+class _Census(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: dict[str, int] = {}
+        self.svg_classes: list[str] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):  # type: ignore[no-untyped-def]
+        self.tags[tag] = self.tags.get(tag, 0) + 1
+        if tag == "svg":
+            self.svg_classes.append(dict(attrs).get("class", ""))
+
+    def handle_data(self, data):  # type: ignore[no-untyped-def]
+        self.text.append(data)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("report")
+    ranks = {r: [comp(1, 100, 10 + 4 * r, name=EVIL if r == 0 else "fwd"),
+                 coll(2, 110 + 4 * r, 20, [1], pg="0"), comp(3, 112 + 4 * r, 15, [1], "bwd"),
+                 N(4, 2, 140, 3, [2, 3], "load", {"tensor_size": 64}),
+                 N(5, 4, 100, 48, [], "ProfilerStep#7", {"tid": 1})] for r in range(4)}
+    job = build_job(tmp, ranks, "after")
+    baseline = build_job(tmp, {r: [comp(1, 100, 20, name="fwd"), coll(2, 120, 30, [1])] for r in range(4)}, "before")
+    return write_report(job, tmp / "report.html", baseline=baseline)
+
+
+def test_report_is_self_contained_and_escaped(report):
+    html = report.read_text()
+    assert "<script" not in html and "<img" not in html  # the hostile name is text, not markup
+    assert "&lt;script&gt;" in html
+    # nothing is fetched: no tag with src/href, no url(), no @import
+    assert not re.search(r"<[^>]+\s(src|href)\s*=", html)
+    assert "url(" not in html and "@import" not in html
+
+
+def test_report_loads_in_chromium_without_errors_and_draws_charts(report):
+    done = _run_chromium(["--dump-dom"], report)
+    assert done.returncode == 0, done.stderr[-2000:]
+    console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
+    assert console == [], console
+    assert "net::ERR" not in done.stderr
+    census = _Census()
+    census.feed(done.stdout)
+    assert census.tags.get("script", 0) == 0 and census.tags.get("img", 0) == 0
+    for chart in ("stacked-bars", "gantt", "heatmap", "bar-chart"):
+        assert any(chart in c for c in census.svg_classes), (chart, census.svg_classes)
+    assert census.tags.get("rect", 0) >= 4 * 4 + 16  # timeline boxes and the 4x4 heat map at least
+    text = " ".join(census.text)
+    for heading in ("time breakdown", "timeline", "communication", "critical path", "diff:"):
+        assert heading in text
+    assert EVIL in text
+
+
+def test_report_screenshot(report):
+    shot = Path(tempfile.mkdtemp(prefix="etkit-report-")) / "report.png"
+    done = _run_chromium([f"--screenshot={shot}", "--window-size=1200,2400", "--hide-scrollbars"], report)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000  # a blank page compresses far smaller
+    print(f"report screenshot: {shot}")
+
+
+@pytest.mark.shared_data
+def test_report_of_a_converted_pytorch_job_in_chromium(tmp_path):
+    from etkit.executor import SerialExecutor
+    from etkit.model.job import load_job
+    from etkit.pytorch.job import convert_job
+
+    from ..conftest import PYTORCH_JOBS
+
+    for name in ("tp_transformer_ws2", "pp_sendrecv_ws2"):
+        convert_job(PYTORCH_JOBS / name, tmp_path / name, executor=SerialExecutor())
+    job = load_job(tmp_path / "tp_transformer_ws2", executor=SerialExecutor())
+    other = load_job(tmp_path / "pp_sendrecv_ws2", executor=SerialExecutor())
+    page = write_report(job, tmp_path / "tp.html", baseline=other, iteration=0)
+    text = page.read_text()
+    assert "ProfilerStep#2 (1 of 2 steps)" in text  # iteration 0 is the first profiled step
+    done = _run_chromium(["--dump-dom"], page)
+    assert done.returncode == 0
+    assert [line for line in done.stderr.splitlines() if ":CONSOLE" in line] == []
+    census = _Census()
+    census.feed(done.stdout)
+    assert len([c for c in census.svg_classes if c.startswith("chart")]) >= 8
+    assert census.tags.get("rect", 0) > 200  # the step's ops on the timeline
+
+
+def test_report_iteration_out_of_range_is_a_usage_error(tmp_path):
+    from etkit.errors import UsageError
+
+    job = build_job(tmp_path, {0: [N(1, 4, 100, 50, [], "ProfilerStep#1", {"tid": 1}), comp(2, 110, 10, [1], "op")]})
+    assert "ProfilerStep#1 (1 of 1 steps)" in write_report(job, tmp_path / "ok.html", iteration=-1).read_text()
+    with pytest.raises(UsageError, match="iteration 3 out of range"):
+        write_report(job, tmp_path / "r.html", iteration=3)
