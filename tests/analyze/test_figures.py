@@ -141,8 +141,11 @@ def test_nested_ops_exclusive_time_and_kinds(tmp_path):
     assert ops["ProfilerStep#1"].exclusive_ns == 50 * US
     assert ops["aten::mm"].exclusive_ns == 30 * US
     b = breakdown(job).ranks[0]
-    # compute covers [1000,1100]; all-reduce [1060,1090] fully overlapped
-    assert b.compute_ns == 100 * US and b.overlapped_comm_ns == 30 * US and b.exposed_comm_ns == 0
+    # the range marker's own time is the thread between ops, not compute: compute is mm [1010,1040] and
+    # add [1050,1070]; the all-reduce [1060,1090] hides under add for 10 us and is exposed for 20 us
+    assert b.compute_ns == 50 * US and b.overlapped_comm_ns == 10 * US and b.exposed_comm_ns == 20 * US
+    assert b.idle_ns == 30 * US and b.span_ns == 100 * US
+    assert ops["ProfilerStep#1"].kind == "other"
     p = critical_path(job)
     assert "ProfilerStep#1" not in p.names  # ranges that hold ops are not on the path
     assert KIND_NAMES[COMPUTE] == "compute" and KIND_NAMES[COMM] == "comm" and KIND_NAMES[MEMORY] == "memory"

@@ -15,7 +15,7 @@ from ..model.job import Job
 from ..model.schedule import RankSchedule, Schedule
 from ..model.trace import Trace
 from .crossrank import CrossRank, match_cross_rank
-from .kinds import node_kinds
+from .kinds import node_kinds, time_kinds
 from .timing import SOURCE_TEXT, resolve_schedule
 from .tracks import RankTracks, rank_tracks
 
@@ -66,7 +66,8 @@ class AnalysisContext:
 def _view(item: tuple[int, Trace, RankSchedule, bool]) -> RankView:
     rank, trace, sched, nesting = item
     kinds = node_kinds(trace)
-    return RankView(rank, trace, sched, kinds, rank_tracks(trace, sched, kinds, nesting=nesting))
+    tracks = rank_tracks(trace, sched, kinds, nesting=nesting)
+    return RankView(rank, trace, sched, time_kinds(trace, kinds), tracks)
 
 
 def prepare(job: Job, schedule: Schedule | None = None, *, executor: Executor | None = None,

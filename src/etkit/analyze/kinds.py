@@ -1,6 +1,8 @@
 """What kind of work each node is: compute, host CPU, communication, memory or other.
 
-Every analysis groups time by these kinds, so the rule lives here once. A COMP node with
+Every analysis groups time by these kinds, so the rule lives here once. Range markers
+(``ProfilerStep#N``) nest their ops on their thread's track like any call, but their own time is the
+thread between ops (Python, blocking waits), so :func:`time_kinds` makes it "other". A COMP node with
 ``is_cpu_op`` true is host work ("cpu") on a rank that also has device compute; on a rank whose COMP
 nodes all run on the CPU (a CPU-only PyTorch job) host work *is* the compute, so it counts as
 "compute" there.
@@ -13,7 +15,7 @@ import numpy as np
 from ..format.schema import CommType, NodeType
 from ..model.trace import Trace
 
-__all__ = ["KIND_NAMES", "COMPUTE", "CPU", "COMM", "MEMORY", "OTHER", "node_kinds", "comm_label"]
+__all__ = ["KIND_NAMES", "COMPUTE", "CPU", "COMM", "MEMORY", "OTHER", "node_kinds", "comm_label", "time_kinds", "annotation_rows"]
 
 COMPUTE, CPU, COMM, MEMORY, OTHER = range(5)
 KIND_NAMES = ("compute", "cpu", "comm", "memory", "other")
@@ -22,6 +24,17 @@ _TYPE_KIND = np.full(16, OTHER, dtype=np.int8)
 _TYPE_KIND[NodeType.COMP_NODE] = COMPUTE
 _TYPE_KIND[[NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, NodeType.COMM_COLL_NODE]] = COMM
 _TYPE_KIND[[NodeType.MEM_LOAD_NODE, NodeType.MEM_STORE_NODE]] = MEMORY
+
+
+#: Name prefixes of nodes that only mark a range (the profiler's iteration marker): their own time is
+#: the thread between ops (Python, blocking waits), not compute.
+ANNOTATION_PREFIXES = ("ProfilerStep#",)
+
+
+def annotation_rows(trace: Trace) -> np.ndarray:
+    """Boolean per row: the node is a range marker such as ``ProfilerStep#3``."""
+    marks = np.fromiter((s.startswith(ANNOTATION_PREFIXES) for s in trace.strings), dtype=bool, count=len(trace.strings))
+    return marks[trace.name_idx] if marks.any() else np.zeros(len(trace), dtype=bool)
 
 
 def node_kinds(trace: Trace) -> np.ndarray:
@@ -34,6 +47,16 @@ def node_kinds(trace: Trace) -> np.ndarray:
     if host.any() and (comp & ~host).any():
         kinds[host] = CPU
     return kinds
+
+
+def time_kinds(trace: Trace, kinds: np.ndarray) -> np.ndarray:
+    """``kinds`` for counting time: range markers' own time is not compute (it is "other", i.e. idle)."""
+    marks = annotation_rows(trace)
+    if not marks.any():
+        return kinds
+    out = kinds.copy()
+    out[marks] = OTHER
+    return out
 
 
 def comm_label(node_type: int, comm_type: int) -> str:
