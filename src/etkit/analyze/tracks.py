@@ -12,9 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..format.schema import Node
 from ..model.schedule import RankSchedule
-from ..model.trace import Trace
+from ..model.trace import MISSING, Trace
 from .kinds import COMM, COMPUTE, CPU, KIND_NAMES, MEMORY
 
 __all__ = ["RankTracks", "rank_tracks", "union_intervals", "union_length", "RESOURCE_NAMES"]
@@ -22,7 +21,6 @@ __all__ = ["RankTracks", "rank_tracks", "union_intervals", "union_length", "RESO
 #: Names of the resource codes a simulated :class:`RankSchedule` may carry.
 RESOURCE_NAMES = ("cpu", "compute", "comm", "memory")
 _KIND_RESOURCE = {COMPUTE: "compute", CPU: "cpu", COMM: "comm", MEMORY: "memory"}
-_TRACK_ATTRS = (b"\n\x03tid", b"\n\x06stream")  # AttributeProto.name field bytes: cheap pre-filter
 
 
 @dataclass
@@ -64,34 +62,6 @@ def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
     return float((e - s).sum())
 
 
-def _attr_tracks(trace: Trace) -> dict[int, str]:
-    """Row -> "tid N" / "stream N" for rows that carry those attributes (profiled traces only)."""
-    if not any(tag in trace.blob for tag in _TRACK_ATTRS):
-        return {}
-    out: dict[int, str] = {}
-    node = Node()
-    for row in range(len(trace)):
-        record = trace.record(row)
-        if not any(tag in record for tag in _TRACK_ATTRS):
-            continue
-        node.ParseFromString(record)
-        values = {a.name: a for a in node.attr if a.name in ("tid", "stream")}
-        stream = values.get("stream")
-        tid = values.get("tid")
-        kind = stream if stream is not None and _int(stream) > 0 else tid
-        if kind is not None:
-            out[row] = f"{kind.name} {_int(kind)}"
-    return out
-
-
-def _int(attr) -> int:  # type: ignore[no-untyped-def]
-    which = attr.WhichOneof("value")
-    try:
-        return int(getattr(attr, which)) if which else 0
-    except (TypeError, ValueError):
-        return 0
-
-
 def _track_keys(trace: Trace, sched: RankSchedule, kinds: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """Per row a key into the returned labels: the simulated resource, else the kind plus thread/stream."""
     if sched.resource is not None:
@@ -101,13 +71,18 @@ def _track_keys(trace: Trace, sched: RankSchedule, kinds: np.ndarray) -> tuple[n
         return np.maximum(res, 0), labels
     keys = kinds.astype(np.int64)
     labels = [_KIND_RESOURCE.get(k, KIND_NAMES[k]) for k in range(len(KIND_NAMES))]
+    # profiled traces: one track per thread ("tid N") or device stream ("stream N", when > 0)
+    on_stream = (trace.stream != MISSING) & (trace.stream > 0)
+    tagged = on_stream | (trace.tid != MISSING)
+    if not tagged.any():
+        return keys, labels
+    value = np.where(on_stream, trace.stream, trace.tid)[tagged]
+    combos, inverse = np.unique(np.stack([keys[tagged], on_stream[tagged].astype(np.int64), value], axis=1),
+                                axis=0, return_inverse=True)
     index: dict[str, int] = {}
-    for row, label in _attr_tracks(trace).items():
-        full = f"{labels[keys[row]] if keys[row] < len(KIND_NAMES) else ''} {label}"
-        code = index.get(full)
-        if code is None:
-            code = index[full] = len(labels) + len(index)
-        keys[row] = code
+    codes = [index.setdefault(f"{labels[k] if k < len(KIND_NAMES) else ''} {'stream' if is_stream else 'tid'} {v}",
+                              len(labels) + len(index)) for k, is_stream, v in combos.tolist()]
+    keys[tagged] = np.asarray(codes, dtype=np.int64)[inverse.ravel()]
     return keys, labels + list(index)
 
 

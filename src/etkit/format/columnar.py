@@ -27,7 +27,7 @@ __all__ = ["Columns", "decode_columns", "HOT_INT_ATTRS", "MISSING"]
 MISSING = np.iinfo(np.int64).min
 #: Integer attributes kept as columns (any integer or bool kind accepted).
 HOT_INT_ATTRS = ("comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag", "comm_priority", "num_ops",
-                 "tensor_size")
+                 "tensor_size", "tid", "stream")
 _HOT_NAMES = HOT_INT_ATTRS + ("is_cpu_op", "pg_name")
 _PAD = 32
 _CHECK_CHUNK = 1 << 16

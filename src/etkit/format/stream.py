@@ -54,7 +54,11 @@ _SMALL_PREFIX = [bytes((n,)) for n in range(0x80)]
 def frame(record: bytes) -> bytes:
     """``record`` with its varint32 length prefix."""
     n = len(record)
-    return (_SMALL_PREFIX[n] if n < 0x80 else encode_varint(n)) + record
+    if n < 0x80:
+        return _SMALL_PREFIX[n] + record
+    if n < 0x4000:  # most node records: a two-byte prefix without encode_varint's loop
+        return bytes((n & 0x7F | 0x80, n >> 7)) + record
+    return encode_varint(n) + record
 
 
 def _long_length(buf: bytes, pos: int, end: int, path: str | os.PathLike[str], index: int,

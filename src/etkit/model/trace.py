@@ -49,7 +49,8 @@ def _offsets(lengths: np.ndarray) -> np.ndarray:
 class Trace:
     """One rank's execution trace as columns. Row ``i`` is the ``i``-th node in file order.
 
-    Integer attribute columns hold :data:`MISSING` where the node lacks the attribute; ``is_cpu_op``
+    Integer attribute columns (communication, ``num_ops``, ``tensor_size``, and the profiled thread ``tid``
+    and device ``stream`` of converted traces) hold :data:`MISSING` where the node lacks the attribute; ``is_cpu_op``
     holds -1 for absent, 0 or 1; ``pg_name`` indexes :attr:`strings` (-1 = absent).
     """
 
@@ -74,6 +75,8 @@ class Trace:
     comm_priority: np.ndarray
     num_ops: np.ndarray
     tensor_size: np.ndarray
+    tid: np.ndarray
+    stream: np.ndarray
     blob: bytes
     rec_off: np.ndarray
     rec_len: np.ndarray

@@ -32,13 +32,13 @@ from typing import Any
 
 import orjson
 
-from ..format.attrs import CANONICAL_KINDS as _KIND
 from ..format.attrs import make_attr
-from ..format.schema import AttributeProto, CommType, GlobalMetadata, IOInfo, Node, NodeType
+from ..format.schema import CommType, GlobalMetadata, NodeType
 from ..format.stream import TraceWriter
 from .comm import CommKind, Family, classify_kernel, classify_op, group_name_arg, message_bytes, p2p_peer_and_tag
 from .host import KNOWN_SCHEMAS, HostOp
 from .link import LinkedRank
+from .wire import INPUTS, OUTPUTS, AttrPieces, IoPieces, id_varints, node_record
 
 __all__ = ["RankReport", "convert_linked", "GroupInfo", "groups_of_rank"]
 
@@ -171,37 +171,36 @@ class _Converter:
         self.ops = linked.host.ops
         self.rank = rank
         self.report = RankReport(rank if rank is not None else 0, out_path, schema=linked.host.schema)
-        self.attr_cache: dict[tuple[str, Any], AttributeProto] = {}
+        self.attr_pieces = AttrPieces()
+        self.io_pieces = IoPieces()
         self.templates: dict[tuple[Any, ...], bytes] = {}
+        self.ids: list[bytes] = []  # varint of every node id (wire.id_varints)
         self.counts: Counter[str] = Counter()  # COMM nodes written, by kind
         self.groups = GroupInfo()
 
-    # Attributes are mostly repeated values (scope 0, tid 1, the same op_schema): each distinct set is built
-    # once with make_attr and merged into nodes as a serialized template (about 3x faster than copying
-    # AttributeProto messages one by one).
-    def attr(self, name: str, value: Any) -> AttributeProto:
-        key = (name, value)
-        cached = self.attr_cache.get(key)
-        if cached is None:
-            cached = self.attr_cache[key] = make_attr(name, value)
-        return cached
+    # Nodes are assembled from encoded pieces (etkit.pytorch.wire). Attributes are mostly repeated values
+    # (scope 0, tid 1, the same op_schema): each distinct run of them is encoded once as a template.
+    def attr(self, name: str, value: Any) -> bytes:
+        return self.attr_pieces.framed(name, value)
 
     def _template(self, op: HostOp, is_cpu_op: bool) -> bytes:
         key = (op.fw_parent, op.scope, op.tid, op.fw_tid, op.op_schema, is_cpu_op)
         found = self.templates.get(key)
         if found is None:
             a = self.attr
-            holder = Node(attr=[a("fw_parent", op.fw_parent), a("scope", op.scope), a("tid", op.tid),
-                                a("fw_tid", op.fw_tid), a("op_schema", op.op_schema), a("is_cpu_op", is_cpu_op)])
-            found = self.templates[key] = holder.SerializeToString()
+            found = self.templates[key] = b"".join([
+                a("fw_parent", op.fw_parent), a("scope", op.scope), a("tid", op.tid), a("fw_tid", op.fw_tid),
+                a("op_schema", op.op_schema), a("is_cpu_op", is_cpu_op)])
         return found
 
-    def _std_attrs(self, node: Node, op: HostOp, is_cpu_op: bool) -> None:
+    def _std_attrs(self, op: HostOp, is_cpu_op: bool) -> bytes:
         """rf_id, seq_id (per op), then fw_parent, scope, tid, fw_tid, op_schema, is_cpu_op (templated)."""
-        add = node.attr.add
-        add(name="rf_id", **{_KIND["rf_id"]: op.rf_id})
-        add(name="seq_id", **{_KIND["seq_id"]: op.seq_id})
-        node.MergeFromString(self._template(op, is_cpu_op))
+        int64 = self.attr_pieces.int64
+        key = (op.fw_parent, op.scope, op.tid, op.fw_tid, op.op_schema, is_cpu_op)
+        template = self.templates.get(key)
+        if template is None:
+            template = self._template(op, is_cpu_op)
+        return b"".join((int64("rf_id", op.rf_id), int64("seq_id", op.seq_id), template))
 
     def run(self, writer_path: str) -> RankReport:
         linked, ops = self.linked, self.ops
@@ -329,67 +328,66 @@ class _Converter:
         pending_wait: dict[tuple[int, int], int] = {}   # tensor -> COMM node id not yet waited on
         writer_of: dict[tuple[int, int], tuple[int, Any]] = {}  # tensor -> (node id, lane) of last writer
         wrote_metadata = pg_init is not None
+        name_field, io_of = self.io_pieces.name, self._io
+        ids = self.ids = id_varints(len(items) + 1)
+        comp, std_attrs = int(NodeType.COMP_NODE), self._std_attrs
         with TraceWriter(path, meta) as writer:
+            write = writer.write_record
             if not wrote_metadata and pg_entries:
-                writer.write(self._metadata_node(0, "## process_group:init ##", pg_entries))
-            for _, _, ref in items:
-                nid = new_id[ref]
+                write(self._metadata_node(0, "## process_group:init ##", pg_entries))
+            for nid, (_, _, ref) in enumerate(items, 1):
                 if ref < 0:
-                    node = self._gpu_node(nid, -ref - 1, new_id, last_on_lane, kernel_kind)
-                    writer.write(node)
+                    write(self._gpu_node(nid, -ref - 1, new_id, last_on_lane, kernel_kind))
                     report.gpu_nodes += 1
                     continue
                 i = ref
                 op = ops[i]
-                node = Node(id=nid, name=op.name)
                 p = ctrl[i]
-                if p >= 0 and p in new_id:
-                    node.ctrl_deps.append(new_id[p])
+                ctrl_id = new_id.get(p) if p >= 0 else None
                 lane = lane_of[i]
                 deps: list[int] = []
                 prev = last_on_lane.get(lane)
                 if prev is not None:
                     deps.append(prev)
                 if head[i] == i:
-                    self._comm_node(node, i, kinds, chains[i], gloo_groups, offset, comm_counts)
-                    pg = _attr_str(node, "pg_name")
+                    node_type, start, duration, attrs, pg = self._comm_node(i, kinds, chains[i], gloo_groups,
+                                                                            offset, comm_counts)
                     prev_comm = last_comm_of_group.get(pg)
                     if prev_comm is not None and prev_comm not in deps:
                         deps.append(prev_comm)
                     last_comm_of_group[pg] = nid
                     for k in op.reads + op.writes:
                         pending_wait[k] = nid
-                    self._io(node, op)
+                    write(node_record(nid, name_field(op.name), node_type, ctrl_id, deps, start, duration,
+                                      io_of(op), attrs, ids))
+                    continue
+                if i == pg_init:
+                    node_type = int(NodeType.METADATA_NODE)
+                    entries = pg_entries or _pg_init_entries(op)
+                    io = self.io_pieces.field(INPUTS, str([orjson.dumps(entries).decode()]), op.io[1], op.io[2])
                 else:
-                    is_meta = i == pg_init
-                    if is_meta:
-                        node.type = NodeType.METADATA_NODE
-                        entries = pg_entries or _pg_init_entries(op)
-                        node.inputs.CopyFrom(IOInfo(values=str([orjson.dumps(entries).decode()]),
-                                                    shapes=op.io[1], types=op.io[2]))
-                    else:
-                        node.type = NodeType.COMP_NODE
-                        self._io(node, op)
-                    t = ts[i]
-                    if t == t:
-                        node.start_time_micros = max(0, int(t + offset + 0.5))
-                        node.duration_micros = max(0, int(excl[i] + 0.5))
-                    self._std_attrs(node, op, True)
-                    last_on_lane[lane] = nid
-                    if owner[i] < 0:
+                    node_type, io = comp, io_of(op)
+                start = duration = 0
+                t = ts[i]
+                if t == t:
+                    start = max(0, int(t + offset + 0.5))
+                    duration = max(0, int(excl[i] + 0.5))
+                last_on_lane[lane] = nid
+                if owner[i] < 0:
+                    if pending_wait:
                         for k in op.reads + op.writes:
                             waited = pending_wait.pop(k, None)
                             if waited is not None and waited not in deps:
                                 deps.append(waited)
-                        for k in op.reads:
-                            w = writer_of.get(k)
-                            if w is not None and w[1] != lane and w[0] not in deps:
-                                deps.append(w[0])
-                        for k in op.writes:
-                            writer_of[k] = (nid, lane)
-                if deps:
-                    node.data_deps.extend(deps)  # unique by construction (each added only if not present)
-                writer.write_record(node.SerializeToString())
+                    for k in op.reads:
+                        w = writer_of.get(k)
+                        if w is not None and w[1] != lane and w[0] not in deps:
+                            deps.append(w[0])
+                    for k in op.writes:
+                        writer_of[k] = (nid, lane)
+                # deps are unique by construction (each added only if not present)
+                write(node_record(nid, name_field(op.name), node_type, ctrl_id, deps, start, duration, io,
+                                  std_attrs(op, True), ids))
         report.nodes = len(items) + (0 if wrote_metadata or not pg_entries else 1)
         report.comm_nodes = dict(comm_counts)
         report.unlinked_ops = linked.report.unlinked_ops
@@ -411,58 +409,57 @@ class _Converter:
 
     # -- node parts --------------------------------------------------------------------------------------
 
-    def _io(self, node: Node, op: HostOp) -> None:
-        io = op.io
-        if io[0] != "[]" or io[2] != "[]":
-            node.inputs.values, node.inputs.shapes, node.inputs.types = io[0], io[1], io[2]
-        if io[3] != "[]" or io[5] != "[]":
-            node.outputs.values, node.outputs.shapes, node.outputs.types = io[3], io[4], io[5]
+    def _io(self, op: HostOp) -> bytes:
+        """The encoded inputs/outputs fields of a host op (omitted when they hold no value and no type)."""
+        in_values, in_shapes, in_types, out_values, out_shapes, out_types = op.io
+        field = self.io_pieces.field
+        encoded = b""
+        if in_values != "[]" or in_types != "[]":
+            encoded = field(INPUTS, in_values, in_shapes, in_types)
+        if out_values != "[]" or out_types != "[]":
+            encoded += field(OUTPUTS, out_values, out_shapes, out_types)
+        return encoded
 
-    def _metadata_node(self, nid: int, name: str, entries: list[dict[str, Any]]) -> Node:
-        node = Node(id=nid, name=name, type=NodeType.METADATA_NODE)
-        node.inputs.CopyFrom(IOInfo(values=str([orjson.dumps(entries).decode()]), shapes="[[]]", types="['String']"))
-        node.attr.append(self.attr("is_cpu_op", True))
-        return node
+    def _metadata_node(self, nid: int, name: str, entries: list[dict[str, Any]]) -> bytes:
+        io = self.io_pieces.field(INPUTS, str([orjson.dumps(entries).decode()]), "[[]]", "['String']")
+        return node_record(nid, self.io_pieces.name(name), int(NodeType.METADATA_NODE), None, [], 0, 0, io,
+                           self.attr("is_cpu_op", True), [])
 
     def _gpu_node(self, nid: int, g: int, new_id: dict[int, int], last_on_lane: dict[Any, int],
-                  kernel_kind: dict[int, CommKind | None]) -> Node:
+                  kernel_kind: dict[int, CommKind | None]) -> bytes:
         act = self.linked.gpu[g]
-        node = Node(id=nid, name=act.name)
         launcher = new_id.get(act.op)
         deps = []
         lane = ("gpu", act.stream)
         if lane in last_on_lane:
             deps.append(last_on_lane[lane])
-        if launcher is not None:
-            node.ctrl_deps.append(launcher)
-            if launcher not in deps:
-                deps.append(launcher)
+        if launcher is not None and launcher not in deps:
+            deps.append(launcher)
         last_on_lane[lane] = nid
-        node.data_deps.extend(deps)
-        node.start_time_micros = max(0, int(round(act.ts + self.linked.clock_offset_us)))
-        node.duration_micros = max(0, int(round(act.dur)))
+        start = max(0, int(round(act.ts + self.linked.clock_offset_us)))
+        duration = max(0, int(round(act.dur)))
         kind = kernel_kind.get(g)
-        node.attr.append(self.attr("is_cpu_op", False))
-        node.attr.append(self.attr("stream", act.stream))
-        if kind is None:
-            node.type = NodeType.COMP_NODE
-            return node
-        node.type = kind.node_type
-        if kind.comm_type is not None:
-            node.attr.append(self.attr("comm_type", int(kind.comm_type)))
-        node.attr.append(self.attr("comm_size", 0))
-        node.attr.append(self.attr("pg_name", act.pg_name or "0"))
-        self.report.link["orphan_comm_kernels"] = self.report.link.get("orphan_comm_kernels", 0) + 1
-        self.counts[_kind_label(kind)] += 1
-        return node
+        a = self.attr
+        attrs = [a("is_cpu_op", False), a("stream", act.stream)]
+        node_type = int(NodeType.COMP_NODE)
+        if kind is not None:
+            node_type = int(kind.node_type)
+            if kind.comm_type is not None:
+                attrs.append(a("comm_type", int(kind.comm_type)))
+            attrs.append(a("comm_size", 0))
+            attrs.append(a("pg_name", act.pg_name or "0"))
+            self.report.link["orphan_comm_kernels"] = self.report.link.get("orphan_comm_kernels", 0) + 1
+            self.counts[_kind_label(kind)] += 1
+        return node_record(nid, self.io_pieces.name(act.name), node_type, launcher, deps, start, duration, b"",
+                           b"".join(attrs), self.ids)
 
-    def _comm_node(self, node: Node, h: int, kinds: list[CommKind | None], members: list[int],
-                   gloo_groups: dict[int, str], offset: float, counts: Counter[str]) -> None:
+    def _comm_node(self, h: int, kinds: list[CommKind | None], members: list[int], gloo_groups: dict[int, str],
+                   offset: float, counts: Counter[str]) -> tuple[int, int, int, bytes, str]:
+        """The COMM node of chain head ``h``: (node type, start, duration, encoded attributes, pg_name)."""
         ops, linked = self.ops, self.linked
         op = ops[h]
         kind = kinds[h]
         assert kind is not None
-        node.type = kind.node_type
         # execution interval: the deepest member with timing (GPU kernel, then backend, then the head)
         exec_ts, exec_dur, best_depth = _NO_TIME, 0.0, -1
         pg: str | None = None
@@ -487,9 +484,10 @@ class _Converter:
                     size_src = m  # dispatcher args say precisely which buffer is sent
             if t == t and depth > best_depth:
                 exec_ts, exec_dur, best_depth = t, d, depth
+        start = duration = 0
         if exec_ts == exec_ts:
-            node.start_time_micros = max(0, int(round(exec_ts + offset)))
-            node.duration_micros = max(0, int(round(exec_dur)))
+            start = max(0, int(round(exec_ts + offset)))
+            duration = max(0, int(round(exec_dur)))
         if pg is None:
             pg = thread_pg
             if pg is not None:
@@ -501,21 +499,20 @@ class _Converter:
         src = ops[size_src]
         src_kind = kinds[size_src] or kind
         size = message_bytes(src_kind, src.inputs, src.outputs, src.extra)
-        self._std_attrs(node, op, False)
         a = self.attr
         if kind.node_type == NodeType.COMM_COLL_NODE:
             assert kind.comm_type is not None
-            node.attr.extend([a("comm_type", int(kind.comm_type)), a("comm_size", size), a("pg_name", pg)])
-            counts[_kind_label(kind)] += 1
+            attrs = [a("comm_type", int(kind.comm_type)), a("comm_size", size), a("pg_name", pg)]
         else:
             peer, tag = p2p_peer_and_tag(src_kind, src.inputs)
             me = self.rank if self.rank is not None else 0
             other = self.groups.to_global(pg, peer) if peer is not None and peer >= 0 else -1
             src_rank, dst_rank = (me, other) if kind.node_type == NodeType.COMM_SEND_NODE else (other, me)
-            node.attr.extend([a("comm_src", src_rank), a("comm_dst", dst_rank), a("comm_tag", tag or 0),
-                              a("comm_size", size), a("pg_name", pg)])
-            counts[_kind_label(kind)] += 1
+            attrs = [a("comm_src", src_rank), a("comm_dst", dst_rank), a("comm_tag", tag or 0),
+                     a("comm_size", size), a("pg_name", pg)]
+        counts[_kind_label(kind)] += 1
         self.report.comm_bytes += size
+        return int(kind.node_type), start, duration, self._std_attrs(op, False) + b"".join(attrs), pg
 
 
 _NO_TIME = float("nan")
@@ -526,13 +523,6 @@ def _kind_label(kind: CommKind) -> str:
     if kind.comm_type is not None:
         return CommType(kind.comm_type).name
     return "SEND" if kind.node_type == NodeType.COMM_SEND_NODE else "RECV"
-
-
-def _attr_str(node: Node, name: str) -> str:
-    for attr in node.attr:
-        if attr.name == name:
-            return attr.string_val
-    return ""
 
 
 def convert_linked(linked: LinkedRank, out_path: str | os.PathLike[str], *, rank: int | None = None) -> RankReport:

@@ -113,10 +113,6 @@ def _int(raw: dict[str, Any], key: str, default: int, where: str) -> int:
     return value
 
 
-def _twice(text: str) -> tuple[str, str]:
-    return text, text
-
-
 def _float(raw: dict[str, Any], key: str, where: str) -> float:
     value = raw.get(key)
     if value is None:
@@ -133,30 +129,46 @@ class _Compactor:
         self.where = where
         self.flat = flat
         self.strings: dict[str, str] = {}
+        self.names: dict[Any, tuple[str, bool]] = {}  # op name -> (interned name, keeps raw arguments)
+        self.type_strings: dict[tuple[Any, ...], str] = {}  # tuple(type list) -> its str()
 
     def op(self, raw: Any) -> HostOp:
+        # Runs once per node of traces with millions of them: lookups are inlined and per-name facts cached.
         if type(raw) is not dict:
             raise HostTraceError(f"{self.where}: node is {type(raw).__name__}, not an object")
-        node_id = raw.get("id")
+        get_raw = raw.get
+        node_id = get_raw("id")
         if type(node_id) is not int:
             raise HostTraceError(f"{self.where}: node without an integer 'id' ({str(raw)[:80]})")
-        name = raw.get("name")
+        name = get_raw("name")
         if type(name) is not str:
             raise HostTraceError(f"{self.where}: node {node_id}: field 'name' is missing or not a string")
+        named = self.names.get(name)
+        if named is None:
+            named = self.names[name] = (name, _KEEP_ARGS.match(name) is not None)
+        name, keep = named
         if self.flat:
             attrs = raw
-            parent = raw.get("parent", node_id)
-            ins, in_shapes, in_types = raw.get("inputs", []), raw.get("input_shapes", []), raw.get("input_types", [])
-            outs, out_shapes, out_types = (raw.get("outputs", []), raw.get("output_shapes", []),
-                                           raw.get("output_types", []))
+            parent = get_raw("parent", node_id)
+            ins, in_shapes, in_types = get_raw("inputs", []), get_raw("input_shapes", []), get_raw("input_types", [])
+            outs, out_shapes, out_types = (get_raw("outputs", []), get_raw("output_shapes", []),
+                                           get_raw("output_types", []))
             extra = None
         else:
-            parent = raw.get("ctrl_deps", node_id)
+            parent = get_raw("ctrl_deps", node_id)
             if type(parent) is list:
                 parent = parent[0] if parent else node_id
-            attrs, extra = self.attrs(raw.get("attrs", ()), node_id)
-            ins, in_shapes, in_types = self.io(raw.get("inputs"), node_id, "inputs")
-            outs, out_shapes, out_types = self.io(raw.get("outputs"), node_id, "outputs")
+            attrs, extra = self.attrs(get_raw("attrs", ()), node_id)
+            io = get_raw("inputs")
+            if type(io) is dict:
+                ins, in_shapes, in_types = io.get("values", []), io.get("shapes", []), io.get("types", [])
+            else:
+                ins, in_shapes, in_types = self.io(io, node_id, "inputs")
+            io = get_raw("outputs")
+            if type(io) is dict:
+                outs, out_shapes, out_types = io.get("values", []), io.get("shapes", []), io.get("types", [])
+            else:
+                outs, out_shapes, out_types = self.io(io, node_id, "outputs")
         if type(ins) is not list or type(outs) is not list or type(in_types) is not list:
             raise HostTraceError(f"{self.where}: node {node_id}: 'inputs'/'outputs' are not lists")
         get = attrs.get
@@ -165,15 +177,29 @@ class _Compactor:
         p_, rf, fwp, seq, scope, tid, fwt = numbers
         if not (int is type(p_) is type(rf) is type(fwp) is type(seq) is type(scope) is type(tid) is type(fwt)):
             numbers = self.repair_numbers(attrs, numbers, node_id)
-        keep = _KEEP_ARGS.match(name) is not None
         op_schema = get("op_schema") or ""
         intern = self.strings.setdefault
+        type_strings = self.type_strings
+        try:  # type lists are lists of strings that repeat: str() once per distinct list
+            in_key, out_key = tuple(in_types), tuple(out_types) if type(out_types) is list else None
+            in_types_str, out_types_str = type_strings.get(in_key), type_strings.get(out_key)
+        except TypeError:  # not strings (malformed, but still written as given)
+            in_key = out_key = in_types_str = out_types_str = None
+        if in_types_str is None:
+            in_types_str = intern(str(in_types), str(in_types))
+            if in_key is not None:
+                type_strings[in_key] = in_types_str
+        if out_types_str is None:
+            out_types_str = intern(str(out_types), str(out_types))
+            if out_key is not None:
+                type_strings[out_key] = out_types_str
+        in_shapes, out_shapes = str(in_shapes), str(out_shapes)
         op = HostOp(
-            node_id, intern(name, name), *numbers,
+            node_id, name, *numbers,
             intern(op_schema, op_schema) if type(op_schema) is str else str(op_schema),
-            (str(ins), intern(*_twice(str(in_shapes))), intern(*_twice(str(in_types))),
-             str(outs), intern(*_twice(str(out_shapes))), intern(*_twice(str(out_types)))),
-            tuple(tensor_keys(ins, [])), tuple(tensor_keys(outs, [])),
+            (str(ins), intern(in_shapes, in_shapes), in_types_str,
+             str(outs), intern(out_shapes, out_shapes), out_types_str),
+            tuple(tensor_keys(ins, [])) if ins else (), tuple(tensor_keys(outs, [])) if outs else (),
             extra, ins if keep else None, in_types if keep else None, outs if keep else None)
         if "ts" in raw:  # a linked ("host + device") trace
             where = f"{self.where}: node {node_id}"

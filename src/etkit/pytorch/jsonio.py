@@ -28,7 +28,10 @@ from ..fileio import read_bytes_maybe_gzip
 
 __all__ = ["JsonArrayDocument", "read_array_document", "CHUNK_ELEMENTS", "paused_gc"]
 
-CHUNK_ELEMENTS = 2048
+#: Elements parsed at a time. Small on purpose: a chunk of 64 host nodes (~400 KB of Python objects) is
+#: still in the CPU cache when the caller compacts it; 2048 nodes (~12 MB) are not, and reading a
+#: host trace took 1.4x longer (measured on a 100k-node trace).
+CHUNK_ELEMENTS = 64
 
 
 @dataclass

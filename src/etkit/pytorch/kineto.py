@@ -62,6 +62,10 @@ class KinetoTrace:
     def has_rf_ids(self) -> bool:
         return bool((self.cpu_rf_id != _NO_ID).any())
 
+    @property
+    def has_external_ids(self) -> bool:
+        return bool((self.cpu_ext_id != _NO_ID).any())
+
     def gloo_threads(self) -> list[int]:
         """OS thread ids of gloo worker threads (``pt_gloo_runloop``), ascending."""
         return sorted(t for t, n in self.thread_names.items() if "gloo_runloop" in n)
@@ -76,15 +80,6 @@ def _num(value: Any) -> int:
     if isinstance(value, str) and value.lstrip("-").isdigit():
         return int(value)
     return _NO_ID
-
-
-def _cpu_row(ev: dict[str, Any], names: dict[str, int]) -> tuple[int, float, float, int, int, int]:
-    args = ev.get("args") or {}
-    tid, rf, ext = ev.get("tid"), args.get("Record function id", _NO_ID), args.get("External id", _NO_ID)
-    if not (int is type(tid) is type(rf) is type(ext)):
-        tid, rf, ext = _num(tid), _num(rf), _num(ext)
-    name = ev.get("name", "")
-    return (names.setdefault(name, len(names)), float(ev.get("ts", 0.0)), float(ev.get("dur", 0.0)), tid, rf, ext)
 
 
 def load_kineto(path: str | os.PathLike[str], *, rank: int | None = None) -> KinetoTrace:
@@ -106,8 +101,17 @@ def load_kineto(path: str | os.PathLike[str], *, rank: int | None = None) -> Kin
                 raise EtkitError(f"{label}: traceEvents holds a {type(ev).__name__}, not an object")
             cat = ev.get("cat")
             if cat in CPU_CATEGORIES:
-                if ev.get("ph") == "X":
-                    add_cpu(_cpu_row(ev, names))
+                if ev.get("ph") == "X":  # _cpu_row inlined: one per host op
+                    args = ev.get("args") or {}
+                    tid = ev.get("tid")
+                    rf, ext = args.get("Record function id", _NO_ID), args.get("External id", _NO_ID)
+                    if not (int is type(tid) is type(rf) is type(ext)):
+                        tid, rf, ext = _num(tid), _num(rf), _num(ext)
+                    name = ev.get("name", "")
+                    index = names.get(name)
+                    if index is None:
+                        index = names[name] = len(names)
+                    add_cpu((index, float(ev.get("ts", 0.0)), float(ev.get("dur", 0.0)), tid, rf, ext))
             elif cat in GPU_CATEGORIES:
                 args = ev.get("args") or {}
                 gpu[0].append(names.setdefault(ev.get("name", ""), len(names)))

@@ -157,6 +157,80 @@ def _match_by_name_order(host: HostTrace, kin: KinetoTrace, rows: np.ndarray, re
     report.method = "name-order"
 
 
+#: How far past the last matched Kineto op (in External-id order) a host op's twin is looked for, and how
+#: many starting points are tried.
+_EXT_WINDOW = 256
+_EXT_STARTS = 32
+
+
+def _match_by_external_id(host: HostTrace, kin: KinetoTrace, rows: np.ndarray, report: LinkReport) -> None:
+    """Kineto traces of older PyTorch (host schema 1.0.1) carry no record-function ids, but number every CPU
+    op with an ``External id`` in call order across threads, as the host trace numbers its ops with
+    ``rf_id``. The host ops in ``rf_id`` order are aligned with the Kineto ops in External-id order by name,
+    a child only inside its parent's Kineto interval on the parent's thread (time containment). Kineto
+    usually covers more iterations than the host trace, so the alignment is tried from every Kineto op that
+    could be the host trace's first op (its name, and the one whose External id equals that op's rf_id); the
+    start that links the most ops wins, and among those the most compact one (the fewest Kineto ops between
+    the first and the last match): repeated layers make a shifted start link as many ops, but only by
+    jumping from one iteration into the next."""
+    ops = host.ops
+    k_ext = kin.cpu_ext_id
+    valid = np.flatnonzero(k_ext >= 0)
+    k_order = valid[np.argsort(k_ext[valid], kind="stable")].tolist()
+    name_idx = kin.cpu_name.tolist()
+    k_names = [kin.names[name_idx[r]] for r in k_order]
+    order = sorted((i for i, op in enumerate(ops) if op.rf_id and not op.name.startswith(ROOT_MARKERS)),
+                   key=lambda i: ops[i].rf_id)
+    if not order or not k_order:
+        report.method = "external-id"
+        return
+    index_of = {op.id: i for i, op in enumerate(ops)}
+    parents = [index_of.get(ops[i].parent, -1) for i in order]
+    first = ops[order[0]]
+    starts = [pos for pos, name in enumerate(k_names) if name == first.name][:_EXT_STARTS]
+    same_id = k_ext[k_order].tolist()
+    if first.rf_id in same_id:
+        starts.append(same_id.index(first.rf_id))
+    geometry = (kin.cpu_ts.tolist(), (kin.cpu_ts + kin.cpu_dur).tolist(), kin.cpu_tid.tolist())
+    best: dict[int, int] = {}
+    best_key = (0, 0)
+    for start in sorted(set(starts)):
+        found, span = _align_in_call_order(ops, order, parents, k_order, k_names, start, geometry)
+        if (len(found), -span) > best_key:
+            best, best_key = found, (len(found), -span)
+    for i, row in best.items():
+        rows[i] = row
+    report.method = "external-id"
+
+
+def _align_in_call_order(ops: list[Any], order: list[int], parents: list[int], k_order: list[int],
+                         k_names: list[str], start: int,
+                         geometry: tuple[list[float], list[float], list[int]]) -> tuple[dict[int, int], int]:
+    """Host op index -> Kineto row, matching each op to the next Kineto op of its name (within
+    ``_EXT_WINDOW``) that lies inside its matched parent's interval on the parent's thread; and the number
+    of Kineto positions from the first match to the last."""
+    ts, end, tid = geometry
+    found: dict[int, int] = {}
+    pointer = start
+    first = -1
+    n = len(k_order)
+    for i, parent in zip(order, parents):
+        name = ops[i].name
+        prow = found.get(parent, -1)
+        for pos in range(pointer, min(pointer + _EXT_WINDOW, n)):
+            if k_names[pos] != name:
+                continue
+            row = k_order[pos]
+            if prow >= 0 and (tid[row] != tid[prow] or ts[row] < ts[prow] or end[row] > end[prow]):
+                continue
+            found[i] = row
+            pointer = pos + 1
+            if first < 0:
+                first = pos
+            break
+    return found, (pointer - first if first >= 0 else 0)
+
+
 def _greedy_align(wanted: list[str], have: list[str], start: int, window: int = 64) -> list[tuple[int, int]]:
     pairs: list[tuple[int, int]] = []
     j = start
@@ -281,41 +355,46 @@ def _pair_backend_ops(host: HostTrace, index_of: dict[int, int], ts: np.ndarray)
 def _repair_parents(host: HostTrace, rows: np.ndarray, k_parent: np.ndarray, ts: np.ndarray,
                     report: LinkReport) -> np.ndarray:
     ops = host.ops
-    n = len(ops)
     index_of = {op.id: i for i, op in enumerate(ops)}
-    host_of_row: dict[int, int] = {int(r): i for i, r in enumerate(rows.tolist()) if r >= 0}
-    parent = np.empty(n, dtype=np.int64)
+    row_list = rows.tolist()  # plain lists: indexing numpy arrays one element at a time is 5x slower
+    k_par = k_parent.tolist()
+    host_of_row: dict[int, int] = {r: i for i, r in enumerate(row_list) if r >= 0}
+    chosen_parents: list[int] = []
     paired = _pair_backend_ops(host, index_of, ts)
     report.backend_ops_paired = len(paired)
+    repairs = 0
     for i, op in enumerate(ops):
         et_parent = index_of.get(op.parent, -1)
         if et_parent == i:
             et_parent = -1
         chosen = -2
+        row = row_list[i]
         if i in paired:
             chosen = paired[i]
-        elif rows[i] >= 0:
-            kp = int(k_parent[rows[i]])
+        elif row >= 0:
+            kp = k_par[row]
             while kp >= 0 and kp not in host_of_row:
-                kp = int(k_parent[kp])
+                kp = k_par[kp]
             if kp >= 0:
                 chosen = host_of_row[kp]
-            elif et_parent >= 0 and rows[et_parent] < 0:
+            elif et_parent >= 0 and row_list[et_parent] < 0:
                 chosen = et_parent  # top of its thread: keep the unlinked root above it
             else:
                 chosen = _thread_root_of(host, index_of, i)
         if chosen == -2:
             chosen = et_parent
-        parent[i] = chosen
+        chosen_parents.append(chosen)
         if chosen != et_parent:
-            report.tree_repairs += 1
+            repairs += 1
+    report.tree_repairs += repairs
+    parent = np.array(chosen_parents, dtype=np.int64)
     _break_cycles(parent, host, index_of)
     return parent
 
 
 def _break_cycles(parent: np.ndarray, host: HostTrace, index_of: dict[int, int]) -> None:
     """Re-hang any op caught in a parent cycle under its thread root (never expected; cheap to ensure)."""
-    state = np.zeros(len(parent), dtype=np.int8)  # 0 new, 1 on current path, 2 done
+    state = [0] * len(parent)  # 0 new, 1 on current path, 2 done
     plist = parent.tolist()
     for start in range(len(plist)):
         path = []
@@ -404,6 +483,8 @@ def link(host: HostTrace, kineto: KinetoTrace | None) -> LinkedRank:
     report.kineto_cpu_events = len(kineto.cpu_ts)
     if host.has_rf_ids and kineto.has_rf_ids:
         _match_by_rf_id(host, kineto, rows, report)
+    elif host.has_rf_ids and kineto.has_external_ids:
+        _match_by_external_id(host, kineto, rows, report)
     else:
         _match_by_name_order(host, kineto, rows, report)
     k_parent, k_excl = _kineto_nesting(kineto)
