@@ -16,7 +16,7 @@ from etkit.model.trace import _TraceBuilder, load_trace
 
 COLUMNS = ["ids", "types", "start", "duration", "data_ptr", "data_deps", "ctrl_ptr", "ctrl_deps", "is_cpu_op",
            "comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag", "comm_priority", "num_ops", "tensor_size",
-           "rec_len"]
+           "tid", "stream", "rec_len"]
 
 
 def _slow(path: Path):  # type: ignore[no-untyped-def]
@@ -47,7 +47,8 @@ _BOUNDS = {"int32": (-2**31, 2**31 - 1), "sint32": (-2**31, 2**31 - 1), "sfixed3
            "uint32": (0, 2**32 - 1), "fixed32": (0, 2**32 - 1), "int64": (-2**63, 2**63 - 1),
            "sint64": (-2**63, 2**63 - 1), "sfixed64": (-2**63, 2**63 - 1), "uint64": (0, 2**64 - 1),
            "fixed64": (0, 2**64 - 1), "bool": (0, 1)}
-_NAMES = ["comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag", "comm_priority", "num_ops", "tensor_size",
+_NAMES = ["tid", "stream", "comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag", "comm_priority", "num_ops",
+          "tensor_size",
           "is_cpu_op", "pg_name", "rf_id", "comm_sizeX", "a_really_long_attribute_name_over_16"]
 
 
