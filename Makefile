@@ -5,7 +5,7 @@ PIP := $(PY) -m pip
 DEMO_OUT ?= demo-out
 PYTEST_ARGS ?=
 
-.PHONY: install test demo bench clean
+.PHONY: install browser test demo bench clean
 
 install: $(VENV)/.installed
 
@@ -18,7 +18,13 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install -q -e '.[torch,viz,dev]'
 	touch $@
 
-test: install
+# The HTML report is tested in a real browser: Debian's chromium.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	  else echo "make: the report tests need Debian's chromium: sudo apt-get install chromium" >&2; exit 1; fi; }
+
+test: install browser
 	$(PY) -m pytest -n 2 -q $(PYTEST_ARGS)
 
 demo: install
