@@ -106,3 +106,15 @@ def test_iter_json_trace_streams_metadata_then_nodes(tmp_path: Path) -> None:
     to_json(tmp_path / "a.et", tmp_path / "a.json")
     items = list(iter_json_trace(tmp_path / "a.json"))
     assert isinstance(items[0], GlobalMetadata) and [n.id for n in items[1:]] == [1, 2]
+
+
+@pytest.mark.shared_data
+def test_fast_node_text_is_the_proto3_json_mapping(upstream: Path) -> None:
+    from etkit.format.jsontwin import _Fragments, node_json, node_to_dict
+    from etkit.format.stream import open_trace
+
+    fragments = _Fragments()
+    for path in sorted(p for p in upstream.rglob("*") if p.name.endswith((".et", ".et.gz"))):
+        with open_trace(path) as reader:
+            for n in reader:
+                assert orjson.loads(node_json(n, fragments)) == node_to_dict(n), path

@@ -118,31 +118,86 @@ _NODE_FIELDS: dict[int, tuple[str, Any]] = {
 }
 
 
-class _AttrCache:
-    """Attribute dicts by serialized bytes: traces repeat the same attributes on most nodes."""
+class _Fragments:
+    """JSON text of repeated pieces, by their protobuf bytes: traces repeat the same attributes, IOInfo
+    and names on most nodes, so each distinct one is converted once (bounded: cleared when full)."""
 
     def __init__(self, limit: int = 1 << 16) -> None:
         self.limit = limit
-        self.table: dict[bytes, dict[str, Any]] = {}
+        self.table: dict[object, bytes] = {}
 
-    def convert(self, attr: AttributeProto) -> dict[str, Any]:
-        key = attr.SerializeToString()
+    def _get(self, key: object, make: Any) -> bytes:
         hit = self.table.get(key)
         if hit is None:
-            hit = _attr_to_dict(attr)
             if len(self.table) >= self.limit:
                 self.table.clear()
-            self.table[key] = hit
+            hit = self.table[key] = orjson.dumps(make())
         return hit
 
+    def attr(self, attr: AttributeProto) -> bytes:
+        key = attr.SerializeToString()
+        hit = self.table.get(key)
+        if hit is not None:
+            return hit
+        kind = attr.WhichOneof("value")
+        quoted = _QUOTED_SCALARS.get(kind)  # type: ignore[arg-type]
+        if quoted is None or attr.doc_string or not attr.name:
+            return self._get(key, lambda: _attr_to_dict(attr))
+        # integer-valued attributes are often unique per node (rf_id, seq_id): format them directly
+        return b'{"name":' + self.name(attr.name) + quoted % getattr(attr, kind)
 
-def node_to_dict(node: Node, cache: _AttrCache | None = None) -> dict[str, Any]:
-    """A Node in the proto3 JSON mapping (``cache`` speeds up repeated attributes)."""
+    def io(self, io: IOInfo) -> bytes:
+        return self._get((io.values, io.shapes, io.types), lambda: _io_to_dict(io))
+
+    def name(self, name: str) -> bytes:
+        return self._get(name, lambda: name)
+
+
+#: ``%``-templates of integer attribute values after the name (64-bit ones quoted, as proto3 JSON says).
+_QUOTED_SCALARS = {f"{k}_val": (f',"{_KIND_JSON[k + "_val"]}":"%d"}}' if k in _WIDE else f',"{_KIND_JSON[k + "_val"]}":%d}}').encode()
+                   for k in ("int32", "int64", "uint32", "uint64", "sint32", "sint64", "fixed32", "fixed64", "sfixed32",
+                             "sfixed64")}
+
+_TYPE_JSON = {value: b'"type":"' + name.encode() + b'"' for value, name in _NODE_TYPE_NAMES.items()}
+
+
+def _id_list(key: bytes, values: Any) -> bytes:
+    return key + b'["' + b'","'.join([b"%d" % v for v in values]) + b'"]'
+
+
+def node_json(node: Node, fragments: _Fragments) -> bytes:
+    """The JSON text of :func:`node_to_dict` (the same document), built from cached fragments."""
+    parts = []
+    if node.id:
+        parts.append(b'"id":"%d"' % node.id)
+    if node.name:
+        parts.append(b'"name":' + fragments.name(node.name))
+    if node.type:
+        parts.append(_TYPE_JSON.get(node.type) or b'"type":%d' % node.type)
+    if node.ctrl_deps:
+        parts.append(_id_list(b'"ctrlDeps":', node.ctrl_deps))
+    if node.data_deps:
+        parts.append(_id_list(b'"dataDeps":', node.data_deps))
+    if node.start_time_micros:
+        parts.append(b'"startTimeMicros":"%d"' % node.start_time_micros)
+    if node.duration_micros:
+        parts.append(b'"durationMicros":"%d"' % node.duration_micros)
+    if node.HasField("inputs"):
+        parts.append(b'"inputs":' + fragments.io(node.inputs))
+    if node.HasField("outputs"):
+        parts.append(b'"outputs":' + fragments.io(node.outputs))
+    if node.attr:
+        parts.append(b'"attr":[' + b",".join([fragments.attr(a) for a in node.attr]) + b"]")
+    return b"{" + b",".join(parts) + b"}"
+
+
+def node_to_dict(node: Node) -> dict[str, Any]:
+    """A Node in the proto3 JSON mapping."""
     out: dict[str, Any] = {}
     for field, value in node.ListFields():
         number = field.number
         if number == 10:
-            out["attr"] = [cache.convert(a) for a in value] if cache else [_attr_to_dict(a) for a in value]
+            out["attr"] = [_attr_to_dict(a) for a in value]
         elif number in _NODE_FIELDS:
             key, convert = _NODE_FIELDS[number]
             out[key] = convert(value) if convert else value
@@ -264,13 +319,14 @@ def dict_to_metadata(data: dict[str, Any]) -> GlobalMetadata:
 
 def _with_raw(d: dict[str, Any], message: Any, payload: bytes) -> dict[str, Any]:
     """``d`` plus the original bytes when the JSON fields alone would not reproduce them."""
-    message.DiscardUnknownFields()  # the JSON carries no unknown fields, so neither may the comparison
-    if message.SerializeToString() != payload:
+    if _needs_raw(message, payload):
         d["_raw"] = base64.b64encode(payload).decode("ascii")
     return d
 
 
-_DUMP_OPTIONS = orjson.OPT_NON_STR_KEYS
+def _needs_raw(message: Any, payload: bytes) -> bool:
+    message.DiscardUnknownFields()  # the JSON carries no unknown fields, so neither may the comparison
+    return message.SerializeToString() != payload
 
 
 def to_json(et_path: str | os.PathLike[str], json_path: str | os.PathLike[str]) -> int:
@@ -284,10 +340,13 @@ def to_json(et_path: str | os.PathLike[str], json_path: str | os.PathLike[str]) 
         out.write(b'{"format":"' + FORMAT_NAME.encode() + b'","version":1,"metadata":' + orjson.dumps(meta) + b',"nodes":[')
         sep = b"\n"
         batch: list[bytes] = []
-        cache = _AttrCache()
+        fragments = _Fragments()
         for payload in reader.records():
             node = Node.FromString(payload)
-            batch.append(sep + orjson.dumps(_with_raw(node_to_dict(node, cache), node, payload), option=_DUMP_OPTIONS))
+            text = node_json(node, fragments)
+            if _needs_raw(node, payload):
+                text = text[:-1] + (b"," if len(text) > 2 else b"") + b'"_raw":"' + base64.b64encode(payload) + b'"}'
+            batch.append(sep + text)
             sep = b",\n"
             count += 1
             if len(batch) >= 4096:
