@@ -22,10 +22,13 @@ def test_convert_job_dir_with_reference_names(tmp_path, capsys):
         shutil.copy(PYTORCH_JOBS / "pp_sendrecv_ws2" / f"rank-{r}.et.json", job / f"host.{r}.json")
         shutil.copy(PYTORCH_JOBS / "pp_sendrecv_ws2" / f"rank-{r}.kineto.json", job / f"device.{r}.json")
     report = tmp_path / "report.json"
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "pp.2.et").write_bytes(b"\x00")  # rank 2 of an older job under the same prefix
     assert main(["convert", "pytorch", str(job), "-o", str(tmp_path / "out" / "pp"), "-q", "-j", "1",
                  "--report", str(report)]) == 0
     out = capsys.readouterr().out
     assert "SEND 4" in out and "RECV 4" in out
+    assert "removed 1 file(s) of an older job" in out and not (tmp_path / "out" / "pp.2.et").exists()
     data = json.loads(report.read_text())
     assert [r["rank"] for r in data["ranks"]] == [0, 1]
     assert json.loads((tmp_path / "out" / "pp.comm_groups.json").read_text()) == {"0": [0, 1]}

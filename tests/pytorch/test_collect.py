@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from etkit.cli.main import main
 from etkit.errors import EtkitError
@@ -15,7 +16,6 @@ from etkit.validate import validate
 
 from .raw import host_collectives, load_json
 
-torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 

@@ -153,12 +153,58 @@ def test_repair_frees_main_thread_ops_from_async_sends():
     assert linked.report.tree_repairs > 0
 
 
-def test_schema_1_0_1_links_by_name_order():
+def test_schema_1_0_1_links_by_external_id_and_time_containment():
+    """linear (1.0.1): Kineto has External ids but no record-function ids, and covers ~40 iterations of a
+    stack of identical layers, the host trace one. Checked against the raw JSON: every linked op has a
+    Kineto twin of its name, no event is used twice, External ids follow rf_id order, a child lies inside
+    its parent's event on its thread, and the iteration found is one whose zero_grad zeroes as many
+    gradients as the host's (Kineto's first iteration has no gradients yet: its zero_grad is empty)."""
     linked = link_files(PARAM_TRACES["1.0.1"], PARAM / "linear_kineto.json.gz")
     rep = linked.report
-    assert rep.method == "name-order"
+    assert rep.method == "external-id"
     assert rep.linked_ops >= 0.9 * rep.host_ops
     assert rep.kernels_linked > 0
+    events = [e for e in load_json(PARAM / "linear_kineto.json.gz")["traceEvents"]
+              if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation")]
+    by_key = {(e["tid"], e["ts"], e["dur"]): e for e in events}
+    ops = linked.host.ops
+    twin = {}
+    for i, op in enumerate(ops):
+        if linked.ts[i] == linked.ts[i]:
+            event = by_key[(int(linked.thread[i]), linked.ts[i], linked.dur[i])]
+            assert event["name"] == op.name
+            twin[i] = event
+    assert len({id(e) for e in twin.values()}) == len(twin)
+    in_call_order = sorted(twin, key=lambda i: ops[i].rf_id)
+    ext = [twin[i]["args"]["External id"] for i in in_call_order]
+    assert ext == sorted(ext)
+    index_of = {op.id: i for i, op in enumerate(ops)}
+    nested = 0
+    for i, event in twin.items():
+        parent = twin.get(index_of.get(ops[i].parent, -1))
+        if parent is not None:
+            assert parent["tid"] == event["tid"]
+            assert parent["ts"] <= event["ts"] and event["ts"] + event["dur"] <= parent["ts"] + parent["dur"]
+            nested += 1
+    assert nested > 0.8 * len(twin)
+    (zero_grad,) = [i for i in twin if ops[i].name.startswith("Optimizer.zero_grad")]
+    host_zeroed = sum(1 for op in ops if op.name == "aten::zero_" and op.parent == ops[zero_grad].id)
+    z = twin[zero_grad]
+    kineto_zeroed = sum(1 for e in events if e["name"] == "aten::zero_" and e["tid"] == z["tid"]
+                        and z["ts"] <= e["ts"] <= z["ts"] + z["dur"])
+    assert host_zeroed == kineto_zeroed > 0
+
+
+def test_schema_1_0_1_without_ids_links_by_name_order(tmp_path):
+    """With neither record-function nor External ids in Kineto, ops are aligned per thread by name."""
+    doc = load_json(PARAM / "linear_kineto.json.gz")
+    for event in doc["traceEvents"]:
+        (event.get("args") or {}).pop("External id", None)
+    stripped = tmp_path / "kineto.json"
+    stripped.write_text(json.dumps(doc))
+    linked = link_files(PARAM_TRACES["1.0.1"], stripped)
+    assert linked.report.method == "name-order"
+    assert linked.report.linked_ops >= 0.9 * linked.report.host_ops
 
 
 def test_linked_json_round_trip(tmp_path):

@@ -169,8 +169,8 @@ def _measured_step_s(job: str) -> float:
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
-    convert_job = pytest.importorskip("etkit.pytorch.job").convert_job
     from etkit.executor import SerialExecutor
+    from etkit.pytorch.job import convert_job
 
     out = tmp_path_factory.mktemp("converted")
     cache: dict[str, str] = {}

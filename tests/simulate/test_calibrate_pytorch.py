@@ -36,7 +36,6 @@ def test_fit_recovers_a_known_network(tmp_path) -> None:
 @pytest.mark.slow
 @pytest.mark.torch
 def test_measure_real_gloo_collectives() -> None:
-    pytest.importorskip("torch")
     found = measure(2, sizes=(1 << 10, 1 << 20), reps=2)
     assert {(m.collective, m.size) for m in found} == {(c, s) for c in ("all_reduce", "all_gather", "broadcast")
                                                         for s in (1 << 10, 1 << 20)}

@@ -41,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"     warning: {warning}")
     print(f"wrote {len(report.files)} ET files {report.prefix}.<rank>.et"
           + (f" and {report.comm_groups}" if report.comm_groups else ""))
+    if report.removed:
+        print(f"removed {len(report.removed)} file(s) of an older job under that prefix: {', '.join(report.removed)}")
     if args.report:
         write_json(report.to_json(), args.report)
     return 0

@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import UsageError
 from ..executor import Executor, default_executor
 from ..model.groups import ProcessGroups
-from ..model.job import comm_groups_path
+from ..model.job import comm_groups_path, remove_stale_files
 from .convert import RankReport, convert_linked
 from .jsonio import paused_gc
 from .link import link_files
@@ -46,6 +46,7 @@ class JobReport:
     files: list[str]
     comm_groups: str | None
     groups: dict[str, list[int]] = field(default_factory=dict)
+    removed: list[str] = field(default_factory=list)  # stale files of an older job under the prefix
 
     @property
     def nodes(self) -> int:
@@ -53,7 +54,7 @@ class JobReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"prefix": self.prefix, "files": self.files, "comm_groups": self.comm_groups, "groups": self.groups,
-                "nodes": self.nodes, "ranks": [r.to_json() for r in self.ranks]}
+                "removed": self.removed, "nodes": self.nodes, "ranks": [r.to_json() for r in self.ranks]}
 
 
 def _rank_of(m: re.Match[str]) -> int:
@@ -109,14 +110,21 @@ def convert_job(job_dir: str | os.PathLike[str], prefix: str | os.PathLike[str],
                 executor: Executor | None = None, compress: bool = False) -> JobReport:
     """Convert every rank of the PyTorch job in ``job_dir`` to ``<prefix>.<rank>.et`` (one task per rank)
     and write ``<prefix>.comm_groups.json``. Returns a per-rank report (nodes, comm nodes by type, unlinked
-    ops, link statistics)."""
+    ops, link statistics).
+
+    The prefix then holds this job only: rank files of an older job written there that this one lacks
+    (extra ranks, the other compression of a rank) are deleted, and so is its comm-groups file when this
+    job has no groups; ``JobReport.removed`` lists them."""
     pairs = find_rank_pairs(job_dir)
     suffix = ".et.gz" if compress else ".et"
     tasks = [(p.rank, str(p.host), str(p.kineto) if p.kineto else None, f"{prefix}.{p.rank}{suffix}")
              for p in pairs]
     executor = executor or default_executor()
     reports = executor.map(convert_rank, tasks, desc="convert")
-    return _finish(str(prefix), reports)
+    report = _finish(str(prefix), reports)
+    removed = remove_stale_files(prefix, report.files, has_groups=report.comm_groups is not None)
+    report.removed = [str(path) for path in removed]
+    return report
 
 
 def convert_files(host: str | os.PathLike[str], prefix: str | os.PathLike[str], *,

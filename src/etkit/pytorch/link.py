@@ -1,8 +1,9 @@
 """Linking a host execution trace with the Kineto trace of the same steps.
 
-For every host op the linker finds its Kineto event (by record-function id; by name order on each
-thread when the traces carry no ids, as schema 1.0.1 traces do), and from Kineto it takes the start
-time, the inclusive and the exclusive (self) duration. GPU activity is attached to the CPU op that
+For every host op the linker finds its Kineto event (by record-function id; when Kineto has none, as
+with schema 1.0.1 traces, by External id order, name and time containment; with no ids at all, by name
+order on each thread), and from Kineto it takes the start time, the inclusive and the exclusive (self)
+duration. GPU activity is attached to the CPU op that
 launched it (launch ``correlation`` -> the innermost CPU op enclosing the launch on its thread).
 
 It also repairs the op tree that asynchronous collectives corrupt in host traces (pytorch-traces.md
@@ -48,7 +49,7 @@ class LinkReport:
     unlinked_ops: int = 0
     unlinked_names: dict[str, int] = field(default_factory=dict)
     name_mismatches: int = 0
-    method: str = "none"           # "rf_id", "name-order" or "none" (host trace alone)
+    method: str = "none"           # "rf_id", "external-id", "name-order", "linked-json" or "none" (host alone)
     kineto_cpu_events: int = 0
     kernels: int = 0
     kernels_linked: int = 0
@@ -160,7 +161,9 @@ def _match_by_name_order(host: HostTrace, kin: KinetoTrace, rows: np.ndarray, re
 #: How far past the last matched Kineto op (in External-id order) a host op's twin is looked for, and how
 #: many starting points are tried.
 _EXT_WINDOW = 256
-_EXT_STARTS = 32
+_EXT_STARTS = 128
+#: Starts are compared on this many host ops (in call order); the winner is then aligned in full.
+_EXT_PROBE = 4096
 
 
 def _match_by_external_id(host: HostTrace, kin: KinetoTrace, rows: np.ndarray, report: LinkReport) -> None:
@@ -192,13 +195,13 @@ def _match_by_external_id(host: HostTrace, kin: KinetoTrace, rows: np.ndarray, r
     if first.rf_id in same_id:
         starts.append(same_id.index(first.rf_id))
     geometry = (kin.cpu_ts.tolist(), (kin.cpu_ts + kin.cpu_dur).tolist(), kin.cpu_tid.tolist())
-    best: dict[int, int] = {}
-    best_key = (0, 0)
+    best_start, best_key = 0, (-1, 0)
     for start in sorted(set(starts)):
-        found, span = _align_in_call_order(ops, order, parents, k_order, k_names, start, geometry)
+        found, span = _align_in_call_order(ops, order[:_EXT_PROBE], parents, k_order, k_names, start, geometry)
         if (len(found), -span) > best_key:
-            best, best_key = found, (len(found), -span)
-    for i, row in best.items():
+            best_start, best_key = start, (len(found), -span)
+    found, _ = _align_in_call_order(ops, order, parents, k_order, k_names, best_start, geometry)
+    for i, row in found.items():
         rows[i] = row
     report.method = "external-id"
 
