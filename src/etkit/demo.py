@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .executor import Executor, default_executor
+from .fileio import atomic_output
 
 __all__ = ["DemoResult", "run_demo"]
 
@@ -72,7 +73,8 @@ def run_demo(out_dir: str | os.PathLike[str] = "demo-out", *, workload: str = "t
     say("[3/6] analyse")
     job = load_job(prefix, executor=executor)
     analysis = analyze_job(job, executor=executor)
-    (out / "analysis.txt").write_text(render_analysis(analysis))
+    with atomic_output(out / "analysis.txt", compress=False) as dst:
+        dst.write(render_analysis(analysis).encode())
     result.outputs["analysis (text)"] = out / "analysis.txt"
     say("      " + render_analysis(analysis, max_ranks=ranks, top=5).replace("\n", "\n      "))
 

@@ -31,7 +31,7 @@ import orjson
 
 from ..errors import TraceFormatError
 from ..fileio import atomic_output, open_maybe_gzip
-from .schema import LIST_KINDS, AttributeProto, CommType, GlobalMetadata, IOInfo, Node, NodeType
+from .schema import LIST_KINDS, AttributeProto, GlobalMetadata, IOInfo, Node, NodeType
 from .stream import TraceWriter, open_trace
 
 __all__ = ["to_json", "from_json", "iter_json_trace", "node_to_dict", "dict_to_node", "FORMAT_NAME"]

@@ -1,15 +1,19 @@
 """Synthetic Chakra ETs: micro-benchmarks, single collectives, LLM and DLRM training jobs.
 
-Every generator returns an in-memory :class:`~etkit.model.job.Job` (or writes ``PREFIX.<rank>.et`` plus
-``PREFIX.comm_groups.json``); :mod:`etkit.generate.writer` is the shared fast path for writing many
-ranks from one encoded template per role.
+Micro-benchmarks and collectives return in-memory :class:`~etkit.model.job.Job` objects; ``llm`` and
+``dlrm`` return lazy jobs (``.write(prefix)``, ``.trace(rank)``, ``.to_job()``, ``.summary()``) so that
+thousands of ranks are stamped straight to ``PREFIX.<rank>.et`` plus ``PREFIX.comm_groups.json``.
+:mod:`etkit.generate.writer` is the shared fast path for writing many ranks from one encoded template
+per role. ``etkit.generate.llm`` is the function; its module's other names are reached with
+``from etkit.generate.llm import ...``.
 """
 
 from .collective import collective, parse_groups, write_collective
 from .micro import MICRO_CASES, micro, write_micro
+from .llm import MODELS, LlmJob, llm, write_llm  # noqa: I001 - llm before dlrm, which builds on it
+from .dlrm import DLRM_MODELS, DlrmJob, dlrm, write_dlrm
 
 __all__ = [
-    "MICRO_CASES", "collective", "micro", "parse_groups", "write_collective", "write_micro",
+    "DLRM_MODELS", "DlrmJob", "LlmJob", "MICRO_CASES", "MODELS", "collective", "dlrm", "llm", "micro", "parse_groups",
+    "write_collective", "write_dlrm", "write_llm", "write_micro",
 ]
-from .llm import MODELS, LlmJob, llm, write_llm  # noqa: E402,F401  (LLM training steps; `llm` shadows the module name)
-from .dlrm import DLRM_MODELS, DlrmJob, dlrm, write_dlrm  # noqa: E402,F401  (DLRM training steps)

@@ -15,7 +15,6 @@ for every rank that fails. PyTorch is imported only when these functions run.
 from __future__ import annotations
 
 import contextlib
-import gzip
 import os
 import shutil
 import tempfile
@@ -29,6 +28,7 @@ from typing import Any
 import orjson
 
 from ..errors import EtkitError
+from ..fileio import atomic_output
 from ..progress import Progress
 
 __all__ = ["profile", "Recorder", "run_example", "WORKLOADS", "CollectError"]
@@ -111,7 +111,7 @@ def profile(output_dir: str | os.PathLike[str], *, rank: int | None = None, step
         if not path.is_file():
             raise EtkitError(f"profile: {path} was not written (did the loop call step() every iteration?)")
         if compress:
-            with open(path, "rb") as src, gzip.open(f"{path}.gz", "wb", compresslevel=6) as dst:
+            with open(path, "rb") as src, atomic_output(f"{path}.gz", compress=True) as dst:
                 shutil.copyfileobj(src, dst)
             path.unlink()
     if compress:
@@ -205,7 +205,8 @@ def run_example(workload: str, ranks: int, out_dir: str | os.PathLike[str], *, s
             "schedule": {"wait": 1, "warmup": 1, "active": steps, "repeat": 1},
             "torch_version": torch.__version__, "collection_wall_s": round(time.perf_counter() - started, 3),
             "rank_timings": {f"rank-{r}": t for r, t in sorted(timings.items())}, "compressed": compress}
-    (out / "meta.json").write_bytes(orjson.dumps(meta, option=orjson.OPT_INDENT_2) + b"\n")
+    with atomic_output(out / "meta.json", compress=False) as dst:
+        dst.write(orjson.dumps(meta, option=orjson.OPT_INDENT_2) + b"\n")
     return out
 
 
