@@ -1,3 +1,5 @@
+"""``python -m etkit``: the same as the ``etkit`` command."""
+
 from .cli.main import run
 
 run()
