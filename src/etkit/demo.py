@@ -64,6 +64,10 @@ def run_demo(out_dir: str | os.PathLike[str] = "demo-out", *, workload: str = "t
     prefix = out / "et" / "job"
     report = convert_job(collected, prefix, executor=executor)
     say(f"      {len(report.ranks)} ranks, {report.nodes:,} nodes -> {prefix}.<rank>.et")
+    for rank in report.ranks:
+        comm = ", ".join(f"{kind} {count}" for kind, count in sorted(rank.comm_nodes.items())) or "none"
+        say(f"      rank {rank.rank}: {rank.nodes:,} nodes; comm {comm} ({rank.comm_bytes:,} bytes); "
+            f"{rank.unlinked_ops} ops not linked to Kineto")
     check = validate(prefix, executor=executor)
     say(f"      validate: {'OK' if check.ok else 'FAILED'} ({len(check.errors)} errors, {len(check.warnings)} warnings)")
     for finding in check.errors[:10]:
