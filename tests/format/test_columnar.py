@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 
 from etkit.format.attrs import make_attr
 from etkit.format.schema import ATTR_KINDS, GlobalMetadata, Node
-from etkit.format.stream import open_trace, write_trace
-from etkit.model.trace import _TraceBuilder, load_trace
+from etkit.format import columnar
+from etkit.format.columnar import MISSING, decode_columns
+from etkit.format.stream import TraceWriter, open_trace, scan_frames, write_trace
+from etkit.model.trace import _TraceBuilder, load_trace, read_trace_bytes
 
 COLUMNS = ["ids", "types", "start", "duration", "data_ptr", "data_deps", "ctrl_ptr", "ctrl_deps", "is_cpu_op",
            "comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag", "comm_priority", "num_ops", "tensor_size",
@@ -88,3 +90,139 @@ def test_fast_and_slow_paths_agree_on_random_nodes(tmp_path_factory, node_list) 
     path = tmp_path_factory.mktemp("col") / "r.et"
     write_trace(path, GlobalMetadata(version="v"), node_list)
     assert_same(path)
+
+
+def _key(number: int, wire: int) -> bytes:
+    return _encode_varint(number << 3 | wire)
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append(value & 0x7F | (0x80 if value > 0x7F else 0))
+        value >>= 7
+        if not value:
+            return bytes(out)
+
+
+def _len_field(number: int, payload: bytes) -> bytes:
+    return _key(number, 2) + _encode_varint(len(payload)) + payload
+
+
+def _varint_field(number: int, value: int) -> bytes:
+    return _key(number, 0) + _encode_varint(value)
+
+
+# Attribute messages the canonical fast path must not misread: protobuf keeps the LAST name and the
+# LAST oneof member, so every one of these is decided by the generic scan, not by the first fields.
+_UNUSUAL_ATTRS = {
+    "duplicate name, hot one last": _len_field(1, b"rf_id") + _varint_field(9, 5) + _len_field(1, b"comm_size"),
+    "duplicate name, hot one first": _len_field(1, b"comm_size") + _varint_field(9, 5) + _len_field(1, b"rf_id"),
+    "value before name": _varint_field(9, 7) + _len_field(1, b"comm_type"),
+    "two values, last wins": _len_field(1, b"tid") + _varint_field(9, 3) + _varint_field(13, 4),
+    "doc string": _len_field(1, b"num_ops") + _len_field(2, b"doc") + _varint_field(9, 11),
+    "long name (two-byte length)": _len_field(1, b"n" * 200) + _varint_field(9, 1),
+    "name only": _len_field(1, b"comm_src"),
+    "two-byte tag bool": _len_field(1, b"is_cpu_op") + _varint_field(27, 1),
+    "fixed64 value": _len_field(1, b"comm_dst") + _key(21, 1) + (9).to_bytes(8, "little"),
+    "fixed32 value": _len_field(1, b"comm_tag") + _key(19, 5) + (12).to_bytes(4, "little"),
+    "string pg_name": _len_field(1, b"pg_name") + _len_field(29, b"grp"),
+    "integer pg_name": _len_field(1, b"pg_name") + _varint_field(9, 3),
+    "unknown field after value": _len_field(1, b"stream") + _varint_field(9, 2) + _varint_field(40, 1),
+    "multi-byte varint value": _len_field(1, b"comm_size") + _varint_field(9, 1 << 40),
+    "varint longer than a word": _len_field(1, b"comm_size") + _varint_field(9, 1 << 62),
+    "negative int64 (ten-byte varint)": _len_field(1, b"comm_src") + _varint_field(9, (1 << 64) - 5),
+    "empty": b"",
+}
+
+
+@pytest.mark.parametrize("name", sorted(_UNUSUAL_ATTRS))
+def test_fast_path_matches_protobuf_on_unusual_attribute_encodings(tmp_path: Path, name: str) -> None:
+    attr = _UNUSUAL_ATTRS[name]
+    plain = _len_field(1, b"tid") + _varint_field(9, 8)
+    records = [_varint_field(1, 1) + _len_field(10, attr),
+               _varint_field(1, 2) + _len_field(10, plain) + _len_field(10, attr) + _len_field(10, plain),
+               _varint_field(1, 3) + _len_field(10, attr) + _len_field(10, _len_field(1, b"tid") + _varint_field(9, 9))]
+    path = tmp_path / "u.et"
+    with TraceWriter(path, GlobalMetadata(version="v")) as writer:
+        for record in records:
+            writer.write_record(record)
+    assert _fast_columns(path) is not None  # the vectorised path decodes these (no fallback)
+    assert_same(path)
+    trace = load_trace(path)
+    expected = [Node.FromString(r) for r in records]  # independent expectation: protobuf's own parse
+    for row, node in enumerate(expected):
+        for column in ("tid", "comm_size", "comm_type", "num_ops", "comm_src", "comm_dst", "comm_tag", "stream"):
+            kinds = [a for a in node.attr if a.name == column and a.WhichOneof("value") in _INT_KINDS]
+            want = _int_of(kinds[-1]) if kinds else None
+            got = int(getattr(trace, column)[row])
+            assert (got == MISSING) if want is None else got == want, (name, row, column)
+
+
+def _int_of(attr) -> int:  # type: ignore[no-untyped-def]
+    return int(getattr(attr, attr.WhichOneof("value")))
+
+
+def _fast_columns(path: Path):  # type: ignore[no-untyped-def]
+    buf = read_trace_bytes(path)
+    frame_start, offsets, lengths = scan_frames(buf, path)
+    return decode_columns(buf, np.asarray(frame_start[1:], dtype=np.int64), np.asarray(offsets[1:], dtype=np.int64),
+                          np.asarray(lengths[1:], dtype=np.int64))
+
+
+# Node records protobuf accepts but would not write this way: the lock-step scan must read them as
+# protobuf does (later scalar wins, unpacked deps, long varints, unknown fixed-width fields).
+_UNUSUAL_NODES = {
+    "over-long varint id": _key(1, 0) + b"\x85\x80\x80\x80\x80\x80\x80\x80\x00",
+    "duplicate id, last wins": _varint_field(1, 4) + _len_field(2, b"x") + _varint_field(1, 9),
+    "fields out of order": _varint_field(7, 3) + _len_field(2, b"n") + _varint_field(1, 2),
+    "unpacked deps": _varint_field(1, 1) + _varint_field(5, 7) + _varint_field(5, 1 << 50) + _varint_field(4, 2),
+    "unknown fixed64 field of 0xff bytes": _varint_field(1, 3) + _key(12, 1) + b"\xff" * 8 + _varint_field(6, 5),
+    "unknown fixed32 field": _varint_field(1, 3) + _key(13, 5) + b"\xff" * 4 + _varint_field(7, 1 << 45),
+    "unknown two-byte-tag field": _varint_field(1, 3) + _varint_field(100, 1) + _varint_field(6, 1 << 60),
+    "nine-byte start time": _varint_field(1, 3) + _varint_field(6, (1 << 63) + 5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_UNUSUAL_NODES))
+def test_fast_path_matches_protobuf_on_unusual_node_encodings(tmp_path: Path, name: str) -> None:
+    record = _UNUSUAL_NODES[name]
+    plain = Node(id=77, name="aten::mm", start_time_micros=1, duration_micros=2).SerializeToString()
+    path = tmp_path / "n.et"
+    with TraceWriter(path, GlobalMetadata(version="v")) as writer:
+        for payload in (plain, record, record, plain):
+            writer.write_record(payload)
+    assert _fast_columns(path) is not None
+    assert_same(path)
+    node, trace = Node.FromString(record), load_trace(path)
+    assert (int(trace.ids[1]), int(trace.start[1]), int(trace.duration[1])) == (
+        node.id, node.start_time_micros, node.duration_micros)
+    assert list(trace.deps_of(1, "data")) == list(node.data_deps)
+
+
+def test_chunked_decoding_joins_columns_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many small chunks (names, process groups and deps spread over them) give the same trace."""
+    monkeypatch.setattr(columnar, "_DECODE_CHUNK", 3)
+    nodes = []
+    for i in range(1, 40):
+        node = Node(id=i, name=f"op{i % 7}", start_time_micros=i, duration_micros=i % 4)
+        node.data_deps.extend(range(max(1, i - i % 3), i))
+        node.ctrl_deps.extend([1] if i % 5 == 0 else [])
+        node.attr.extend([make_attr("comm_size", i * 1000), make_attr("pg_name", f"g{i % 4}" if i % 6 else str(i))])
+        if i % 9 == 0:
+            node.attr.append(make_attr("pg_name", 7, kind="int64_val"))  # later integer pg_name wins
+        nodes.append(node)
+    path = tmp_path / "c.et"
+    write_trace(path, GlobalMetadata(version="v"), nodes)
+    assert _fast_columns(path) is not None
+    assert_same(path)
+    trace = load_trace(path)
+    assert list(trace.pg_names()) == ["7" if i % 9 == 0 else (f"g{i % 4}" if i % 6 else str(i)) for i in range(1, 40)]
+    assert [trace.name(r) for r in range(len(trace))] == [f"op{i % 7}" for i in range(1, 40)]
+
+
+@pytest.mark.shared_data
+def test_chunked_decoding_agrees_on_every_upstream_vector(upstream: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(columnar, "_DECODE_CHUNK", 5)
+    for path in sorted(p for p in upstream.rglob("*") if p.name.endswith((".et", ".et.gz"))):
+        assert_same(path)

@@ -117,27 +117,64 @@ class _Fields:
 _BAD_WIRE = np.array([False, False, False, True, True, False, True, True])
 
 
+_MSBS = np.uint64(0x8080808080808080)
+_LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
+_LANES = tuple((np.uint64(keep), np.uint64(move), np.uint64(shift)) for keep, move, shift in (
+    (0x007F007F007F007F, 0x7F007F007F007F00, 1), (0x00003FFF00003FFF, 0x3FFF00003FFF0000, 2),
+    (0x000000000FFFFFFF, 0x0FFFFFFF00000000, 4)))
+
+
+def _word_varints(w: np.ndarray, avail: int) -> tuple[np.ndarray, np.ndarray]:
+    """Varints held in the low ``avail`` bytes of the words ``w``: values and lengths (0 = longer than that)."""
+    stop = ~w & _MSBS & np.uint64((1 << (8 * avail)) - 1)
+    low_bit = stop & (~stop + np.uint64(1))  # the terminating byte's top bit
+    found = low_bit != 0
+    x = w & (low_bit | (low_bit - np.uint64(1))) & _LOW7
+    for keep, move, shift in _LANES:  # squeeze the 7-bit groups together
+        x = (x & keep) | ((x & move) >> shift)
+    top_bit = np.log2(np.where(found, low_bit, np.uint64(1)).astype(np.float64)).astype(np.int64)  # 8k + 7: exact
+    return x, np.where(found, (top_bit >> 3) + 1, 0)
+
+
+def _step_fields(b: np.ndarray, words: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Tag and value/length varint of the fields at ``p``: (field, wire, q, value, advance)."""
+    w = words[p]
+    first = (w & np.uint64(0xFF)).astype(np.int64)
+    if (first < 0x80).all():  # one-byte tags (every Node field): read the value from the same word
+        tag = first
+        q = p + 1
+        value, advance = _word_varints(w >> np.uint64(8), 7)
+        wire = tag & 7
+        long = np.flatnonzero((advance == 0) & ((wire == 0) | (wire == 2)))  # fixed-width values are read later
+        if long.size:
+            value[long], advance[long] = _varints(b, q[long])
+    else:
+        tag_u, tag_len = _varints(b, p)
+        tag = tag_u.astype(np.int64)
+        q = p + tag_len
+        value, advance = _varints(b, q)
+    return tag >> 3, tag & 7, q, value, advance
+
+
 def _scan(b: np.ndarray, start: np.ndarray, end: np.ndarray, keep: Callable[[np.ndarray, np.ndarray], np.ndarray],
           scalars: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]) -> _Fields:
     """Walk every field of every message ``b[start:end]`` in lock-step.
 
     Each step hands the step's fields to ``scalars(msgs, field, wire, value, offset)`` (which stores
     last-wins scalar fields straight into columns) and keeps the fields that ``keep(field, wire)``
-    selects (repeated and nested ones) for the caller.
+    selects (repeated and nested ones) for the caller. The messages still being walked are kept
+    compacted (``active``, ``p``, ``e``) rather than gathered from full-length arrays each step.
     """
-    pos = start.astype(np.int64).copy()
-    active = np.flatnonzero(pos < end)
+    words = _words(b)
+    active = np.flatnonzero(start < end)
+    p = start[active].astype(np.int64)
+    e = end[active].astype(np.int64)
     out: list[tuple[np.ndarray, ...]] = []
     step = 0
     while active.size:
-        p = pos[active]
-        tag, tag_len = _varints(b, p)
-        field = (tag >> np.uint64(3)).astype(np.int64)
-        wire = (tag & np.uint64(7)).astype(np.int64)
+        field, wire, q, value, advance = _step_fields(b, words, p)  # varint value/length; fixed ones below
         if _BAD_WIRE[wire].any() or not field.all():
             raise _Unusual("bad field")
-        q = p + tag_len
-        value, advance = _varints(b, q)  # right for wire types 0 and 2; replaced below for 1 and 5
         offset = q + advance
         m = wire == 2
         if m.any():
@@ -150,14 +187,17 @@ def _scan(b: np.ndarray, start: np.ndarray, end: np.ndarray, keep: Callable[[np.
             if m.any():
                 value[m], advance[m] = _fixed(b, q[m], width), width
         new_pos = q + advance
-        if (new_pos > end[active]).any():
+        if (new_pos > e).any():
             raise _Unusual("field runs past its message")
         scalars(active, field, wire, value, offset)
         m = keep(field, wire)
         if m.any():
             out.append((active[m], field[m], wire[m], value[m], offset[m], np.full(int(m.sum()), step)))
-        pos[active] = new_pos
-        active = active[new_pos < end[active]]
+        going = new_pos < e
+        if going.all():
+            p = new_pos
+        else:
+            active, p, e = active[going], new_pos[going], e[going]
         step += 1
     return _Fields.concat(out)
 
@@ -299,11 +339,55 @@ def _keep_nothing(field: np.ndarray, wire: np.ndarray) -> np.ndarray:
     return np.zeros(field.size, dtype=bool)
 
 
+def _simple_attributes(b: np.ndarray, a_start: np.ndarray, a_end: np.ndarray, name_off: np.ndarray,
+                       name_len: np.ndarray, kind: np.ndarray, value: np.ndarray, v_off: np.ndarray) -> np.ndarray:
+    """Decode the attributes that are exactly ``name, value`` (the canonical encoding of nearly all).
+
+    Such an attribute starts with tag ``0a`` and a one-byte name length, then one value field whose
+    one-byte tag names a oneof member, and that field ends exactly where the attribute ends. Having
+    exactly these two fields, its name and value are the ones protobuf reports (no later duplicate
+    can override them). Fills the outputs for those attributes and returns the mask of them; the
+    others are left to the generic :func:`_scan`.
+    """
+    words = _words(b)
+    head = words[a_start]
+    first = head & np.uint64(0xFF)
+    length = ((head >> np.uint64(8)) & np.uint64(0xFF)).astype(np.int64)
+    q = a_start + 2 + length
+    ok = (first == 0x0A) & (length < 0x80) & (q < a_end)
+    q = np.where(ok, q, a_start)  # keep reads of the others inside the buffer
+    w = words[q]
+    low = (w & np.uint64(0xFF)).astype(np.int64)
+    high = ((w >> np.uint64(8)) & np.uint64(0xFF)).astype(np.int64)
+    two = low >= 0x80  # oneof members 16..32 have two-byte tags
+    tag = np.where(two, (low & 0x7F) | (high << 7), low)
+    field = np.minimum(tag >> 3, 33)
+    wire = tag & 7
+    ok &= (~two | (high < 0x80)) & (field >= 3) & (_ONEOF_WIRE_LUT[field] == wire)
+    off = q + 1 + two
+    val, advance = _word_varints(w >> (np.uint64(8) + (two.astype(np.uint64) << np.uint64(3))), 6)
+    fixed = (wire == 1) | (wire == 5)
+    ok &= fixed | (advance > 0)  # longer varints are left to the generic scan
+    off += np.where(fixed, 0, advance)
+    field_end = off + np.where(wire == 2, np.minimum(val, np.uint64(1 << 40)).astype(np.int64), 0)
+    for wire_type, width in ((1, 8), (5, 4)):
+        m = ok & (wire == wire_type)
+        if m.any():
+            val[m], field_end[m] = _fixed(b, off[m], width), off[m] + width
+    ok &= field_end == a_end
+    sel: np.ndarray | slice = slice(None) if ok.all() else ok  # a slice avoids mask copies in the usual case
+    name_off[sel], name_len[sel] = a_start[sel] + 2, length[sel]
+    kind[sel], value[sel], v_off[sel] = field[sel], val[sel], off[sel]
+    return ok
+
+
 def _attributes(buf: bytes, b: np.ndarray, f: _Fields, n: int) -> tuple[np.ndarray, np.ndarray, list[str] | None, dict[str, np.ndarray]]:
     attr_mask = (f.field == 10) & (f.wire == 2)
-    owner = f.msg[attr_mask]
     a_start = f.offset[attr_mask]
-    a_end = a_start + f.value[attr_mask].astype(np.int64)
+    order = np.argsort(a_start, kind="stable")  # memory order: cache-friendly, a node's attributes in wire order
+    a_start = a_start[order]
+    owner = f.msg[attr_mask][order]
+    a_end = a_start + f.value[attr_mask][order].astype(np.int64)
     ints = {name: np.full(n, MISSING, dtype=np.int64) for name in HOT_INT_ATTRS}
     cpu = np.full(n, -1, dtype=np.int8)
     pg = np.full(n, -1, dtype=np.int32)
@@ -316,19 +400,23 @@ def _attributes(buf: bytes, b: np.ndarray, f: _Fields, n: int) -> tuple[np.ndarr
     value = np.zeros(na, dtype=np.uint64)
     v_off = np.zeros(na, dtype=np.int64)
 
-    def store(msgs: np.ndarray, field: np.ndarray, wire: np.ndarray, val: np.ndarray, off: np.ndarray) -> None:
-        m = (field == 1) & (wire == 2)
-        name_len[msgs[m]], name_off[msgs[m]] = val[m].astype(np.int64), off[m]
-        m = _ONEOF_WIRE_LUT[np.minimum(field, 33)] == wire
-        kind[msgs[m]], value[msgs[m]], v_off[msgs[m]] = field[m], val[m], off[m]
+    simple = _simple_attributes(b, a_start, a_end, name_off, name_len, kind, value, v_off)
+    rest = np.flatnonzero(~simple)
+    if rest.size:
+        def store(msgs: np.ndarray, field: np.ndarray, wire: np.ndarray, val: np.ndarray, off: np.ndarray) -> None:
+            msgs = rest[msgs]
+            m = (field == 1) & (wire == 2)
+            name_len[msgs[m]], name_off[msgs[m]] = val[m].astype(np.int64), off[m]
+            m = _ONEOF_WIRE_LUT[np.minimum(field, 33)] == wire
+            kind[msgs[m]], value[msgs[m]], v_off[msgs[m]] = field[m], val[m], off[m]
 
-    _scan(b, a_start, a_end, _keep_nothing, store)
+        _scan(b, a_start[rest], a_end[rest], _keep_nothing, store)
     name_id = _hot_name_ids(_window_keys(_words(b), name_off, np.minimum(name_len, 16), 16), name_len)
     hot = np.flatnonzero(name_id >= 0)
     owner, name_id, kind, value, v_off = owner[hot], name_id[hot], kind[hot], value[hot], v_off[hot]
     is_int = np.isin(kind, np.fromiter(_VALUE_FIELDS, dtype=np.int64))
     int_val = _int_values(kind, value)
-    pg_rows: list[tuple[int, str]] = []
+    strings: list[str] = []
     for index, name in enumerate(_HOT_NAMES):
         hit = name_id == index
         if not hit.any():
@@ -337,22 +425,31 @@ def _attributes(buf: bytes, b: np.ndarray, f: _Fields, n: int) -> tuple[np.ndarr
             m = hit & is_int
             cpu[owner[m]] = (int_val[m] != 0).astype(np.int8)
         elif name == "pg_name":
-            for i in np.flatnonzero(hit).tolist():
-                if kind[i] == _STRING_VAL:
-                    o, l = int(v_off[i]), int(value[i])
-                    pg_rows.append((int(owner[i]), buf[o:o + l].decode("utf-8")))
-                elif is_int[i]:
-                    pg_rows.append((int(owner[i]), str(_plain_int(int(kind[i]), int(value[i])))))
+            strings = _pg_column(buf, b, np.flatnonzero(hit), owner, kind, value, v_off, is_int, pg)
         else:
             m = hit & is_int
             ints[name][owner[m]] = int_val[m]
-    strings: list[str] = []
-    if pg_rows:
-        table: dict[str, int] = {}
-        for row, text in pg_rows:
-            pg[row] = table.setdefault(text, len(table))
-        strings = list(table)
     return cpu, pg, strings, ints
+
+
+def _pg_column(buf: bytes, b: np.ndarray, rows: np.ndarray, owner: np.ndarray, kind: np.ndarray, value: np.ndarray,
+               v_off: np.ndarray, is_int: np.ndarray, pg: np.ndarray) -> list[str]:
+    """Fill ``pg`` (per node: index into the returned table) from the ``pg_name`` attributes ``rows``.
+
+    String values (the norm) go through the vectorised string table; the rare integer ones are
+    formatted one by one. Attributes are in wire order, so a node's last ``pg_name`` wins.
+    """
+    text = np.full(rows.size, -1, dtype=np.int64)
+    is_str = kind[rows] == _STRING_VAL
+    sel = rows[is_str]
+    text[is_str], strings = _string_table(buf, b, v_off[sel], value[sel].astype(np.int64))
+    table = {s: i for i, s in enumerate(strings)}
+    for j in np.flatnonzero(~is_str & is_int[rows]).tolist():
+        i = int(rows[j])
+        text[j] = table.setdefault(str(_plain_int(int(kind[i]), int(value[i]))), len(table))
+    valid = text >= 0
+    pg[owner[rows[valid]]] = text[valid]
+    return list(table)
 
 
 def _plain_int(kind: int, value: int) -> int:
@@ -394,10 +491,15 @@ def _keep_node_lists(field: np.ndarray, wire: np.ndarray) -> np.ndarray:
     return (field == 4) | (field == 5) | ((field == 10) & (wire == 2))
 
 
+#: Records decoded together: the working arrays of one chunk stay in the CPU caches.
+_DECODE_CHUNK = 1 << 14
+
+
 def decode_columns(buf: bytes, frame_start: np.ndarray, rec_off: np.ndarray, rec_len: np.ndarray) -> Columns | None:
     """Hot columns of the node records ``buf[rec_off:rec_off+rec_len]``; ``None`` = take the slow path.
 
     ``frame_start`` is where each record's length prefix begins (the records must be contiguous frames).
+    Records are decoded in chunks of ``_DECODE_CHUNK`` whose columns are then joined.
     """
     n = rec_off.size
     try:
@@ -405,30 +507,38 @@ def decode_columns(buf: bytes, frame_start: np.ndarray, rec_off: np.ndarray, rec
         if n:
             _check_with_protobuf(buf, frame_start, rec_end)
         b = np.frombuffer(buf + bytes(_PAD), dtype=np.uint8)
-        ids = np.zeros(n, dtype=np.uint64)
-        types = np.zeros(n, dtype=np.int32)
-        start = np.zeros(n, dtype=np.uint64)
-        duration = np.zeros(n, dtype=np.uint64)
-        name_off = np.zeros(n, dtype=np.int64)
-        name_len = np.zeros(n, dtype=np.int64)
-
-        def store(msgs: np.ndarray, field: np.ndarray, wire: np.ndarray, val: np.ndarray, off: np.ndarray) -> None:
-            varint = wire == 0
-            for number, column in ((1, ids), (6, start), (7, duration)):
-                m = varint & (field == number)
-                column[msgs[m]] = val[m]
-            m = varint & (field == 3)
-            types[msgs[m]] = (val[m] & _U32).astype(np.uint32).view(np.int32)
-            m = (wire == 2) & (field == 2)
-            name_off[msgs[m]], name_len[msgs[m]] = off[m], val[m].astype(np.int64)
-
-        f = _scan(b, rec_off, rec_end, _keep_node_lists, store)
-        name_idx, strings = _string_table(buf, b, name_off, name_len)
-        ctrl_ptr, ctrl_deps = _packed(b, f, 4, n)
-        data_ptr, data_deps = _packed(b, f, 5, n)
-        cpu, pg, pg_strings, ints = _attributes(buf, b, f, n)
+        parts = [_decode_chunk(buf, b, rec_off[i:i + _DECODE_CHUNK], rec_end[i:i + _DECODE_CHUNK])
+                 for i in range(0, max(n, 1), _DECODE_CHUNK)]
     except (_Unusual, UnicodeDecodeError, ValueError, IndexError):
         return None
+    return parts[0] if len(parts) == 1 else _join(parts)
+
+
+def _decode_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray) -> Columns:
+    """Columns of the records ``b[rec_off:rec_end]`` (offsets into the whole file; raises _Unusual)."""
+    n = rec_off.size
+    ids = np.zeros(n, dtype=np.uint64)
+    types = np.zeros(n, dtype=np.int32)
+    start = np.zeros(n, dtype=np.uint64)
+    duration = np.zeros(n, dtype=np.uint64)
+    name_off = np.zeros(n, dtype=np.int64)
+    name_len = np.zeros(n, dtype=np.int64)
+
+    def store(msgs: np.ndarray, field: np.ndarray, wire: np.ndarray, val: np.ndarray, off: np.ndarray) -> None:
+        varint = wire == 0
+        for number, column in ((1, ids), (6, start), (7, duration)):
+            m = varint & (field == number)
+            column[msgs[m]] = val[m]
+        m = varint & (field == 3)
+        types[msgs[m]] = (val[m] & _U32).astype(np.uint32).view(np.int32)
+        m = (wire == 2) & (field == 2)
+        name_off[msgs[m]], name_len[msgs[m]] = off[m], val[m].astype(np.int64)
+
+    f = _scan(b, rec_off, rec_end, _keep_node_lists, store)
+    name_idx, strings = _string_table(buf, b, name_off, name_len)
+    ctrl_ptr, ctrl_deps = _packed(b, f, 4, n)
+    data_ptr, data_deps = _packed(b, f, 5, n)
+    cpu, pg, pg_strings, ints = _attributes(buf, b, f, n)
     if pg_strings:
         index = {s: i for i, s in enumerate(strings)}
         remap = np.asarray([index.setdefault(s, len(index)) for s in pg_strings], dtype=np.int32)
@@ -436,3 +546,28 @@ def decode_columns(buf: bytes, frame_start: np.ndarray, rec_off: np.ndarray, rec
         pg = np.where(pg >= 0, remap[np.maximum(pg, 0)], -1).astype(np.int32)
     return Columns(ids, types, name_idx, strings, start, duration, data_ptr, data_deps, ctrl_ptr, ctrl_deps,
                    cpu, pg, ints)
+
+
+def _join_csr(ptrs: list[np.ndarray], values: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    shift = np.cumsum([0] + [int(p[-1]) for p in ptrs[:-1]])
+    ptr = np.concatenate([ptrs[0][:1]] + [p[1:] + s for p, s in zip(ptrs, shift.tolist())])
+    return ptr, np.concatenate(values)
+
+
+def _join(parts: list[Columns]) -> Columns:
+    """One Columns of consecutive chunks: string indices remapped into one first-seen table."""
+    index: dict[str, int] = {}
+    name_idx, pg = [], []
+    for part in parts:
+        remap = np.asarray([index.setdefault(s, len(index)) for s in part.strings] or [0], dtype=np.int32)
+        name_idx.append(remap[part.name_idx])
+        pg.append(np.where(part.pg_idx >= 0, remap[np.maximum(part.pg_idx, 0)], -1).astype(np.int32))
+    data_ptr, data_deps = _join_csr([p.data_ptr for p in parts], [p.data_deps for p in parts])
+    ctrl_ptr, ctrl_deps = _join_csr([p.ctrl_ptr for p in parts], [p.ctrl_deps for p in parts])
+
+    def cat(column: str) -> np.ndarray:
+        return np.concatenate([getattr(p, column) for p in parts])
+
+    return Columns(cat("ids"), cat("types"), np.concatenate(name_idx), list(index), cat("start"), cat("duration"),
+                   data_ptr, data_deps, ctrl_ptr, ctrl_deps, cat("is_cpu_op"), np.concatenate(pg),
+                   {name: np.concatenate([p.ints[name] for p in parts]) for name in parts[0].ints})
