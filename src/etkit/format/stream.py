@@ -270,8 +270,9 @@ def open_trace(path: str | os.PathLike[str], *, allow_empty: bool = False) -> Tr
 
 
 def _check_node(node: Node) -> bytes:
-    deps_ok = len(set(node.data_deps)) == len(node.data_deps) and len(set(node.ctrl_deps)) == len(node.ctrl_deps)
-    if not deps_ok:
+    data, ctrl = node.data_deps, node.ctrl_deps
+    # a single dep cannot repeat: only longer lists pay for the set
+    if (len(data) > 1 and len(set(data)) < len(data)) or (len(ctrl) > 1 and len(set(ctrl)) < len(ctrl)):
         node = _without_duplicate_deps(node)
     payload = node.SerializeToString()
     if not payload:
