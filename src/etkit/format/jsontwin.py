@@ -272,7 +272,7 @@ def _node_type(value: Any) -> int:
 def dict_to_node(data: dict[str, Any]) -> Node:
     """The Node of a proto3-JSON dict (camelCase or snake_case names); ``_raw`` wins when present."""
     if "_raw" in data:
-        return Node.FromString(base64.b64decode(data["_raw"]))
+        return Node.FromString(_decode_raw(data))
     node = Node()
     for key, value in data.items():
         key = _SNAKE_TO_CAMEL.get(key, key)
@@ -302,7 +302,7 @@ def dict_to_node(data: dict[str, Any]) -> Node:
 
 def dict_to_metadata(data: dict[str, Any]) -> GlobalMetadata:
     if "_raw" in data:
-        return GlobalMetadata.FromString(base64.b64decode(data["_raw"]))
+        return GlobalMetadata.FromString(_decode_raw(data))
     meta = GlobalMetadata()
     for key, value in data.items():
         if key == "version":
@@ -446,20 +446,25 @@ def _convert(path: str | os.PathLike[str], index: int, data: Any, convert: Any) 
         raise _bad(path, f"bad {what} ({type(exc).__name__}: {exc})", index) from None
 
 
-def _node_payload(data: dict[str, Any]) -> bytes:
+def _decode_raw(data: dict[str, Any]) -> bytes:
+    return base64.b64decode(data["_raw"], validate=True)
+
+
+def _payload(data: dict[str, Any], cls: Any, from_dict: Any) -> bytes:
+    """The record bytes of a message dict: its ``_raw`` bytes as they are, else its fields serialized."""
     if "_raw" in data:
-        payload = base64.b64decode(data["_raw"], validate=True)
-        Node.FromString(payload)  # refuse bytes that are not a Node
+        payload = _decode_raw(data)
+        cls.FromString(payload)  # refuse bytes that are not this message
         return payload
-    return dict_to_node(data).SerializeToString()
+    return from_dict(data).SerializeToString()
+
+
+def _node_payload(data: dict[str, Any]) -> bytes:
+    return _payload(data, Node, dict_to_node)
 
 
 def _metadata_payload(data: dict[str, Any]) -> bytes:
-    if "_raw" in data:
-        payload = base64.b64decode(data["_raw"], validate=True)
-        GlobalMetadata.FromString(payload)
-        return payload
-    return dict_to_metadata(data).SerializeToString()
+    return _payload(data, GlobalMetadata, dict_to_metadata)
 
 
 def iter_json_trace(path: str | os.PathLike[str]) -> Iterator[GlobalMetadata | Node]:

@@ -22,7 +22,7 @@ from google.protobuf.message import DecodeError
 from ..errors import TraceFormatError
 from ..format.attrs import INT_KINDS
 from ..format.schema import CommType, GlobalMetadata, Node, NodeType
-from ..fileio import GZIP_MAGIC
+from ..fileio import read_bytes_maybe_gzip
 from ..format.columnar import HOT_INT_ATTRS, MISSING, Columns, decode_columns
 from ..format.stream import TraceWriter, scan_frames
 
@@ -334,16 +334,11 @@ def load_trace(path: str | os.PathLike[str], *, allow_empty: bool = False) -> Tr
 def read_trace_bytes(path: str | os.PathLike[str]) -> bytes:
     """Whole (decompressed) content of an ET file, with one-line errors for unreadable input."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        return read_bytes_maybe_gzip(path)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise TraceFormatError(path, f"corrupt or truncated gzip stream ({exc})") from None
     except OSError as exc:
         raise TraceFormatError(path, f"cannot open ({exc.strerror or exc})") from None
-    if data[:2] == GZIP_MAGIC:
-        try:
-            return gzip.decompress(data)
-        except (EOFError, OSError, zlib.error) as exc:
-            raise TraceFormatError(path, f"corrupt or truncated gzip stream ({exc})") from None
-    return data
 
 
 def comm_type_name(value: int) -> str:

@@ -30,7 +30,7 @@ import orjson
 import yaml
 
 from ..errors import EtkitError, UsageError
-from ..fileio import atomic_output
+from ..fileio import atomic_output, read_bytes_maybe_gzip
 from ..format.schema import CommType, NodeType
 from .collectives import group_layout, p2p_time, plan_collective
 from .config import OVERHEAD_KEY, RESIDUALS_KEY, Dimension, NetworkConfig, SystemConfig
@@ -89,11 +89,8 @@ def measured_step_ns(job_dir: str | os.PathLike[str]) -> float:
 
 
 def _kineto_events(job_dir: str | os.PathLike[str]):
-    import gzip
-
     for path in sorted(Path(job_dir).glob("rank-*.kineto.json*")):
-        with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as fh:
-            yield orjson.loads(fh.read()).get("traceEvents", [])
+        yield orjson.loads(read_bytes_maybe_gzip(path)).get("traceEvents", [])
 
 
 def measured_steps_ns(job_dir: str | os.PathLike[str]) -> dict[int, float]:
