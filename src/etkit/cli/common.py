@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import sys
 from typing import Any
 
@@ -48,6 +47,4 @@ def add_sub_verbs(parser: argparse.ArgumentParser, dest: str, metavar: str, modu
     sub = parser.add_subparsers(dest=dest, metavar=metavar)
     sub.required = True
     for name in modules:
-        full = f"{__package__}.{name}"
-        if importlib.util.find_spec(full) is not None:
-            importlib.import_module(full).register(sub)
+        importlib.import_module(f"{__package__}.{name}").register(sub)

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import sys
 from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import EtkitError
 
-#: Verb modules, in help order. A module that is not there yet is skipped.
+#: Verb modules, in help order.
 VERB_MODULES = (
     "info", "validate", "json_twin", "demo", "collect", "link", "convert", "generate", "analyze", "diff",
     "timeline", "graph", "report", "simulate", "calibrate", "replay",
@@ -30,10 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="verb", metavar="VERB")
     subparsers.required = True
     for name in VERB_MODULES:
-        full = f"{__package__}.{name}"
-        if importlib.util.find_spec(full) is None:
-            continue
-        importlib.import_module(full).register(subparsers)
+        importlib.import_module(f"{__package__}.{name}").register(subparsers)
     return parser
 
 
