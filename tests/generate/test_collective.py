@@ -11,7 +11,7 @@ from etkit.cli.main import main
 from etkit.errors import UsageError
 from etkit.format.schema import CommType, NodeType
 from etkit.generate import collective, parse_groups, write_collective
-from etkit.generate.collective import parse_size
+from etkit.units import parse_size
 from etkit.model import load_job
 from etkit.validate import validate, validate_job
 

@@ -263,3 +263,40 @@ def test_collectives_overlap_independent_work_and_are_waited_by_their_dependents
         assert sched.ran[[ar, ind, dep]].all()
         assert sched.start_ns[ind] < sched.end_ns[ar]  # issued asynchronously: the next node did not wait
         assert sched.start_ns[dep] >= sched.end_ns[ar]  # its dependent waited for it
+
+
+# -- memory: the buffers a communication holds ---------------------------------------------------------
+
+@pytest.mark.parametrize("comm", ["all_gather", pytest.param("reduce_scatter", marks=pytest.mark.slow),
+                                  pytest.param("all_to_all", marks=pytest.mark.slow)])
+def test_planned_buffer_bytes_are_what_the_ranks_allocate(tmp_path, comm):
+    """One 3 MiB collective on 2 spawned gloo ranks, replayed once with no warm-up: every tensor the pool
+    lends is allocated fresh, so each rank's allocated bytes are exactly that collective's buffers."""
+    from etkit.generate.collective import write_collective
+    from etkit.model.job import load_job
+    from etkit.replay.plan import largest_buffer, plan_job
+
+    write_collective(tmp_path / "c", comm, 3 << 20, 2)
+    plan = plan_job(load_job(tmp_path / "c"), "comm")
+    need = largest_buffer(plan)[0]
+    report = replay_job(str(tmp_path / "c"), options=ReplayOptions(mode="comm", iters=1, warmup=0, timeout_s=60))
+    assert [report.ranks[r].pool["allocated_bytes"] for r in (0, 1)] == [need, need]
+    # input + output: a gather's output is both inputs, a reduce-scatter's half its input
+    assert need == (3 << 20) * {"all_gather": 3, "reduce_scatter": 1.5, "all_to_all": 2}[comm]
+
+
+def test_a_message_too_big_for_the_host_stops_before_any_rank_starts(tmp_path, capsys):
+    """A 40 GiB all-gather on 4 ranks holds 200 GiB per rank; the machine has far less: one clear
+    error naming the file and node, exit 2, and no rank process is spawned (nothing could hang)."""
+    from etkit.cli.main import main
+    from etkit.generate.collective import write_collective
+
+    write_collective(tmp_path / "big", "all_gather", "40GiB", 4)
+    assert main(["replay", str(tmp_path / "big"), "--mode", "comm", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "big.0.et: node" in err and "ALL_GATHER of 40 GiB on rank 0" in err and "200 GiB of buffers" in err
+    assert "half the available host memory over 4 rank(s)" in err and "\n" not in err
+    # the limit can be given: one this small refuses even a 3 MiB collective
+    write_collective(tmp_path / "small", "all_reduce", "3MiB", 2)
+    with pytest.raises(Exception, match=r"3 MiB of buffers, over the 1 MiB allowed \(--max-buffer-bytes\)$"):
+        replay_job(str(tmp_path / "small"), options=ReplayOptions(mode="comm", max_buffer_bytes=1 << 20))

@@ -36,6 +36,7 @@ from ..format.schema import CommType, NodeType
 from ..model.job import Job
 from ..model.schedule import Schedule
 from ..model.trace import MISSING
+from ..units import format_bytes
 from .context import AnalysisContext, RankView, prepare
 from .crossrank import pg_name_of
 from .kinds import comm_label
@@ -75,7 +76,7 @@ class SizeHistogram:
     def bin_label(b: int) -> str:
         if b < 0:
             return "0 B"
-        return f"{_human(2 ** b)}-{_human(2 ** (b + 1))}"
+        return f"{format_bytes(2 ** b)}-{format_bytes(2 ** (b + 1))}"
 
     def to_json(self) -> list[dict]:
         return [{"bin": b, "label": self.bin_label(b), "count": self.counts[b], "bytes": self.bytes[b]}
@@ -111,13 +112,6 @@ class CommSummary:
             out["matrix_bytes"] = self.matrix.tolist()
         return out
 
-
-def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if float(n).is_integer() else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
 
 
 def collective_sends(comm_type: int, members: tuple[int, ...], rank: int, size: float,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .breakdown import CATEGORIES, TimeBreakdown
-from .comm import SizeHistogram, _human
+from ..units import format_bytes
+from .comm import SizeHistogram
 from .diff import Delta, JobDiff
 from .job_analysis import JobAnalysis
 from .kinds import KIND_NAMES
@@ -26,7 +27,7 @@ def fmt_ns(ns: float) -> str:
 
 
 def fmt_bytes(n: float) -> str:
-    return _human(float(n))
+    return format_bytes(n)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -9,7 +9,7 @@ from ..simulate.calibrate import DEFAULT_SIZES, calibrate, write_calibration
 
 
 def _sizes(text: str) -> tuple[int, ...]:
-    from ..generate.collective import parse_size
+    from ..units import parse_size
 
     return tuple(parse_size(s) for s in text.split(",") if s)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..generate.collective import parse_size
+from ..units import parse_size
 from ..generate.micro import MICRO_CASES, write_micro
 from .common import add_quiet, add_workers, executor_from
 

@@ -6,6 +6,7 @@ import argparse
 
 from typing import TYPE_CHECKING
 
+from ..units import format_bytes
 from .common import add_quiet, add_workers, executor_from, write_json
 
 if TYPE_CHECKING:
@@ -25,13 +26,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_quiet(parser)
     parser.set_defaults(func=run)
 
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    return f"{n} B"
 
 
 def render(summary: JobInfo, console: Console) -> None:
@@ -54,7 +48,7 @@ def render(summary: JobInfo, console: Console) -> None:
         comm.add_column("count", justify="right")
         comm.add_column("volume", justify="right")
         for label, vol in sorted(summary.comm.items()):
-            comm.add_row(label, f"{vol.count:,}", human_bytes(vol.bytes))
+            comm.add_row(label, f"{vol.count:,}", format_bytes(vol.bytes))
         console.print(comm)
     first = summary.ranks[0] if summary.ranks else None
     if first is not None:

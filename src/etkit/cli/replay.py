@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from ..units import parse_size
 from .common import add_quiet, write_json
 
 
@@ -32,6 +33,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="seconds a collective may wait before the replay fails (default 120)")
     parser.add_argument("--no-host-time", action="store_true",
                         help="do not spin for containers' own time (the framework work around the recorded ops)")
+    parser.add_argument("--max-buffer-bytes", type=parse_size, default=None, metavar="SIZE",
+                        help="most memory one communication of one rank may hold, e.g. 4GiB (default: half of "
+                             "this host's available memory, or the GPU's free memory, over the ranks sharing it); "
+                             "a larger message stops the replay before any rank starts")
     parser.add_argument("--threads", type=int, default=1, metavar="T", help="intra-op CPU threads per rank (default 1)")
     parser.add_argument("--json", default=None, metavar="OUT.json", help="write the full report as JSON ('-' = stdout)")
     parser.add_argument("--timeline", default=None, metavar="OUT.json",
@@ -45,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
     options = ReplayOptions(mode=args.mode, iters=args.iters, warmup=args.warmup, backend=args.backend,
                             device=args.device, timeout_s=args.timeout, threads=args.threads,
-                            host_time=not args.no_host_time)
+                            host_time=not args.no_host_time, max_buffer_bytes=args.max_buffer_bytes)
     report = replay_job(args.prefix, ranks=args.ranks, options=options, comm_groups=args.comm_groups,
                         quiet=args.quiet)
     if in_torchrun() and os.environ["RANK"] != "0":

@@ -30,6 +30,7 @@ from ..executor import Executor
 from ..format.schema import CommType
 from ..model.groups import ProcessGroups
 from ..model.job import Job
+from ..units import parse_size
 from .writer import Param, RankPlan, TraceTemplate, build_job, synthetic_metadata, write_job
 
 __all__ = [
@@ -56,30 +57,6 @@ NATIVE_TYPES = {
 }
 #: Every ``--type`` accepted (broadcast and barrier are lowered to SEND/RECV).
 COLLECTIVE_TYPES = (*NATIVE_TYPES, "broadcast", "barrier")
-
-_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
-
-
-def parse_size(text: str | int) -> int:
-    """Bytes in ``text``: a number with an optional unit, ``KiB``/``MiB``/``GiB`` (binary) or
-    ``KB``/``MB``/``GB`` (decimal), case-insensitive; ``1MiB`` = 1,048,576, ``1MB`` = 1,000,000."""
-    if isinstance(text, int):
-        value = text
-    else:
-        m = _SIZE_RE.match(text)
-        unit = m.group(2).lower() if m else None
-        if m is None or unit not in _SIZE_UNITS:
-            raise UsageError(f"size {text!r}: expected a number with an optional unit B, KB, MB, GB, KiB, MiB, GiB")
-        number = float(m.group(1)) * _SIZE_UNITS[unit]
-        if number != int(number):
-            raise UsageError(f"size {text!r} is not a whole number of bytes")
-        value = int(number)
-    if value < 0:
-        raise UsageError(f"size {text!r} is negative")
-    return value
-
 
 def _parse_members(spec: str, npus: int) -> list[int]:
     ranks: list[int] = []

@@ -32,7 +32,8 @@ from ..model.groups import WORLD
 from ..model.job import Job
 from ..model.trace import MISSING, Trace, comm_type_name
 
-__all__ = ["Action", "CommSpec", "RankPlan", "JobPlan", "plan_job", "plan_rank", "MODES", "ACTION_KIND"]
+__all__ = ["Action", "CommSpec", "RankPlan", "JobPlan", "plan_job", "plan_rank", "largest_buffer", "MODES",
+           "ACTION_KIND"]
 
 MODES = ("comm", "compute", "full")
 
@@ -87,6 +88,22 @@ class CommSpec:
     @property
     def itemsize(self) -> int:
         return _ITEMSIZE[self.dtype]
+
+    def buffer_bytes(self) -> int:
+        """Bytes of the tensors issuing this communication holds on this rank (input and output), as
+        :class:`etkit.replay.comm.Communicator` allocates them: an all-gather's output is the group's
+        inputs together, a root's gather/scatter holds one part per member."""
+        size = len(self.members)
+        numel = sum(self.in_splits) if self.in_splits else -(-self.nbytes // self.itemsize)
+        if self.kind == "ALL_GATHER":
+            numel *= 1 + size
+        elif self.kind in ("REDUCE_SCATTER", "REDUCE_SCATTER_BLOCK"):
+            numel = -(-numel // size) * (size + 1)
+        elif self.kind == "ALL_TO_ALL":
+            numel += sum(self.out_splits) if self.in_splits else numel
+        elif self.kind in ("GATHER", "SCATTER"):
+            numel *= 1 + size  # at the root; other members hold one part (the bound is for the root)
+        return numel * self.itemsize
 
 
 @dataclass
@@ -481,3 +498,14 @@ def plan_job(job: Job, mode: str) -> JobPlan:
                   key=lambda g: (len(g), g))
     groups = {g: job.members(g) for g in used}
     return JobPlan(job.world_size, groups, plans, notes)
+
+
+def largest_buffer(plan: JobPlan) -> tuple[int, int, int, CommSpec] | None:
+    """``(bytes, rank, row, spec)`` of the communication that holds the most memory on one rank."""
+    best = None
+    for rank, rank_plan in plan.ranks.items():
+        for row, spec in rank_plan.comm.items():
+            need = spec.buffer_bytes()
+            if best is None or need > best[0]:
+                best = (need, rank, row, spec)
+    return best

@@ -29,7 +29,8 @@ from ..executor import SerialExecutor
 from ..model.job import Job, load_job
 from ..model.trace import load_trace
 from ..progress import Progress
-from .plan import JobPlan, RankPlan, plan_job
+from ..units import format_bytes
+from .plan import JobPlan, RankPlan, largest_buffer, plan_job
 
 __all__ = ["ReplayOptions", "replay_job", "in_torchrun"]
 
@@ -47,6 +48,7 @@ class ReplayOptions:
     pool_bytes: int = 1 << 30
     threads: int = 1  # intra-op threads per rank (PyTorch traces are collected with 1 on this project's hosts)
     host_time: bool = True  # spin for containers' exclusive time (framework overhead around the ops)
+    max_buffer_bytes: int | None = None  # per rank and communication; None: half this host's free memory per rank
 
     def resolved(self) -> ReplayOptions:
         """These options with backend and device decided, checked against this host."""
@@ -60,7 +62,54 @@ class ReplayOptions:
             raise EtkitError("--backend nccl needs --device cuda")
         if self.iters < 1 or self.warmup < 0:
             raise EtkitError("--iters must be >= 1 and --warmup >= 0")
+        if self.max_buffer_bytes is not None and self.max_buffer_bytes <= 0:
+            raise EtkitError("--max-buffer-bytes must be positive")
         return replace(self, backend=backend, device=device)
+
+
+def _available_memory() -> int:
+    """Bytes the kernel says can be allocated without swapping (``MemAvailable``), or all physical memory."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def buffer_limit(options: ReplayOptions, world: int) -> tuple[int, str]:
+    """Bytes one communication of one rank may hold, and where the figure comes from. Automatic: half
+    of the free memory of the device the ranks share, divided by the ranks that share it (the other
+    half is left to the tensor pool, the replayed ops and the framework)."""
+    if options.max_buffer_bytes is not None:
+        return options.max_buffer_bytes, "--max-buffer-bytes"
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world)) if in_torchrun() else world
+    if options.device == "cuda":
+        import torch
+
+        free = min(torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count()))
+        sharing = -(-local // max(torch.cuda.device_count(), 1))
+        return free // 2 // sharing, f"half the free GPU memory over {sharing} rank(s) per GPU"
+    return _available_memory() // 2 // max(local, 1), f"half the available host memory over {local} rank(s)"
+
+
+def check_buffers(job: Job, plan: JobPlan, options: ReplayOptions) -> None:
+    """Refuse, before any process starts, a replay whose largest communication cannot fit: a rank
+    killed for memory mid-collective would leave its peers waiting until the timeout."""
+    largest = largest_buffer(plan)
+    if largest is None:
+        return
+    need, rank, row, spec = largest
+    limit, basis = buffer_limit(options, plan.world)
+    if need > limit:
+        node = int(job.traces[rank].ids[row])
+        raise EtkitError(f"{job.traces[rank].path or job.prefix}: node {node} ({spec.kind} of {format_bytes(spec.nbytes)}"
+                         f" on rank {rank}) needs {format_bytes(need)} of buffers, over the {format_bytes(limit)} "
+                         f"allowed ({basis})" + ("" if options.max_buffer_bytes else
+                                                  "; use a host with more memory, fewer ranks per host, "
+                                                  "or set --max-buffer-bytes"))
 
 
 def in_torchrun() -> bool:
@@ -217,5 +266,6 @@ def replay_job(spec: str | os.PathLike[str] | list[str] | Job, *, ranks: int | N
     if ranks is not None and ranks != job.world_size:
         raise EtkitError(f"{job.prefix or 'job'}: --ranks {ranks} but the trace has {job.world_size} ranks")
     plan = plan_job(job, options.mode)
+    check_buffers(job, plan, options)
     results = _torchrun(plan, options) if in_torchrun() else _spawn(plan, options, quiet)
     return build_report(job, plan, options, results)
