@@ -214,3 +214,77 @@ def test_trace_residuals_reproduce_each_recorded_member(converted) -> None:
         model = _model_ns(Measurement(kind, int(trace.comm_size[row]), 0.0, 4), cal.network(), 4, cal.system())
         assert sorted(model + r for r in cal.residuals_ns[(kind, 4)][i]) == pytest.approx(recorded, abs=1.0)
     assert any(len(set(v)) > 1 for v in cal.residuals_ns[("ALL_GATHER", 4)])
+
+
+def _raw_events(job: str, rank: int) -> list[dict]:
+    """Rank ``rank``'s Kineto ``X`` events of a shared job, ``ts`` on the Unix µs clock (one host: one clock)."""
+    import orjson
+
+    from etkit.fileio import read_bytes_maybe_gzip
+
+    path = next((PYTORCH_JOBS / job).glob(f"rank-{rank}.kineto.json*"))
+    doc = orjson.loads(read_bytes_maybe_gzip(path))
+    base = float(doc.get("baseTimeNanoseconds", 0)) / 1000.0
+    return [{**e, "ts": float(e["ts"]) + base} for e in doc["traceEvents"] if e.get("ph") == "X"]
+
+
+def _raw_calls(job: str, ranks: int) -> list[list[tuple[float, float]]]:
+    """Per collective call k (the k-th ``gloo:*`` record of every rank, by start): (start, end) per rank."""
+    per_rank = [sorted((e["ts"], e["ts"] + float(e["dur"])) for e in _raw_events(job, r)
+                       if e["name"].startswith("gloo:")) for r in range(ranks)]
+    assert len({len(c) for c in per_rank}) == 1
+    return [list(members) for members in zip(*per_rank)]
+
+
+def _member_costs_us(job) -> dict[int, list[float]]:
+    from etkit.simulate.calibrate import measurements_from_job
+
+    assert list(job.traces) == sorted(job.traces)  # members are listed in rank order
+    out: dict[int, list[float]] = {}
+    for m in measurements_from_job(job):
+        out.setdefault(m.instance, []).append(m.seconds * 1e6)
+    return out
+
+
+@pytest.mark.shared_data
+def test_a_member_returns_once_its_rank_went_on_with_the_result(converted) -> None:
+    """ddp_mlp_ws2, from the raw Kineto traces: gloo closes its ``gloo:all_reduce`` record only after it
+    has completed the work's future, from a worker thread a loaded host may schedule late. DDP runs the
+    optimizer only once every bucket of the step is reduced and copied back, so a record still open
+    when its rank's ``Optimizer.step`` began says the rank had the result by then. Such a member's
+    cost (what the simulator holds the rank for) ends there, not at the record's end; every other
+    member's cost is its recorded return after the last arrival."""
+    calls = _raw_calls("ddp_mlp_ws2", 2)
+    optimizer = [sorted(e["ts"] for e in _raw_events("ddp_mlp_ws2", r) if e["name"].startswith("Optimizer.step"))
+                 for r in range(2)]
+    costs = _member_costs_us(converted["ddp_mlp_ws2"])
+    assert sorted(costs) == list(range(len(calls)))
+    tails = 0
+    for k, members in enumerate(calls):
+        last = max(s for s, _ in members)
+        for rank, (start, end) in enumerate(members):
+            went_on = min((t for t in optimizer[rank] if t > start), default=end)
+            if went_on < end:  # the rank ran its optimizer step while this record was open
+                tails += 1
+                assert costs[k][rank] <= went_on - last + 2.0  # µs: the converted trace rounds to whole µs
+                assert costs[k][rank] < end - last - 1_000.0  # more than 1 ms of the record held nobody
+            else:
+                assert costs[k][rank] == pytest.approx(end - last, abs=2.0)
+    assert tails == 1  # rank 1's second bucket of step 2: record open 2.6 ms past the copy-out
+
+
+@pytest.mark.shared_data
+def test_an_op_that_only_wraps_the_pending_result_does_not_shorten_a_call(converted) -> None:
+    """fsdp2_mlp_ws2, from the raw Kineto traces: a functional all-reduce's
+    ``_c10d_functional::_wrap_tensor_autograd`` (the first op touching its result) starts while the call
+    is still running on every member; it only wraps the pending tensor, so every member's cost stays
+    its recorded return after the last arrival."""
+    calls = _raw_calls("fsdp2_mlp_ws2", 2)
+    costs = _member_costs_us(converted["fsdp2_mlp_ws2"])
+    for k, members in enumerate(calls):
+        last = max(s for s, _ in members)
+        assert costs[k] == pytest.approx([max(e - last, 0.0) for _, e in members], abs=2.0)
+    wrapper = "_c10d_functional::_wrap_tensor_autograd"
+    wraps = [[e["ts"] for e in _raw_events("fsdp2_mlp_ws2", r) if e["name"] == wrapper] for r in range(2)]
+    # the case exists: a wrapper started after a member joined and before that member's record ended
+    assert any(s < w < e for members in calls for r, (s, e) in enumerate(members) for w in wraps[r])

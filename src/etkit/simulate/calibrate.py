@@ -283,6 +283,7 @@ class _Instance:
     step: int | None = None  # the profiled step (ProfilerStep#N) it ran in, on the first rank that recorded it
     starts: list[float] = field(default_factory=list)  # µs, per member
     ends: list[float] = field(default_factory=list)
+    used: list[float] = field(default_factory=list)  # µs, per member: when its rank first ran an op depending on it
 
 
 def _collective_instances(job: Job) -> dict[tuple, _Instance]:
@@ -295,6 +296,7 @@ def _collective_instances(job: Job) -> dict[tuple, _Instance]:
         steps = step_rows(trace)
         step_starts = trace.start[list(steps.values())].astype(np.float64)
         rows = np.flatnonzero((trace.types == NodeType.COMM_COLL_NODE) & (trace.start > 0))
+        used = _first_use_us(trace)
         for row in rows[np.argsort(trace.start[rows], kind="stable")]:
             pg = pgs[row] if pgs[row] not in (None, "") else "0"
             k = counters.get(pg, 0)
@@ -308,6 +310,23 @@ def _collective_instances(job: Job) -> dict[tuple, _Instance]:
                                                      list(steps)[at] if at >= 0 else None))
             inst.starts.append(float(trace.start[row]))
             inst.ends.append(float(trace.start[row] + trace.duration[row]))
+            inst.used.append(float(used[row]))
+    return out
+
+
+def _first_use_us(trace) -> np.ndarray:
+    """Per row, the recorded start (µs) of the earliest timed compute op that depends on it (inf: none).
+
+    For a collective that is its first consumer on that rank: DDP's copy of a reduced bucket back
+    into the gradients, a GPU kernel reading the result, or an op that only holds the pending result
+    (a functional collective's wrapper), which is why :func:`_returned` checks when it started."""
+    out = np.full(len(trace), np.inf)
+    parents = trace.rows_of(trace.data_deps)
+    children = trace.edge_sources("data")
+    known = parents >= 0
+    parents, children = parents[known], children[known]
+    timed = (trace.types[children] == NodeType.COMP_NODE) & (trace.start[children] > 0)
+    np.minimum.at(out, parents[timed], trace.start[children[timed]].astype(np.float64))
     return out
 
 
@@ -316,18 +335,41 @@ def _collective_instances(job: Job) -> dict[tuple, _Instance]:
 _ROOTED = {"BROADCAST", "REDUCE", "GATHER", "SCATTER"}
 
 
+#: Converted traces round start and duration to whole µs: comparisons across ranks allow this much.
+_ROUNDING_US = 1.0
+
+
 def _one_clock(instances: list[_Instance]) -> bool:
     """Whether the ranks' timestamps come from one clock: no member of a collective that synchronises
     every member (not a rooted one) ended before another member had started it (1 µs of rounding allowed)."""
-    return all(max(i.starts) <= min(i.ends) + 1.0 for i in instances if len(i.starts) > 1 and i.kind not in _ROOTED)
+    return all(max(i.starts) <= min(i.ends) + _ROUNDING_US for i in instances
+               if len(i.starts) > 1 and i.kind not in _ROOTED)
+
+
+def _returned(inst: _Instance) -> list[float]:
+    """When each member's rank had the result (µs, one clock): its recorded end, or earlier the start of
+    the first op on that rank that depends on the call, if that op started once a member had returned.
+
+    A backend's record of a call can end well after the data arrived: gloo completes the work's future
+    (which wakes the waiting thread) and only then closes its ``gloo:*`` record, from a worker thread
+    that a loaded host may not schedule for milliseconds. Meanwhile the rank went on: in
+    ddp_mlp_ws2 rank 1's main thread copied a reduced bucket into the gradients and ran the whole
+    optimizer step before its ``gloo:all_reduce`` record of that bucket ended. The simulator releases
+    a member's dependants when the member returns, so that tail, which held nobody, is not part of
+    the call's cost. An op that started before any member had returned did not consume the result
+    (the result did not exist anywhere yet; e.g. ``_c10d_functional::_wrap_tensor_autograd`` only
+    wraps the pending tensor) and says nothing."""
+    first = min(inst.ends) - _ROUNDING_US
+    return [min(e, u) if u >= first else e for e, u in zip(inst.ends, inst.used)]
 
 
 def _member_costs(inst: _Instance, aligned: bool) -> list[float]:
-    """Each member's cost in µs: from the last member's arrival until it returned (one clock), else the
-    shortest member duration for every member (the last member to arrive waits for nobody)."""
+    """Each member's cost in µs: from the last member's arrival until it returned (one clock, see
+    :func:`_returned`), else the shortest member duration for every member (the last member to arrive
+    waits for nobody)."""
     if aligned:
         last = max(inst.starts)
-        return [max(e - last, 0.0) for e in inst.ends]
+        return [max(r - last, 0.0) for r in _returned(inst)]
     return [min(e - s for s, e in zip(inst.starts, inst.ends))] * len(inst.starts)
 
 
@@ -337,7 +379,8 @@ def measurements_from_job(job: Job, steps: set[int] | None = None) -> list[Measu
     of the profiled ``steps`` when given.
 
     The simulator starts a collective when its last member arrives, so a member's cost is measured
-    from the last arrival until that member returned. Members return at different times (a gloo
+    from the last arrival until that member returned (its recorded end, or earlier when its rank
+    demonstrably had the result: :func:`_returned`). Members return at different times (a gloo
     worker thread scheduled late, a copy-out), and the simulator releases each at its own drawn time
     (:func:`calibrate_from_job`). This needs the ranks' timestamps on one clock (one host, or
     synchronised hosts); when they visibly are not, every member gets the shortest member duration.
