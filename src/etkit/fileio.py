@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, BinaryIO
 
+from .errors import EtkitError
+
 GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -24,8 +26,11 @@ def atomic_output(path: str | os.PathLike[str], *, compress: bool | None = None)
     target = Path(path)
     if compress is None:
         compress = target.suffix == ".gz"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    check_writable(target)
+    try:
+        fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise _cannot_write(target, exc) from None
     try:
         with os.fdopen(fd, "wb") as raw:
             if compress:
@@ -34,11 +39,35 @@ def atomic_output(path: str | os.PathLike[str], *, compress: bool | None = None)
             else:
                 yield raw
         os.chmod(tmp_name, 0o666 & ~_umask())
-        os.replace(tmp_name, target)
+        try:
+            os.replace(tmp_name, target)
+        except OSError as exc:
+            raise _cannot_write(target, exc) from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp_name)
         raise
+
+
+def check_writable(path: str | os.PathLike[str]) -> None:
+    """Create ``path``'s folder and check that a file can be written there, so that a long run fails
+    at its start rather than at its end; raises :class:`EtkitError` naming the path."""
+    target = Path(path)
+    if target.is_dir():
+        raise EtkitError(f"{target}: cannot write: it is a directory")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _cannot_write(target, exc) from None
+    if not os.access(target.parent, os.W_OK | os.X_OK):
+        raise EtkitError(f"{target}: cannot write: no permission to create files in {target.parent}")
+
+
+def _cannot_write(target: Path, exc: OSError) -> EtkitError:
+    reason = exc.strerror or str(exc)
+    if isinstance(exc, (FileExistsError, NotADirectoryError)):
+        reason = "a part of its folder path is a file, not a directory"
+    return EtkitError(f"{target}: cannot write: {reason}")
 
 
 def _umask() -> int:

@@ -41,11 +41,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EtkitError as exc:
         print(f"etkit {args.verb}: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader of our stdout went away (| head): nothing left to say
+        return 0
+    except OSError as exc:  # a file etkit had no reason to expect trouble with (disk full, permissions)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"etkit {args.verb}: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("etkit: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
 
 
 def run() -> None:

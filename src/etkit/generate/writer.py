@@ -35,7 +35,7 @@ from typing import Union
 
 from .. import __version__
 from ..executor import Executor, SerialExecutor
-from ..fileio import atomic_output
+from ..fileio import atomic_output, check_writable
 from ..format.attrs import CANONICAL_KINDS, make_attr
 from ..format.schema import CommType, GlobalMetadata, Node, NodeType
 from ..format.stream import encode_varint, frame
@@ -314,7 +314,7 @@ def plan_writes(prefix: str | os.PathLike[str], plans: Iterable[RankPlan], templ
 def run_writes(tasks: Sequence[WriteTask], executor: Executor | None = None, *, desc: str = "write") -> int:
     """Run write tasks through ``executor`` (default: in-process); returns the number of files written."""
     if tasks:
-        Path(tasks[0][1][0][0]).parent.mkdir(parents=True, exist_ok=True)
+        check_writable(tasks[0][1][0][0])  # in this process: one clear error, not one per worker
     return sum((executor or SerialExecutor()).map(_write_chunk, tasks, desc=desc))
 
 

@@ -1,0 +1,51 @@
+"""Atomic output: a failed write leaves nothing behind, and a path that cannot be written is one clear
+error naming it (from every verb, not a traceback)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from etkit.cli.main import main
+from etkit.errors import EtkitError
+from etkit.fileio import atomic_output, check_writable
+
+
+def test_an_exception_inside_the_block_keeps_the_old_file(tmp_path) -> None:
+    target = tmp_path / "out.json"
+    target.write_text("old")
+    with pytest.raises(RuntimeError), atomic_output(target) as f:
+        f.write(b"half of the new")
+        raise RuntimeError("boom")
+    assert target.read_text() == "old" and os.listdir(tmp_path) == ["out.json"]
+
+
+@pytest.mark.parametrize("where, reason", [("afile/x.json", "a part of its folder path is a file"),
+                                           ("adir", "it is a directory")])
+def test_unwritable_paths_are_named(tmp_path, where: str, reason: str) -> None:
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "adir").mkdir()
+    with pytest.raises(EtkitError, match=f"{where}: cannot write: {reason}"):
+        with atomic_output(tmp_path / where):
+            pass
+    with pytest.raises(EtkitError, match=reason):
+        check_writable(tmp_path / where)
+
+
+@pytest.mark.parametrize("argv", [
+    ["generate", "llm", "--dp", "2", "-o", "{d}/afile/job", "--quiet"],
+    ["generate", "micro", "--npus", "2", "-o", "{d}/afile/micro", "--quiet"],
+    ["to-json", "{d}/job.0.et", "-o", "{d}/afile/x.json"],
+    ["info", "{d}/job", "--json", "{d}/afile/info.json", "--quiet"],
+    ["timeline", "{d}/job", "-o", "{d}/adir", "--quiet"],
+])
+def test_every_verb_reports_an_unwritable_output_in_one_line(tmp_path, capsys, argv: list[str]) -> None:
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "adir").mkdir()
+    assert main(["generate", "collective", "--type", "all_reduce", "--npus", "2", "-o", str(tmp_path / "job"),
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    assert main([a.format(d=tmp_path) for a in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "cannot write" in err and "\n" not in err and "Traceback" not in err, err
