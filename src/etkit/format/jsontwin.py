@@ -19,6 +19,7 @@ concatenated objects (GlobalMetadata first, then one object per node).
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import math
 import os
@@ -28,9 +29,11 @@ from typing import Any
 
 import numpy as np
 import orjson
+from google.protobuf.message import DecodeError
 
 from ..errors import TraceFormatError
 from ..fileio import atomic_output, open_maybe_gzip
+from .jsonfast import FramingFault, JsonWriter, record_chunks
 from .schema import LIST_KINDS, AttributeProto, GlobalMetadata, IOInfo, Node, NodeType
 from .stream import TraceWriter, open_trace
 
@@ -319,7 +322,7 @@ def dict_to_metadata(data: dict[str, Any]) -> GlobalMetadata:
 
 def _with_raw(d: dict[str, Any], message: Any, payload: bytes) -> dict[str, Any]:
     """``d`` plus the original bytes when the JSON fields alone would not reproduce them."""
-    if _needs_raw(message, payload):
+    if _needs_raw(message, payload) or _nan_lossy(orjson.dumps(d), dict_to_metadata, payload):
         d["_raw"] = base64.b64encode(payload).decode("ascii")
     return d
 
@@ -329,30 +332,64 @@ def _needs_raw(message: Any, payload: bytes) -> bool:
     return message.SerializeToString() != payload
 
 
+def _nan_lossy(text: bytes, from_dict: Any, payload: bytes) -> bool:
+    """True when a NaN of the message has a sign or payload that JSON's "NaN" loses."""
+    return b'"NaN"' in text and from_dict(orjson.loads(text)).SerializeToString() != payload
+
+
+#: Records converted together: bounded memory, and numpy calls long enough to pay off.
+_CHUNK_RECORDS = 4096
+
+
+def _node_text(payload: bytes, fragments: _Fragments) -> bytes:
+    """The JSON text of one node record, with ``_raw`` when its fields do not reproduce its bytes."""
+    node = Node.FromString(payload)
+    text = node_json(node, fragments)
+    if _needs_raw(node, payload) or _nan_lossy(text, dict_to_node, payload):
+        text = text[:-1] + (b"," if len(text) > 2 else b"") + b'"_raw":"' + base64.b64encode(payload) + b'"}'
+    return text
+
+
 def to_json(et_path: str | os.PathLike[str], json_path: str | os.PathLike[str]) -> int:
     """Write the JSON twin of ``et_path`` to ``json_path`` (streaming, atomic; ``.gz`` = gzip).
 
-    Returns the number of nodes written.
+    Returns the number of nodes written. Chunks of records are converted at once by
+    :class:`etkit.format.jsonfast.JsonWriter`, which hands the records it does not cover back to the
+    per-record :func:`node_json`; both write the same text. A file that is not plainly well framed is
+    read again record by record by the checking reader, which reports the fault.
     """
+    try:
+        return _write_json(et_path, json_path, chunked=True)
+    except FramingFault:
+        return _write_json(et_path, json_path, chunked=False)
+
+
+def _write_json(et_path: str | os.PathLike[str], json_path: str | os.PathLike[str], *, chunked: bool) -> int:
     count = 0
+    fragments = _Fragments()
+
+    def slow(payload: bytes, index: int) -> bytes:
+        try:
+            return _node_text(payload, fragments)
+        except DecodeError as exc:
+            raise _bad(et_path, f"corrupt Node message ({exc})", index) from None
+
     with open_trace(et_path) as reader, atomic_output(json_path) as out:
         meta = _with_raw(metadata_to_dict(reader.metadata), reader.metadata, reader.metadata_record)
         out.write(b'{"format":"' + FORMAT_NAME.encode() + b'","version":1,"metadata":' + orjson.dumps(meta) + b',"nodes":[')
-        sep = b"\n"
-        batch: list[bytes] = []
-        fragments = _Fragments()
-        for payload in reader.records():
-            node = Node.FromString(payload)
-            text = node_json(node, fragments)
-            if _needs_raw(node, payload):
-                text = text[:-1] + (b"," if len(text) > 2 else b"") + b'"_raw":"' + base64.b64encode(payload) + b'"}'
-            batch.append(sep + text)
-            sep = b",\n"
-            count += 1
-            if len(batch) >= 4096:
-                out.write(b"".join(batch))
-                batch.clear()
-        out.write(b"".join(batch) + b"\n]}\n")
+        if chunked:
+            writer = JsonWriter()
+            with open_maybe_gzip(et_path) as stream:
+                for data, start, length in record_chunks(stream, _CHUNK_RECORDS):
+                    text = writer.chunk_json(data, start, length, lambda payload, i, base=count: slow(payload, base + i + 1))
+                    out.write(text[1:] if count == 0 else text)  # the first node follows "[" without a comma
+                    count += start.size
+        else:
+            records = reader.records()
+            for batch in iter(lambda: list(itertools.islice(records, _CHUNK_RECORDS)), []):
+                out.write((b",\n" if count else b"\n") + b",\n".join(slow(p, count + i + 1) for i, p in enumerate(batch)))
+                count += len(batch)
+        out.write(b"\n]}\n")
     return count
 
 
