@@ -3,11 +3,12 @@
   (a) 16 NPUs x 1,000 x (COMP 10 us -> ALL_REDUCE 1 MiB), Ring 16 (ASTRA-sim: ~12,000 nodes/s)
   (b) 128-rank LLM job from ``etkit generate llm`` (ASTRA-sim: ~40,000 nodes/s)
   (c) 1,024 ranks of a real LLM layout (target: under a minute)
+  (d) one rank of ``--large`` nodes (default 1,000,000) streamed from its file: wall and peak memory per node
   accuracy: ASTRA-sim reference table (docs/simulation.md), and every shared PyTorch job converted,
   simulated with this machine's calibrated network and compared with Kineto's ProfilerStep# time.
 
 Each figure is the median of ``--runs`` runs; ratios are to the target. Run from the repository root:
-``.venv/bin/python benchmarks/bench_simulate.py [--runs 3] [--skip-accuracy] [--skip-1024]``.
+``.venv/bin/python benchmarks/bench_simulate.py [--runs 3] [--skip-accuracy] [--skip-1024] [--large N]``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from etkit.model.job import load_job  # noqa: E402
 from etkit.simulate import Knobs, load_config, simulate  # noqa: E402
 from etkit.simulate.calibrate import CALIBRATION_SYSTEM  # noqa: E402
 from etkit.simulate.config import Dimension, NetworkConfig  # noqa: E402
-from etkit.simulate.synthetic import chain_job  # noqa: E402
+from etkit.simulate.synthetic import chain_job, write_pytorch_like  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data"
 EXAMPLES = SHARED / "upstream" / "astra-sim-astra-sim" / "examples"
@@ -85,9 +86,21 @@ def bench_llm(runs: int, big: bool) -> None:
     if big:
         job = llm_job(16, 8, 8, "llama3-70b")
         wall, rate, peak, result = timed(job, network, system, Knobs(), 1)
-        print(f"{'(c) 1024-rank LLM (llama3-70b dp16 tp8 pp8)':<44} nodes {result.nodes:>9,}  wall {wall:7.2f} s "
+        print(f"{'(c) 1024-rank LLM (llama3-70b dp16 tp8 pp8)':<44} nodes {result.nodes:>9,}  classes {result.classes:>5}  "
+              f"walked {result.simulated_nodes:>9,}  wall {wall:7.2f} s "
               f"({60 / wall:,.1f}x under the 60 s target)  {rate:>11,.0f} nodes/s  peak {peak:7.1f} MiB  "
               f"makespan {result.makespan_ns / 1e6:,.1f} ms")
+
+
+def bench_large(nodes: int, runs: int) -> None:
+    """A converter-like rank of ``nodes`` nodes written to a file, simulated from the file (streamed)."""
+    network, system, _ = load_config(preset="hgx-h100")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "large.0.et"
+        write_pytorch_like(path, nodes)
+        wall, rate, peak, result = timed(str(path), network, system, Knobs(), runs)
+        print(f"{'(d) one rank streamed from its file':<44} nodes {result.nodes:>9,}  wall {wall:7.2f} s  {rate:>11,.0f} nodes/s  "
+              f"peak {peak:7.1f} MiB = {peak * 2**20 / nodes:,.0f} B/node (file {path.stat().st_size / nodes:,.0f} B/node)")
 
 
 def bench_parity() -> None:
@@ -193,12 +206,15 @@ def main() -> None:
     parser.add_argument("--skip-accuracy", action="store_true")
     parser.add_argument("--skip-1024", action="store_true")
     parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--large", type=int, default=1_000_000, metavar="N", help="nodes of the streamed rank (d); 0 skips it")
     parser.add_argument("--machine", action="store_true", help="accuracy also with etkit calibrate (spawns gloo ranks)")
     args = parser.parse_args()
     bench_parity()
     if not args.skip_speed:
         bench_chain(args.runs)
         bench_llm(args.runs, not args.skip_1024)
+        if args.large:
+            bench_large(args.large, args.runs)
     if not args.skip_accuracy:
         bench_accuracy(args.machine)
 

@@ -80,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
         from dataclasses import replace
 
         system = replace(system, peak_perf_tflops=knobs.device.peak_tflops, local_mem_bw_gbps=knobs.device.memory_gbps)
-    job = load_job(args.prefix, comm_groups=args.comm_groups, executor=executor_from(args))
+    # a single run streams the files (columns only, rank by rank); sweeps and timelines need the loaded job
+    job = load_job(args.prefix, comm_groups=args.comm_groups, executor=executor_from(args)) if args.sweep or args.timeline else None
     try:
         if args.sweep:
             key, values = parse_sweep(args.sweep)
@@ -92,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
             if args.json:
                 write_json({"sweep": key, "points": [p.__dict__ for p in points]}, args.json)
             return 0
-        result = simulate(job, network, system, knobs)
+        result = simulate(job or args.prefix, network, system, knobs, comm_groups=args.comm_groups,
+                          executor=executor_from(args))
     except SimulationBlocked as blocked:
         print("\n".join(blocked.report.lines()), file=sys.stderr)
         if args.json:

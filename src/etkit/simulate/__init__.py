@@ -14,13 +14,17 @@ of each collective type's cost (``collective_residuals_ns``): then ``Knobs.sampl
 seeds ``Knobs.seed`` + i) each release every collective member at its own drawn time, and the result
 is the run whose step time is the median.
 
-``simulate(job, network, system, knobs=None, *, congestion=None) -> SimulationResult``: ``job`` is an
-:class:`etkit.model.job.Job` (or a prefix / file list, loaded with :func:`etkit.model.job.load_job`),
+``simulate(job, network, system, knobs=None, *, congestion=None, comm_groups=None, executor=None) ->
+SimulationResult``: ``job`` is an :class:`etkit.model.job.Job`, or a prefix / file list (see
+:func:`etkit.model.job.discover`; process groups from ``comm_groups`` or ``PREFIX.comm_groups.json`` and
+METADATA nodes), which is streamed rank by rank in chunks without ever holding a file's bytes (large
+files: docs/guide/simulate.md; ``executor`` reads the ranks' shapes in parallel);
 ``network``/``system`` are :class:`NetworkConfig`/:class:`SystemConfig` or paths to ASTRA-sim's network
 YAML / system JSON. It raises :class:`SimulationBlocked` (an :class:`etkit.errors.EtkitError` with a
 ``report``) when ranks disagree or the graph cannot run, instead of hanging.
 
-Layers (each replaceable): :mod:`.workload` (graphs -> programs, rank symmetry), :mod:`.engine`
+Layers (each replaceable): :mod:`.loader` (streaming columns of big files), :mod:`.workload` (graphs ->
+programs, rank symmetry), :mod:`.engine`
 (discrete events, resources, matching, blocked reports), :mod:`.collectives` (system layer:
 algorithms per dimension, chunking, hierarchy), :mod:`.network` (congestion-aware link sharing),
 :mod:`.config` (ASTRA-sim inputs, etkit presets), :mod:`.whatif` (sweeps), :mod:`.timeline`.
@@ -35,29 +39,78 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import UsageError
-from ..model.job import Job, load_job
+from ..executor import Executor
+from ..model.groups import ProcessGroups
+from ..model.job import Job, discover, load_groups
+from ..model.trace import Trace
 from .config import PRESETS, Knobs, NetworkConfig, SystemConfig, load_config, load_network, load_system
 from .engine import BlockedReport, SimulationBlocked, run_engine
 from .result import RankFigures, SimulationResult, build_schedule, figures_for
-from .workload import rank_classes
+from .loader import load_columns
+from .workload import RankShape, build_classes, rank_shape
 
 __all__ = ["simulate", "SimulationResult", "RankFigures", "SimulationBlocked", "BlockedReport", "Knobs",
            "NetworkConfig", "SystemConfig", "load_config", "load_network", "load_system", "PRESETS"]
 
 
-def _as_job(job: Job | str | os.PathLike[str] | Sequence[str]) -> Job:
-    if isinstance(job, Job):
-        return job
-    from ..executor import SerialExecutor
+class _Ranks:
+    """The ranks to simulate: their :class:`RankShape` s, process groups, and each rank's trace on demand.
 
-    return load_job(job, executor=SerialExecutor())
+    From a :class:`Job`, the traces it holds. From files, each rank is streamed (:func:`.loader.load_columns`:
+    columns only, never the record bytes) once to take its shape (through ``executor`` when given, one
+    task per rank), and the first rank of each class once more to build its program; at most one rank's
+    columns are held at a time in this process.
+    """
+
+    def __init__(self, job: Job | str | os.PathLike[str] | Sequence[str], comm_groups: str | os.PathLike[str] | None,
+                 executor: Executor | None = None) -> None:
+        self._last: tuple[int, Trace] | None = None
+        if isinstance(job, Job):
+            self.traces: dict[int, Trace] | None = job.traces
+            self.shapes = {rank: rank_shape(trace, rank) for rank, trace in sorted(job.traces.items())}
+            self.groups = job.groups
+            return
+        files, prefix = discover(job)
+        self.traces = None
+        self.paths = {f.rank: f.path for f in files}
+        self.shapes, declared = {}, ProcessGroups()
+        if executor is not None and len(files) > 1:
+            found = executor.map(_file_shape, [(f.rank, str(f.path)) for f in files], desc="load")
+        else:  # in this process, keeping the last rank's columns (a one-rank job is then read once)
+            found = []
+            for f in files:
+                loaded = load_columns(f.path)
+                found.append((rank_shape(loaded.trace, f.rank), loaded.groups))
+                self._last = (f.rank, loaded.trace)
+        for shape, groups in found:
+            self.shapes[shape.rank] = shape
+            declared = declared.merged(groups)
+        self.groups = load_groups(declared, prefix, comm_groups)
+
+    @property
+    def world_size(self) -> int:
+        return max(self.shapes) + 1 if self.shapes else 0
+
+    def trace(self, rank: int) -> Trace:
+        if self.traces is not None:
+            return self.traces[rank]
+        last, self._last = self._last, None
+        return last[1] if last is not None and last[0] == rank else load_columns(self.paths[rank]).trace
+
+
+def _file_shape(item: tuple[int, str]) -> tuple[RankShape, ProcessGroups]:
+    """Executor task: the shape of one rank file and the groups its METADATA nodes declare."""
+    rank, path = item
+    loaded = load_columns(path)
+    return rank_shape(loaded.trace, rank), loaded.groups
 
 
 def simulate(job: Job | str | os.PathLike[str] | Sequence[str], network: NetworkConfig | str | Path,
              system: SystemConfig | str | Path | None = None, knobs: Knobs | None = None, *,
-             congestion: str | None = None) -> SimulationResult:
+             congestion: str | None = None, comm_groups: str | os.PathLike[str] | None = None,
+             executor: Executor | None = None) -> SimulationResult:
     """Simulate ``job`` on ``network`` + ``system``; see the module docstring."""
-    job = _as_job(job)
+    ranks = _Ranks(job, comm_groups, executor)
     if not isinstance(network, NetworkConfig):
         network = load_network(network)
     if system is None:
@@ -67,7 +120,7 @@ def simulate(job: Job | str | os.PathLike[str] | Sequence[str], network: Network
     knobs = knobs or Knobs()
     if congestion is not None:
         knobs = replace(knobs, congestion=congestion)
-    world = job.world_size
+    world = ranks.world_size
     network = network.with_npus(world)
     if network.npus < world:
         raise UsageError(f"{network.source}: the network has {network.npus} NPUs but the job has {world} ranks")
@@ -75,29 +128,30 @@ def simulate(job: Job | str | os.PathLike[str] | Sequence[str], network: Network
         network = network.scaled(knobs.scale_bandwidth, knobs.scale_latency)
     if knobs.scale_latency != 1.0:
         system = system.scaled_overheads(knobs.scale_latency)
-    bad = [r for r in knobs.stragglers if r not in job.traces]
+    bad = [r for r in knobs.stragglers if r not in ranks.shapes]
     if bad:
         raise UsageError(f"straggler rank(s) {bad} not in the job (ranks 0..{world - 1})")
     began = time.perf_counter()
     runs = knobs.samples if system.collective_residuals_ns else 0
     # each member draws its own cost: ranks with identical graphs no longer run identically
-    classes = rank_classes(job, system, replace(knobs, symmetry=False) if runs else knobs)
+    classes = build_classes(ranks.shapes, ranks.groups, ranks.trace, system, replace(knobs, symmetry=False) if runs else knobs,
+                            network)
     if runs:
         import numpy as np
 
-        outs = [run_engine(classes, job.groups, world, network, system, knobs.congestion,
+        outs = [run_engine(classes, ranks.groups, world, network, system, knobs.congestion,
                            np.random.default_rng(knobs.seed + i)) for i in range(runs)]
         steps = [_run_step(classes, o) for o in outs]
         out = outs[int(np.argsort(steps, kind="stable")[(runs - 1) // 2])]  # the run with the median step time
     else:
-        out = run_engine(classes, job.groups, world, network, system, knobs.congestion)
+        out = run_engine(classes, ranks.groups, world, network, system, knobs.congestion)
         steps = []
     figures = {}
     for cls, s, e, x in zip(classes, out.start, out.end, out.transfer):
         f = figures_for(cls, s, e, x)
         for r in cls.ranks:
             figures[r] = f
-    nodes = sum(len(job.traces[r]) for r in job.traces)
+    nodes = sum(s.nodes for s in ranks.shapes.values())
     simulated = sum(len(c.program) for c in classes)
     config = {"network": network.to_yaml_dict(), "system": system.source, "congestion": knobs.congestion,
               "scale_compute": knobs.scale_compute, "scale_bandwidth": knobs.scale_bandwidth,

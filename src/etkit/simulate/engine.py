@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -126,12 +127,13 @@ class _Engine:
         self.now = 0.0
         self.warnings: list[str] = []
         n = len(classes)
-        self.indeg = [list(c.program.indegree) for c in classes]
+        self.indeg = [array("q", c.program.indegree) for c in classes]
         self.ready = [[[], [], []] for _ in range(n)]
         self.busy = [[False, False, False] for _ in range(n)]
-        self.start = [[math.nan] * len(c.program) for c in classes]
-        self.end = [[math.nan] * len(c.program) for c in classes]
-        self.transfer = [[math.nan] * len(c.program) for c in classes]  # comm rows: when data could start moving
+        # per row, ns (NaN = not yet): compact arrays, handed to the result as numpy views without a copy
+        self.start = [_nans(len(c.program)) for c in classes]
+        self.end = [_nans(len(c.program)) for c in classes]
+        self.transfer = [_nans(len(c.program)) for c in classes]  # comm rows: when data could start moving
         self.coll_seq: list[dict[tuple, int]] = [{} for _ in range(n)]
         self.instances: dict[tuple, _Instance] = {}
         self.running: dict[int, object] = {}
@@ -215,7 +217,7 @@ class _Engine:
 
     def join_collective(self, c: int, row: int) -> None:
         prog = self.classes[c].program
-        pg = prog.pg[row]
+        pg = prog.pg(row)
         members = self.members(pg)
         communicator = (pg if pg not in (None, "", "0") else "0", members)  # equal members, other pg: another communicator
         counters = self.coll_seq[c]
@@ -411,6 +413,8 @@ class _Engine:
         for c, cls in enumerate(self.classes):
             prog = cls.program
             for res, queue in enumerate(self.ready[c]):
+                if not queue:  # (the search for the holder walks every row)
+                    continue
                 holder = next((r for r in range(len(prog)) if RESOURCE_OF_KIND[prog.kind[r]] == res
                                and not math.isnan(self.start[c][r]) and math.isnan(self.end[c][r])), None)
                 for _, row in queue:
@@ -431,7 +435,7 @@ class _Engine:
     def _blocked(self, c: int, row: int, what: str) -> list[BlockedNode]:
         """The node as blocked on every rank of its class."""
         prog = self.classes[c].program
-        return [BlockedNode(r, prog.ids[row], prog.trace.name(row), KIND_NAMES[prog.kind[row]], what)
+        return [BlockedNode(r, prog.ids[row], prog.name(row), KIND_NAMES[prog.kind[row]], what)
                 for r in self.classes[c].ranks]
 
     def _cycle_nodes(self) -> list[BlockedNode]:
@@ -450,6 +454,15 @@ class _Engine:
                 waits = ", ".join(str(prog.ids[p]) for p in parents.get(row, [])[:5])
                 out.extend(self._blocked(c, row, f"node(s) {waits} (a dependency cycle)"))
         return out
+
+
+def _nans(n: int) -> array:
+    return array("d", [math.nan]) * n
+
+
+def _view(values: array) -> np.ndarray:
+    """A float64 numpy view of ``values`` (no copy)."""
+    return np.frombuffer(values, dtype=np.float64) if len(values) else np.empty(0)
 
 
 def _take(queue: deque | None, ok) -> object | None:
@@ -477,25 +490,25 @@ def _check(classes: list[RankClass], groups: ProcessGroups, world: int) -> list[
         seen: set = set()
         for row, kind in enumerate(prog.kind):
             if kind == K_COLL:
-                ct, pg = prog.comm_type[row], prog.pg[row]
+                ct, pg = prog.comm_type[row], prog.pg(row)
                 if ct not in SUPPORTED and (ct, "t") not in seen:
                     seen.add((ct, "t"))
-                    out.append(BlockedNode(cls.rank, prog.ids[row], prog.trace.name(row), "collective",
+                    out.append(BlockedNode(cls.rank, prog.ids[row], prog.name(row), "collective",
                                            f"a known comm_type (got {comm_type_name(ct)})"))
                 if pg not in seen:
                     seen.add(pg)
                     try:
                         members = groups.members(pg, world)
                     except KeyError:
-                        out.append(BlockedNode(cls.rank, prog.ids[row], prog.trace.name(row), "collective",
+                        out.append(BlockedNode(cls.rank, prog.ids[row], prog.name(row), "collective",
                                                f"process group {pg!r}, which no comm-groups file or METADATA node defines"))
                         continue
                     bad = [r for r in members if r < 0 or r >= world]
                     if bad:
-                        out.append(BlockedNode(cls.rank, prog.ids[row], prog.trace.name(row), "collective",
+                        out.append(BlockedNode(cls.rank, prog.ids[row], prog.name(row), "collective",
                                                f"rank(s) {bad} of group {pg!r}, which are not in the job"))
             elif kind == K_SEND and not (0 <= prog.comm_peer[row] < world) and prog.comm_peer[row] != -1:
-                out.append(BlockedNode(cls.rank, prog.ids[row], prog.trace.name(row), "send",
+                out.append(BlockedNode(cls.rank, prog.ids[row], prog.name(row), "send",
                                        f"rank {prog.comm_peer[row]}, which is not in the job"))
     return out
 
@@ -513,6 +526,6 @@ def run_engine(classes: list[RankClass], groups: ProcessGroups, world: int, netw
     report = engine.blocked_report()
     if report is not None:
         raise SimulationBlocked(report)
-    return EngineResult([np.asarray(s) for s in engine.start], [np.asarray(e) for e in engine.end],
-                        [np.asarray(x) for x in engine.transfer], engine.events, engine.warnings)
+    return EngineResult([_view(s) for s in engine.start], [_view(e) for e in engine.end],
+                        [_view(x) for x in engine.transfer], engine.events, engine.warnings)
 

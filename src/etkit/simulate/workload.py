@@ -1,7 +1,8 @@
 """Workload layer: turns each rank's columnar :class:`~etkit.model.trace.Trace` into a
 :class:`Program` the engine walks (node kinds, durations in ns, dependency counts, children, resolved
-communication fields), vectorised with numpy; and groups ranks whose programs are identical into
-:class:`RankClass` es so that the engine simulates each distinct graph once (rank symmetry).
+communication fields) in compact arrays, vectorised with numpy; and groups ranks that simulate alike
+(equal graphs whose groups and peers correspond: :func:`symmetric_classes`) into :class:`RankClass` es
+so that the engine simulates each once (rank symmetry, pipeline stages of every replica included).
 
 Node handling follows ASTRA-sim: COMP nodes replay ``duration_micros`` x 1000 ns (0 counts as 1 ns)
 unless the roofline is on and the node is not a CPU op (then ``max(num_ops / peak, tensor_size /
@@ -13,15 +14,18 @@ SEND/RECV without ``comm_src``/``comm_tag`` match with wildcards.
 from __future__ import annotations
 
 import hashlib
+from array import array
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..format.schema import NodeType
 from ..generate.devices import Device
+from ..model.groups import ProcessGroups
 from ..model.job import Job
 from ..model.trace import MISSING, Trace
-from .config import Knobs, SystemConfig
+from .config import Knobs, NetworkConfig, SystemConfig
 
 __all__ = ["Program", "RankClass", "Problem", "build_program", "rank_classes",
            "K_INSTANT", "K_CPU", "K_GPU", "K_COLL", "K_SEND", "K_RECV", "K_MEM", "RESOURCE_OF_KIND", "KIND_NAMES"]
@@ -46,25 +50,39 @@ class Problem:
 
 @dataclass
 class Program:
-    """One rank's graph in engine form (plain lists: the event loop indexes them one element at a time)."""
+    """One rank's graph in engine form.
 
-    trace: Trace
-    kind: list[int]
-    duration: list[float]
-    ids: list[int]
-    child_ptr: list[int]
-    child_idx: list[int]
-    indegree: list[int]
-    pg: list[str | None]
-    comm_type: list[int]
-    comm_size: list[float]
-    comm_peer: list[int]  # SEND: destination, RECV: source (-1 = any)
-    comm_tag: list[int]  # -1 = any
+    Columns are :class:`array.array` s: the event loop indexes them one element at a time (as fast as a
+    list, but 1-8 bytes per node instead of a Python object), and numpy reads them without a copy.
+    81 bytes per node plus 8 per dependency; no record bytes, no reference to the trace.
+    """
+
+    kind: array  # 'b'
+    duration: array  # 'd', ns
+    ids: array  # 'Q'
+    child_ptr: array  # 'q', CSR over child_idx
+    child_idx: array  # 'q'
+    indegree: array  # 'q'
+    name_idx: array  # 'i', into strings
+    pg_idx: array  # 'i', into strings (-1 = no pg_name)
+    strings: list[str]
+    comm_type: array  # 'q'
+    comm_size: array  # 'd'
+    comm_peer: array  # 'q', SEND: destination, RECV: source (-1 = any)
+    comm_tag: array  # 'q', -1 = any
     problems: list[Problem] = field(default_factory=list)
     release_ns: float = 0.0  # when the rank's first nodes may start (its recorded start, measured traces)
 
     def __len__(self) -> int:
         return len(self.kind)
+
+    def name(self, row: int) -> str:
+        return self.strings[self.name_idx[row]]
+
+    def pg(self, row: int) -> str | None:
+        """``pg_name`` of ``row`` (None = absent)."""
+        i = self.pg_idx[row]
+        return None if i < 0 else self.strings[i]
 
 
 @dataclass
@@ -126,7 +144,7 @@ def _device_ratio(ops: np.ndarray, nbytes: np.ndarray, old: Device, new: Device)
 def _dependency_rows(trace: Trace, deps: str, rank: int, problems: list[Problem]) -> tuple[np.ndarray, np.ndarray]:
     """(parent row, child row) of every dependency edge; a missing parent becomes a :class:`Problem`."""
     kinds = ("data", "ctrl") if deps == "both" else ("data",)
-    parents, children = [], []
+    keys, n = [], max(len(trace), 1)
     for k in kinds:
         ptr, ids = (trace.data_ptr, trace.data_deps) if k == "data" else (trace.ctrl_ptr, trace.ctrl_deps)
         if not len(ids):
@@ -138,12 +156,16 @@ def _dependency_rows(trace: Trace, deps: str, rank: int, problems: list[Problem]
             problems.append(Problem(rank, int(trace.ids[c]), trace.name(c),
                                     f"{k} dependency on node {int(ids[i])}, which is not in the trace"))
         keep = prow >= 0
-        parents.append(prow[keep])
-        children.append(crow[keep])
-    if not parents:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    edges = np.unique(np.stack([np.concatenate(parents), np.concatenate(children)], axis=1), axis=0)
-    return edges[:, 0], edges[:, 1]
+        keys.append(prow[keep] * n + crow[keep])  # one int64 per edge: compact, and sorts as (parent, child)
+        del prow, crow, keep
+    key = np.unique(np.concatenate(keys)) if keys else np.empty(0, np.int64)
+    return key // n, key % n
+
+
+def _unique_edges(parent: np.ndarray, child: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct (parent, child) row pairs sorted by parent then child."""
+    key = np.unique(parent.astype(np.int64) * max(n, 1) + child)
+    return key // max(n, 1), key % max(n, 1)
 
 
 def strip_waits(trace: Trace, kind: np.ndarray, dur: np.ndarray, parent: np.ndarray, child: np.ndarray) -> np.ndarray:
@@ -172,9 +194,8 @@ def strip_waits(trace: Trace, kind: np.ndarray, dur: np.ndarray, parent: np.ndar
 
 def thread_ids(trace: Trace, rows: np.ndarray) -> np.ndarray:
     """The ``tid`` attribute (PyTorch converters write it) of ``rows``; -1 where absent."""
-    from ..format.attrs import get_int
-
-    return np.asarray([get_int(trace.node(int(r)).attr, "tid", -1) for r in rows], dtype=np.int64)
+    tid = trace.tid[rows]
+    return np.where(tid == MISSING, -1, tid).astype(np.int64)
 
 
 def measured_gaps(trace: Trace, kind: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -197,6 +218,8 @@ def measured_gaps(trace: Trace, kind: np.ndarray, dur: np.ndarray) -> tuple[np.n
         return dur, none, none
     # Only the main thread (most CPU time): other threads idle between their ops, it does not.
     cpu_rows = kind[rows] == K_CPU
+    if not cpu_rows.any():  # no CPU op: no main thread to keep the timeline of
+        return dur, none, none
     busiest = np.unique(tids[cpu_rows], return_inverse=True)
     main = busiest[0][np.argmax(np.bincount(busiest[1], weights=dur[rows][cpu_rows]))]
     keep = tids == main
@@ -227,16 +250,17 @@ def build_program(trace: Trace, rank: int, system: SystemConfig, knobs: Knobs) -
     if knobs.measured_gaps and not system.roofline_enabled:
         dur, extra_parent, extra_child = measured_gaps(trace, kind, dur)
         if len(extra_parent):
-            edges = np.unique(np.stack([np.concatenate([parent, extra_parent]), np.concatenate([child, extra_child])], axis=1), axis=0)
-            parent, child = edges[:, 0], edges[:, 1]
+            parent, child = _unique_edges(np.concatenate([parent, extra_parent]), np.concatenate([child, extra_child]), n)
     if knobs.strip_waits:
         dur = strip_waits(trace, kind, dur, parent, child)
-    order = np.argsort(parent, kind="stable")
+    duration = _array("d", dur)
+    del dur
+    # edges come sorted by parent, then child: the CSR is a count per parent; numpy copies go as soon as
+    # each column is an array (this is the peak of a large rank's memory)
     child_ptr = np.zeros(n + 1, dtype=np.int64)
-    np.add.at(child_ptr, parent + 1, 1)
-    child_ptr = np.cumsum(child_ptr)
-    indegree = np.bincount(child, minlength=n) if len(child) else np.zeros(n, np.int64)
-    size = np.where(trace.comm_size == MISSING, 0, trace.comm_size).astype(np.float64)
+    np.cumsum(np.bincount(parent, minlength=n), out=child_ptr[1:])
+    links = (_array("q", child_ptr), _array("q", child), _array("q", np.bincount(child, minlength=n)))
+    del parent, child, child_ptr
     is_send, is_recv = kind == K_SEND, kind == K_RECV
     peer = np.where(is_send, trace.comm_dst, np.where(is_recv, trace.comm_src, MISSING))
     own = np.where(is_send, trace.comm_src, np.where(is_recv, trace.comm_dst, MISSING))
@@ -247,72 +271,251 @@ def build_program(trace: Trace, rank: int, system: SystemConfig, knobs: Knobs) -
     for row in np.flatnonzero(is_send & (peer == MISSING))[:20]:
         r = int(row)
         problems.append(Problem(rank, int(trace.ids[r]), trace.name(r), "SEND without comm_dst: no destination to send to"))
-    peer = np.where(peer == MISSING, -1, peer)
-    tag = np.where(trace.comm_tag == MISSING, -1, trace.comm_tag)
-    comm_type = np.where(trace.comm_type == MISSING, -1, trace.comm_type)
-    pg_table = trace.strings
-    pg = [None if i < 0 else pg_table[i] for i in trace.pg_idx.tolist()] if (trace.pg_idx >= 0).any() else [None] * n
-    return Program(trace, kind.tolist(), dur.tolist(), trace.ids.tolist(), child_ptr.tolist(), child[order].tolist(),
-                   indegree.tolist(), pg, comm_type.tolist(), size.tolist(), peer.tolist(), tag.tolist(), problems)
+    peer = _array("q", np.where(peer == MISSING, -1, peer))
+    del own, is_send, is_recv
+    return Program(_array("b", kind), duration, _array("Q", trace.ids), *links, _array("i", trace.name_idx),
+                   _array("i", trace.pg_idx), trace.strings, _array("q", np.where(trace.comm_type == MISSING, -1, trace.comm_type)),
+                   _array("d", np.where(trace.comm_size == MISSING, 0, trace.comm_size)), peer,
+                   _array("q", np.where(trace.comm_tag == MISSING, -1, trace.comm_tag)), problems)
+
+
+def _array(code: str, values: np.ndarray) -> array:
+    """``values`` as an :class:`array.array` of ``code`` (through numpy's buffer, no Python object per element)."""
+    out = array(code)
+    out.frombytes(memoryview(np.ascontiguousarray(values, dtype=np.dtype(code))).cast("B"))
+    return out
 
 
 _SIGNATURE_COLUMNS = ("types", "duration", "data_ptr", "ctrl_ptr", "is_cpu_op", "comm_type", "comm_size",
-                      "comm_src", "comm_dst", "comm_tag", "num_ops", "tensor_size", "pg_idx")
+                      "comm_tag", "num_ops", "tensor_size", "tid")
+_ANY_PEER, _SELF = -1, -2
 
 
-def _signature(trace: Trace) -> bytes:
-    """Digest of everything the simulation reads from a trace, up to a relabelling of node ids
-    (generators number nodes with one counter across ranks, so equal graphs carry different ids)."""
+@dataclass(frozen=True)
+class RankShape:
+    """What decides whether two ranks simulate alike, taken from one rank's trace (kept after it is dropped).
+
+    ``signature`` digests everything the simulation reads up to a relabelling of node ids (generators
+    number nodes with one counter across ranks), of process-group names and of point-to-point peers:
+    groups appear as their order of first use (``pg_names`` holds the names in that order), peers as
+    their order of first appearance (``peers`` holds the ranks; the rank itself and "any" stay as they are).
+    """
+
+    rank: int
+    nodes: int
+    signature: bytes
+    pg_names: tuple[str | None, ...]
+    peers: tuple[int, ...]
+    odd_p2p: bool  # a SEND/RECV whose own end is another rank (a Problem): never merged
+    recorded: tuple[float, float] | None  # (first timestamp, recorded span) in us; None without timestamps
+
+
+def _canonical_peers(values: np.ndarray, rank: int) -> tuple[np.ndarray, tuple[int, ...]]:
+    """``values`` (comm_src/comm_dst of SEND/RECV rows) with other ranks replaced by their order of first appearance."""
+    out = np.where(values == rank, _SELF, np.where(values == MISSING, _ANY_PEER - 2, values))
+    other = (values != rank) & (values != MISSING) & (values >= 0)
+    uniq, first = np.unique(values[other], return_index=True)
+    order = np.argsort(first, kind="stable")
+    position = np.empty(len(uniq), dtype=np.int64)
+    position[order] = np.arange(len(uniq))
+    out[other] = position[np.searchsorted(uniq, values[other])]
+    return out, tuple(int(v) for v in uniq[order])
+
+
+def rank_shape(trace: Trace, rank: int) -> RankShape:
+    """The :class:`RankShape` of ``rank``'s trace."""
     digest = hashlib.blake2b(digest_size=16)
     for name in _SIGNATURE_COLUMNS:
         digest.update(np.ascontiguousarray(getattr(trace, name)).tobytes())
+    timed = trace.start > 0
+    first = int(trace.start[timed].min()) if timed.any() else 0
+    digest.update(np.where(timed, trace.start - np.uint64(first), 0).tobytes())  # programs read time differences only
+    p2p = np.flatnonzero(np.isin(trace.types, (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE)))
+    src, dst = trace.comm_src.copy(), trace.comm_dst.copy()
+    canon, peers = _canonical_peers(np.concatenate([src[p2p], dst[p2p]]), rank)
+    src[p2p], dst[p2p] = canon[:len(p2p)], canon[len(p2p):]
+    own = np.where(trace.types[p2p] == NodeType.COMM_SEND_NODE, trace.comm_src[p2p], trace.comm_dst[p2p])
+    digest.update(src.tobytes())
+    digest.update(dst.tobytes())
+    used, first_use = np.unique(trace.pg_idx, return_index=True)
+    used = used[np.argsort(first_use, kind="stable")]
+    canon_pg = np.full(len(trace.strings) + 1, -1, dtype=np.int64)
+    canon_pg[used] = np.arange(len(used))  # (-1, no pg_name, indexes the extra last entry)
+    digest.update(canon_pg[trace.pg_idx].tobytes())
     digest.update(np.argsort(trace.ids, kind="stable").tobytes())
     digest.update(trace.rows_of(trace.data_deps).tobytes())
     digest.update(trace.rows_of(trace.ctrl_deps).tobytes())
-    digest.update(repr([trace.strings[i] for i in np.unique(trace.pg_idx) if i >= 0]).encode())
-    return digest.digest()
+    recorded = None
+    if timed.any():
+        recorded = (float(first), float((trace.start + trace.duration)[timed].max()) - first)
+    return RankShape(rank, len(trace), digest.digest(), tuple(None if i < 0 else trace.strings[i] for i in used.tolist()),
+                     peers, bool(((own != rank) & (own != MISSING)).any()), recorded)
 
 
 def recorded_starts(job: Job) -> dict[int, float]:
     """Each rank's recorded start (its first timestamp) in ns after the earliest rank's; empty when a
     rank has no timestamps or the offsets cannot come from one clock (spread over half the shortest
     rank's recorded span: traces from hosts whose clocks disagree)."""
-    first, span = {}, []
-    for rank, trace in job.traces.items():
-        timed = trace.start[trace.start > 0]
-        if not len(timed):
-            return {}
-        first[rank] = float(timed.min())
-        span.append(float((trace.start + trace.duration)[trace.start > 0].max()) - first[rank])
-    base = min(first.values())
-    offsets = {r: (t - base) * 1000.0 for r, t in first.items()}
-    if max(offsets.values()) > 0.5 * min(span) * 1000.0:
+    return starts_of({rank: rank_shape(trace, rank) for rank, trace in job.traces.items()})
+
+
+def starts_of(shapes: Mapping[int, RankShape]) -> dict[int, float]:
+    """:func:`recorded_starts` from the ranks' shapes."""
+    if not shapes or any(s.recorded is None for s in shapes.values()):
+        return {}
+    base = min(s.recorded[0] for s in shapes.values())
+    offsets = {r: (s.recorded[0] - base) * 1000.0 for r, s in shapes.items()}
+    if max(offsets.values()) > 0.5 * min(s.recorded[1] for s in shapes.values()) * 1000.0:
         return {}
     return offsets
 
 
-def rank_classes(job: Job, system: SystemConfig, knobs: Knobs) -> list[RankClass]:
-    """One :class:`RankClass` per distinct program.
+def rank_classes(job: Job, system: SystemConfig, knobs: Knobs, network: NetworkConfig | None = None) -> list[RankClass]:
+    """One :class:`RankClass` per set of ranks that simulate alike (see :func:`symmetric_classes`)."""
+    shapes = {rank: rank_shape(trace, rank) for rank, trace in sorted(job.traces.items())}
+    return build_classes(shapes, job.groups, job.traces.__getitem__, system, knobs, network)
 
-    Ranks share a class when their traces are identical up to node ids and nothing makes them differ
-    in the simulation: no point-to-point nodes (the engine matches messages by rank, and a class is
-    walked as its first rank, so peers of merged ranks would be wrong), no straggler factor and the
-    same recorded start (``Knobs.measured_start``).
-    """
-    starts = recorded_starts(job) if knobs.measured_start else {}
-    by_signature: dict[tuple, list[int]] = {}
-    singles: list[int] = []
-    for rank, trace in sorted(job.traces.items()):
-        p2p = bool(np.isin(trace.types, (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE)).any())
-        if p2p or rank in knobs.stragglers or not knobs.symmetry:
-            singles.append(rank)
-        else:
-            by_signature.setdefault((_signature(trace), starts.get(rank, 0.0)), []).append(rank)
-    groups = [tuple(r) for r in by_signature.values()] + [(r,) for r in singles]
-    groups.sort()
+
+def build_classes(shapes: Mapping[int, RankShape], groups: ProcessGroups, trace_of: Callable[[int], Trace],
+                  system: SystemConfig, knobs: Knobs, network: NetworkConfig | None) -> list[RankClass]:
+    """Programs of the classes of :func:`symmetric_classes`, built from each class's first rank (``trace_of``)."""
+    starts = starts_of(shapes) if knobs.measured_start else {}
     classes = []
-    for g in groups:
-        program = build_program(job.traces[g[0]], g[0], system, knobs)
-        program.release_ns = starts.get(g[0], 0.0)
-        classes.append(RankClass(program, g))
+    for members in symmetric_classes(shapes, groups, starts, knobs, network):
+        program = build_program(trace_of(members[0]), members[0], system, knobs)
+        program.release_ns = starts.get(members[0], 0.0)
+        classes.append(RankClass(program, members))
     return classes
+
+
+def symmetric_classes(shapes: Mapping[int, RankShape], groups: ProcessGroups, starts: Mapping[int, float],
+                      knobs: Knobs, network: NetworkConfig | None) -> list[tuple[int, ...]]:
+    """Ranks that the engine may simulate once, first rank first (it is the one simulated).
+
+    Ranks share a class when their graphs are equal (:class:`RankShape` signature), nothing else sets
+    them apart (no straggler factor, the same recorded start with ``Knobs.measured_start``), and their
+    partners correspond: the k-th group each uses holds members of the same classes and has the same
+    layout on the network, and the k-th peer each talks to is in the same class at the same network
+    distance. Found by refining classes until they are stable (colour refinement). The engine walks a
+    class as its first rank, so a class stays merged only when that rank's peers are first ranks too
+    and each group it uses holds the first rank of every class in it; otherwise its ranks are split.
+
+    Without ``network``, or with congestion-aware links (the other members' flows would share links),
+    only ranks that use the very same groups and have no point-to-point nodes merge.
+    """
+    world = max(shapes) + 1 if shapes else 0
+    relabel = network is not None and knobs.congestion != "aware"
+    alone = {rank for rank, shape in shapes.items()
+             if not knobs.symmetry or rank in knobs.stragglers or shape.odd_p2p or (shape.peers and not relabel)}
+    colour = _numbered({rank: ("alone", rank) if rank in alone else (shape.signature, starts.get(rank, 0.0))
+                        for rank, shape in shapes.items()})
+    info = _GroupInfo(groups, world, network)
+    while True:
+        colour = _refine(shapes, colour, alone, info, relabel)
+        split = _unwalkable(shapes, colour, info) - alone
+        if not split:
+            break
+        alone.update(split)
+        colour = _numbered({r: ("alone", r) if r in alone else c for r, c in colour.items()})
+    by_colour: dict[int, list[int]] = {}
+    for rank in sorted(shapes):
+        by_colour.setdefault(colour[rank], []).append(rank)
+    return sorted(tuple(m) for m in by_colour.values())
+
+
+class _GroupInfo:
+    """Members and network layout of each group (cached)."""
+
+    def __init__(self, groups: ProcessGroups, world: int, network: NetworkConfig | None) -> None:
+        self.groups, self.world, self.network = groups, world, network
+        self._members: dict[str | None, tuple[int, ...]] = {}
+        self._layout: dict[str | None, object] = {}
+        self._route: dict[tuple[int, int], object] = {}
+
+    def members(self, pg: str | None) -> tuple[int, ...]:
+        got = self._members.get(pg)
+        if got is None:
+            try:
+                got = self.groups.members(pg, self.world)
+            except KeyError:  # an unknown group: the engine reports it; nothing to merge on
+                got = ()
+            self._members[pg] = got
+        return got
+
+    def layout(self, pg: str | None) -> object:
+        if pg not in self._layout:
+            from .collectives import group_layout
+
+            members = self.members(pg)
+            self._layout[pg] = group_layout(members, self.network) if members and max(members) < self.network.npus else None
+        return self._layout[pg]
+
+    def route(self, src: int, dst: int) -> object:
+        """Hops and links a message from ``src`` to ``dst`` takes (what its time depends on)."""
+        key = (src, dst)
+        if key not in self._route:
+            net = self.network
+            ok = 0 <= src < net.npus and 0 <= dst < net.npus
+            self._route[key] = tuple((d.hops(abs(a - b)), d) if a != b else None
+                                     for a, b, d in zip(net.coords(src), net.coords(dst), net.dims)) if ok else None
+        return self._route[key]
+
+
+def _numbered(keys: Mapping[int, object]) -> dict[int, int]:
+    """Class keys as small integers (equal keys, equal numbers)."""
+    numbers: dict[object, int] = {}
+    return {rank: numbers.setdefault(key, len(numbers)) for rank, key in keys.items()}
+
+
+def _refine(shapes: Mapping[int, RankShape], colour: dict[int, int], alone: set[int], info: _GroupInfo,
+            relabel: bool) -> dict[int, int]:
+    """Split classes until every member's groups and peers fall in the same classes as its class-mates'."""
+    count = len(set(colour.values()))
+    while True:
+        group_colours: dict[str | None, frozenset] = {}
+        new: dict[int, object] = {}
+        for rank, shape in shapes.items():
+            old = colour[rank]
+            if rank in alone:
+                new[rank] = old
+            elif relabel:
+                parts = []
+                for pg in shape.pg_names:
+                    if pg not in group_colours:
+                        group_colours[pg] = frozenset(colour[m] for m in info.members(pg) if m in colour)
+                    parts.append((group_colours[pg], info.layout(pg)))
+                peers = tuple((colour.get(p), info.route(rank, p)) for p in shape.peers)
+                new[rank] = (old, tuple(parts), peers)
+            else:
+                new[rank] = (old, shape.pg_names)
+        colour = _numbered(new)
+        settled = len(set(colour.values()))
+        if settled == count:
+            return colour
+        count = settled
+
+
+def _unwalkable(shapes: Mapping[int, RankShape], colour: dict[int, int], info: _GroupInfo) -> set[int]:
+    """Ranks of merged classes the engine cannot walk as their first ranks: a peer of a first rank that
+    is not a first rank itself, a group of a first rank without the first rank of each class in it, or
+    class-mates whose k-th groups overlap without being the same group."""
+    first: dict[int, int] = {}
+    mates: dict[int, list[int]] = {}
+    for rank in sorted(shapes):
+        first.setdefault(colour[rank], rank)
+        mates.setdefault(colour[rank], []).append(rank)
+    bad: set[int] = set()
+    for c, rep in first.items():
+        shape = shapes[rep]
+        for p in shape.peers:
+            if p in colour and first[colour[p]] != p:
+                bad.update(mates[colour[p]])
+        for pg in shape.pg_names:
+            members = info.members(pg)
+            for m in members:
+                if m in colour and first[colour[m]] not in members:
+                    bad.update(mates[colour[m]])
+        if len(mates[c]) > 1 and not all(a == b or not set(info.members(a)) & set(info.members(b))
+                                         for r in mates[c] for a, b in zip(shapes[r].pg_names, shape.pg_names)):
+            bad.update(mates[c])
+    return bad

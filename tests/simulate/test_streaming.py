@@ -1,0 +1,100 @@
+"""Large files: ranks streamed in chunks as columns only, programs in compact arrays, results identical
+to simulating the loaded job."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from etkit.executor import SerialExecutor
+from etkit.model.job import groups_from_trace, load_job
+from etkit.model.trace import load_trace
+from etkit.simulate import Knobs, load_config, loader, simulate
+from etkit.simulate.loader import load_columns
+from etkit.simulate.synthetic import write_pytorch_like
+from etkit.simulate.workload import build_program
+
+from ..conftest import PYTORCH_JOBS
+
+JOBS = ("pp_sendrecv_ws2", "hybrid_dp_tp_ws4", "tp_transformer_ws2", "cnn_single")
+COLUMNS = ("ids", "types", "start", "duration", "data_ptr", "data_deps", "ctrl_ptr", "ctrl_deps", "is_cpu_op",
+           "comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag", "num_ops", "tensor_size", "tid")
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    from etkit.pytorch.job import convert_job
+
+    out = tmp_path_factory.mktemp("stream")
+    for name in JOBS:
+        convert_job(PYTORCH_JOBS / name, out / name, executor=SerialExecutor())
+    return out
+
+
+def same_results(a, b) -> None:
+    assert a.ranks == b.ranks
+    for rank, sched in a.schedule.ranks.items():
+        other = b.schedule.ranks[rank]
+        assert np.array_equal(sched.start_ns, other.start_ns) and np.array_equal(sched.end_ns, other.end_ns)
+        assert np.array_equal(sched.ran, other.ran)
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("chunk", [97, 1 << 17])
+def test_streamed_columns_equal_the_loaded_trace(converted, chunk: int) -> None:
+    for path in sorted(converted.glob("*.et")):
+        trace, rank = load_trace(path), load_columns(path, chunk)
+        for name in COLUMNS:
+            assert np.array_equal(getattr(trace, name), getattr(rank.trace, name)), (path.name, name)
+        assert [trace.name(i) for i in range(len(trace))] == [rank.trace.name(i) for i in range(len(trace))]
+        assert list(trace.pg_names()) == list(rank.trace.pg_names())
+        assert rank.groups.groups == groups_from_trace(trace).groups
+        assert rank.trace.blob == b"" and not len(rank.trace.rec_off)  # the record bytes are not kept
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("name", JOBS)
+def test_streamed_simulation_equals_the_loaded_job(converted, name: str, monkeypatch) -> None:
+    monkeypatch.setattr(loader, "CHUNK_RECORDS", 97)  # several chunks per rank
+    network, system, _ = load_config(preset="hgx-h100")
+    prefix = converted / name
+    for knobs in (Knobs(), Knobs(measured_start=True, symmetry=False)):
+        streamed = simulate(str(prefix), network, system, knobs)
+        loaded = simulate(load_job(prefix, executor=SerialExecutor()), network, system, knobs)
+        same_results(streamed, loaded)
+        assert streamed.nodes == loaded.nodes == sum(len(load_trace(p)) for p in converted.glob(f"{name}.*.et"))
+
+
+def test_generated_llm_job_streams_the_same(tmp_path, monkeypatch) -> None:
+    from etkit.generate.llm import llm
+
+    monkeypatch.setattr(loader, "CHUNK_RECORDS", 50)
+    job = llm("llama3-8b", dp=2, tp=2, pp=2, microbatches=4, layers=2).to_job()
+    job.write(tmp_path / "llm")
+    network, system, _ = load_config(preset="hgx-h100")
+    loaded = simulate(job, network, system)
+    same_results(simulate(str(tmp_path / "llm"), network, system), loaded)
+    same_results(simulate(str(tmp_path / "llm"), network, system, executor=SerialExecutor()), loaded)  # one task a rank
+
+
+def test_program_is_compact_and_keeps_no_trace(tmp_path) -> None:
+    path = tmp_path / "big.0.et"
+    n = 60_000
+    write_pytorch_like(path, n)
+    trace = load_columns(path).trace
+    network, system, _ = load_config(preset="hgx-h100")
+    program = build_program(trace, 0, system, Knobs())
+    assert not any(v is trace for v in vars(program).values())
+    edges = len(program.child_idx)
+    held = sum(a.itemsize * len(a) for a in vars(program).values() if hasattr(a, "itemsize"))
+    assert held <= 81 * n + 8 * (edges + 1)  # the documented cost: 81 bytes a node + 8 a dependency
+    tracemalloc.start()
+    result = simulate(str(path), network, system)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert result.nodes == n and result.schedule.ranks[0].ran.all()
+    # the documented budget: columns while the program is built, then the program and results, plus a
+    # chunk being decoded (a loaded Trace and list program took about 750 bytes a node here)
+    assert peak < 300 * n + 10 * 2**20
