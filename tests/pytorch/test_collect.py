@@ -83,3 +83,37 @@ def test_bad_requests_are_refused_before_spawning(tmp_path):
         run_example("gpt", 2, tmp_path)
     with pytest.raises(EtkitError, match="at least 2 ranks"):
         run_example("pp", 1, tmp_path)
+
+
+def test_bad_steps_and_timeouts_are_refused_before_spawning(tmp_path):
+    for kwargs, needle in (({"steps": 0}, "steps must be"), ({"steps": -1}, "steps must be"),
+                           ({"timeout_s": -1.0}, "timeout must be"), ({"timeout_s": 0.0}, "timeout must be")):
+        with pytest.raises(EtkitError, match=needle):
+            run_example("ddp", 2, tmp_path / "job", **kwargs)
+    assert not (tmp_path / "job").exists()  # nothing was started
+
+
+@pytest.mark.slow
+def test_a_timeout_names_the_unfinished_ranks(tmp_path):
+    with pytest.raises(CollectError) as err:
+        run_example("cnn", 2, tmp_path / "slow", quiet=True, timeout_s=0.5)  # torch alone takes longer to import
+    message = str(err.value)
+    assert "timed out after 0.5 s; ranks 0, 1 had not finished" in message
+    assert "rank -1" not in message and "of 2 ranks" not in message
+
+
+def test_an_interrupted_profile_leaves_no_trace_under_the_real_names(tmp_path):
+    """PyTorch writes the traces while recording: they live under .partial names until complete."""
+    from etkit.collect import profile
+
+    model = torch.nn.Linear(8, 4)
+    with pytest.raises(RuntimeError, match="rank died"):
+        with profile(tmp_path, rank=0, steps=2) as rec:
+            for step in range(rec.total_steps):
+                model(torch.randn(2, 8)).sum().backward()
+                rec.step()
+                if step == 2:  # inside the active steps: the observer's file is open and half written
+                    assert (tmp_path / "rank-0.et.json.partial").is_file()
+                    assert not (tmp_path / "rank-0.et.json").exists()
+                    raise RuntimeError("rank died")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -60,6 +60,24 @@ def test_trace_strings_are_parsed_never_evaluated():
                       "['Tensor(float)']")
 
 
+def test_infinite_scalars_as_python_prints_them_are_replayed():
+    """An attention mask fill records ``-inf``: Python's ``str()`` writes it bare, which is no literal to
+    ``ast.literal_eval``; the trace literal parser reads it, so the op is replayed instead of emulated."""
+    values = str([[11, 12, 0, 8, 4, "cpu"], [13, 14, 0, 8, 1, "cpu"], float("-inf")])
+    call = parse_op_call("aten::masked_fill", "aten::masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor",
+                         values, str([[2, 4], [2, 4], []]), str(["Tensor(float)", "Tensor(bool)", "Double"]))
+    assert call.args[2].value == float("-inf")
+    with torch.no_grad():
+        out = run_op_call(call, TensorPool("cpu"))
+    assert list(out.shape) == [2, 4] and out.dtype == torch.float32
+
+
+def test_a_nesting_bomb_is_refused_as_unparseable_not_a_crash():
+    bomb = "[" * 200_000 + "]" * 200_000
+    with pytest.raises(UnsupportedOp, match="unparseable IOInfo values"):
+        parse_op_call("aten::relu", "aten::relu(Tensor self) -> Tensor", bomb, "[[]]", "['Tensor(float)']")
+
+
 def test_unsupported_arguments_and_ops_give_reasons():
     with pytest.raises(UnsupportedOp, match="argument of type Object"):
         parse_op_call("aten::relu", "aten::relu(Tensor self) -> Tensor", "['<Object>']", "[[]]", "['Object']")

@@ -91,8 +91,9 @@ def test_report_loads_in_chromium_without_errors_and_draws_charts(report):
     assert EVIL in text
 
 
-def test_report_screenshot(report):
-    shot = Path(tempfile.mkdtemp(prefix="etkit-report-")) / "report.png"
+def test_report_screenshot(report, tmp_path):
+    # the artifact lives in pytest's managed temp folder (it keeps the last few runs' and prunes older ones)
+    shot = tmp_path / "report.png"
     done = _run_chromium([f"--screenshot={shot}", "--window-size=1200,2400", "--hide-scrollbars"], report)
     assert done.returncode == 0, done.stderr[-2000:]
     data = shot.read_bytes()

@@ -58,6 +58,46 @@ def test_timeline_splits_past_the_size_limit(two_rank_job, tmp_path):
     assert result.flows == 0  # both arrows cross files
 
 
+def test_timeline_removes_the_stale_files_of_an_earlier_run_under_the_same_name(two_rank_job, tmp_path):
+    out = tmp_path / "tl" / "t.json"
+    out.parent.mkdir()
+    # names that are not ours to remove: another output, another extension, not a part number
+    decoys = ["t.part0.json.gz", "u.part0.json", "t.part01.json", "t.partx.json", "t.part0.json.bak", "t.json.gz"]
+    for name in decoys:
+        (out.parent / name).write_text("keep")
+
+    def listing() -> list[str]:
+        return sorted(p.name for p in out.parent.iterdir() if p.name not in decoys)
+
+    assert [p.name for p in write_timeline(two_rank_job, out, max_bytes=300).paths] == ["t.part0.json", "t.part1.json"]
+    assert listing() == ["t.part0.json", "t.part1.json"]
+    single = write_timeline(two_rank_job, out)  # the parts of the split run would be read as this job's
+    assert listing() == ["t.json"]
+    assert f"removed {out.parent / 't.part0.json'} (left by an earlier run under this name)" in single.notes
+    write_timeline(two_rank_job, out, max_bytes=300)
+    assert listing() == ["t.part0.json", "t.part1.json"]  # and the reverse
+    (out.parent / "t.part2.json").write_text("{}")  # from an earlier split into more parts
+    write_timeline(two_rank_job, out, max_bytes=300)
+    assert listing() == ["t.part0.json", "t.part1.json"]
+    assert all((out.parent / name).read_text() == "keep" for name in decoys)
+
+
+def test_a_failed_timeline_leaves_the_earlier_output_in_place(two_rank_job, tmp_path, monkeypatch):
+    import etkit.viz.timeline as timeline
+
+    out = tmp_path / "t.json"
+    write_timeline(two_rank_job, out, max_bytes=300)
+    before = {p.name: p.read_bytes() for p in tmp_path.glob("t.*")}
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk gone")
+
+    monkeypatch.setattr(timeline, "_rank_events", broken)
+    with pytest.raises(RuntimeError):
+        write_timeline(two_rank_job, out)
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("t.*")} == before
+
+
 def test_graph_around_depth_and_filter(two_rank_job, tmp_path):
     trace = two_rank_job.traces[0]
     g = select_subgraph(trace, around=2, depth=1)

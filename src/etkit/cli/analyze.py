@@ -16,7 +16,7 @@ from ..analyze.comm import ALGORITHMS
 from ..analyze.text import render_analysis
 from ..model.job import Job, load_job
 from ..model.schedule import Schedule
-from .common import add_quiet, add_workers, executor_from, write_json
+from .common import add_quiet, add_workers, executor_from, non_negative_float, positive_int, write_json
 
 
 def add_job_arguments(parser: argparse.ArgumentParser, *, prefix_help: str = "job prefix (PREFIX.<rank>.et) or one .et file") -> None:
@@ -54,10 +54,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", metavar="OUT.json", help="also write every figure as JSON ('-' = stdout only)")
     p.add_argument("--algorithm", choices=ALGORITHMS, default="ring",
                    help="how collectives are expanded into rank-to-rank traffic (default ring)")
-    p.add_argument("--straggler-threshold", type=float, default=0.05, metavar="F",
+    p.add_argument("--straggler-threshold", type=non_negative_float, default=0.05, metavar="F",
                    help="a rank is a straggler when its busy or finish time exceeds the median by F (default 0.05)")
-    p.add_argument("--top", type=int, default=15, metavar="N", help="rows per table (default 15)")
-    p.add_argument("--max-ranks", type=int, default=16, metavar="N", help="ranks listed per table (default 16)")
+    p.add_argument("--top", type=positive_int, default=15, metavar="N", help="rows per table (default 15)")
+    p.add_argument("--max-ranks", type=positive_int, default=16, metavar="N", help="ranks listed per table (default 16)")
     p.set_defaults(func=run)
 
 

@@ -6,12 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..simulate.calibrate import DEFAULT_SIZES, calibrate, write_calibration
-
-
-def _sizes(text: str) -> tuple[int, ...]:
-    from ..units import parse_size
-
-    return tuple(parse_size(s) for s in text.split(",") if s)
+from .common import sizes_arg
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,7 +14,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description=__doc__)
     p.add_argument("--backend", default="gloo", help="torch.distributed backend (default gloo)")
     p.add_argument("--ranks", type=int, default=2, help="processes to spawn on loopback (default 2)")
-    p.add_argument("--sizes", type=_sizes, default=DEFAULT_SIZES, metavar="S1,S2",
+    p.add_argument("--sizes", type=sizes_arg, default=DEFAULT_SIZES, metavar="S1,S2",
                    help="message sizes, e.g. 1KiB,64KiB,4MiB (default 1KiB..4MiB, 5 sizes)")
     p.add_argument("--reps", type=int, default=5, help="timed repetitions per size (median; default 5)")
     p.add_argument("--from-trace", metavar="PREFIX", help="instead of measuring, fit the communication recorded in a "

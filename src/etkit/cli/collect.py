@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import add_quiet
+from .common import add_quiet, positive_float, positive_int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,11 +22,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ex.add_argument("--workload", required=True, choices=WORKLOADS,
                     help="ddp: DDP MLP; tp: sequence/tensor parallel; pp: pipeline send/recv; "
                          "moe: all_to_all experts; fsdp: FSDP2; cnn: small CNN (DDP with >1 rank)")
-    ex.add_argument("--ranks", type=int, default=2, metavar="N", help="number of ranks (default 2)")
+    ex.add_argument("--ranks", type=positive_int, default=2, metavar="N", help="number of ranks (default 2)")
     ex.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
-    ex.add_argument("--steps", type=int, default=2, help="profiled steps (after 1 wait + 1 warm-up step; default 2)")
+    ex.add_argument("--steps", type=positive_int, default=2, help="profiled steps (after 1 wait + 1 warm-up step; default 2)")
     ex.add_argument("--gzip", action="store_true", help="write .json.gz files")
-    ex.add_argument("--timeout", type=float, default=600.0, metavar="S", help="give up after S seconds (default 600)")
+    ex.add_argument("--timeout", type=positive_float, default=600.0, metavar="S", help="give up after S seconds (default 600)")
     add_quiet(ex)
     ex.set_defaults(func=run)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..errors import UsageError
 from .common import add_quiet, add_workers, executor_from, write_json
 
 
@@ -29,16 +30,21 @@ def run(args: argparse.Namespace) -> int:
     from ..pytorch.job import convert_files, convert_job
 
     if Path(args.input).is_dir():
+        for option, value in (("--kineto", args.kineto), ("--rank", args.rank)):
+            if value is not None:
+                raise UsageError(f"{option} applies to a single host trace, not to the job directory {args.input} "
+                                 "(its ranks pair rank-<r>.et.json with rank-<r>.kineto.json by name)")
         report = convert_job(args.input, args.output, executor=executor_from(args), compress=args.gzip)
     else:
         report = convert_files(args.input, args.output, kineto=args.kineto, rank=args.rank, compress=args.gzip)
-    print(f"{'rank':>4} {'nodes':>7} {'linked':>7} {'unlinked':>8}  comm nodes")
+    print(f"{'rank':>4} {'host ops':>8} {'linked':>7} {'unlinked':>8} {'roots':>5} {'ET nodes':>8}  comm nodes")
     for r in report.ranks:
         comm = ", ".join(f"{k} {v}" for k, v in sorted(r.comm_nodes.items())) or "-"
-        linked = r.link.get("linked_ops", 0)
-        print(f"{r.rank:>4} {r.nodes:>7} {linked:>7} {r.unlinked_ops:>8}  {comm}")
+        print(f"{r.rank:>4} {r.host_ops:>8} {r.linked_ops:>7} {r.unlinked_ops:>8} {r.roots:>5} {r.nodes:>8}  {comm}")
         for warning in r.warnings:
             print(f"     warning: {warning}")
+    print("host ops = linked (Kineto time known) + unlinked + roots (synthetic, never in Kineto); ET nodes = "
+          "host ops - ops folded into their collective's COMM node + GPU kernels (+ a METADATA node from Kineto)")
     print(f"wrote {len(report.files)} ET files {report.prefix}.<rank>.et"
           + (f" and {report.comm_groups}" if report.comm_groups else ""))
     if report.removed:

@@ -12,7 +12,7 @@ import argparse
 from ..analyze import analyze_job, diff_analyses
 from ..analyze.text import render_diff
 from .analyze import add_schedule_arguments, load_with_schedule
-from .common import write_json
+from .common import positive_int, write_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("b", metavar="B_PREFIX", help="the job after")
     add_schedule_arguments(p)
     p.add_argument("--json", metavar="OUT.json", help="also write the diff as JSON ('-' = stdout only)")
-    p.add_argument("--top", type=int, default=20, metavar="N", help="operators listed (default 20)")
+    p.add_argument("--top", type=positive_int, default=20, metavar="N", help="operators listed (default 20)")
     p.set_defaults(func=run)
 
 

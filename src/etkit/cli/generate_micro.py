@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..units import parse_size
 from ..generate.micro import MICRO_CASES, write_micro
-from .common import add_quiet, add_workers, executor_from
+from .common import add_quiet, add_workers, executor_from, size_arg
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,10 +17,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
     parser.add_argument("--case", action="append", choices=list(MICRO_CASES), metavar="CASE", dest="cases",
                         help="write only this case (repeatable; default: all 14)")
-    parser.add_argument("--size", default="64KiB", help="comm_size of the collective cases and the broadcast "
+    parser.add_argument("--size", type=size_arg, default="64KiB", help="comm_size of the collective cases and the broadcast "
                         "(default 64KiB)")
-    parser.add_argument("--p2p-size", default="1KiB", help="bytes of each send/recv case message (default 1KiB)")
-    parser.add_argument("--mem-size", default="1KiB", help="tensor_size of the memory load/store cases (default 1KiB)")
+    parser.add_argument("--p2p-size", type=size_arg, default="1KiB", help="bytes of each send/recv case message (default 1KiB)")
+    parser.add_argument("--mem-size", type=size_arg, default="1KiB", help="tensor_size of the memory load/store cases (default 1KiB)")
     parser.add_argument("--comp-us", type=int, default=5, help="duration of each COMP node in µs (default 5)")
     add_workers(parser)
     add_quiet(parser)
@@ -29,8 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    written = write_micro(args.output, args.npus, cases=args.cases, coll_size=parse_size(args.size),
-                          p2p_size=parse_size(args.p2p_size), mem_size=parse_size(args.mem_size),
+    written = write_micro(args.output, args.npus, cases=args.cases, coll_size=args.size,
+                          p2p_size=args.p2p_size, mem_size=args.mem_size,
                           comp_us=args.comp_us, executor=executor_from(args))
     if not args.quiet:
         files = sum(len(paths) for paths in written.values())

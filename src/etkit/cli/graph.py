@@ -14,7 +14,7 @@ from ..analyze import critical_path
 from ..errors import UsageError
 from ..model.job import load_job
 from ..viz.graph import write_graph
-from .common import add_quiet
+from .common import add_quiet, non_negative_int, positive_int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,10 +22,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", metavar="FILE.et", help="one rank's ET file")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="OUT.dot, OUT.svg, OUT.png or OUT.graphml")
-    p.add_argument("--around", type=int, metavar="ID", help="centre the drawing on this node id")
-    p.add_argument("--depth", type=int, default=2, metavar="K", help="dependency hops around --around (default 2)")
+    p.add_argument("--around", type=non_negative_int, metavar="ID", help="centre the drawing on this node id")
+    p.add_argument("--depth", type=non_negative_int, default=2, metavar="K", help="dependency hops around --around (default 2)")
     p.add_argument("--filter", action="append", default=[], metavar="EXPR", help="keep matching nodes (repeatable)")
-    p.add_argument("--max-nodes", type=int, default=400, metavar="N", help="refuse to draw more (default 400)")
+    p.add_argument("--max-nodes", type=positive_int, default=400, metavar="N", help="refuse to draw more (default 400)")
     p.add_argument("--no-critical-path", action="store_true", help="skip computing the critical path")
     add_quiet(p)
     p.set_defaults(func=run)

@@ -29,10 +29,13 @@ def run(args: argparse.Namespace) -> int:
         linked = link_files(args.host, args.kineto, rank=args.rank)
         report = write_linked_json(linked, args.output)
     print(f"{args.output}: {report.linked_ops} of {report.host_ops} host ops linked ({report.method}), "
-          f"{report.unlinked_ops} unlinked, {report.tree_repairs} parents repaired, "
-          f"{report.backend_ops_paired} backend ops paired, kernels {report.kernels_linked}/{report.kernels} linked")
+          f"{report.unlinked_ops} unlinked, {report.roots} synthetic roots (never in Kineto); "
+          f"{report.tree_repairs} parents repaired, {report.backend_ops_paired} backend ops paired, "
+          f"kernels {report.kernels_linked}/{report.kernels} linked")
     for name, count in report.unlinked_names.items():
         print(f"  unlinked: {name} x{count}")
+    for warning in report.warnings:
+        print(f"  warning: {warning}")
     if args.report:
         write_json(report.to_json(), args.report)
     return 0

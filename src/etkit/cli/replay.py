@@ -6,8 +6,7 @@ import argparse
 import os
 import sys
 
-from ..units import parse_size
-from .common import add_quiet, write_json
+from .common import add_quiet, non_negative_int, positive_float, positive_int, size_arg, write_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -17,27 +16,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "groups, walk every rank's graph in dependency order issuing the recorded communication and "
                     "running the recorded compute, then report replayed vs trace time (see docs/guide/replay.md).")
     parser.add_argument("prefix", metavar="PREFIX", help="job prefix (PREFIX.<rank>.et) or a single .et file")
-    parser.add_argument("--ranks", type=int, default=None, metavar="N",
+    parser.add_argument("--ranks", type=positive_int, default=None, metavar="N",
                         help="number of ranks to spawn; must equal the job's rank count (default: that count)")
     parser.add_argument("--mode", choices=("comm", "compute", "full"), default="full",
                         help="comm: only communication; compute: only compute; full: both (default)")
-    parser.add_argument("--iters", type=int, default=3, metavar="K", help="measured iterations (default 3)")
-    parser.add_argument("--warmup", type=int, default=1, metavar="W", help="warm-up iterations (default 1)")
+    parser.add_argument("--iters", type=positive_int, default=3, metavar="K", help="measured iterations (default 3)")
+    parser.add_argument("--warmup", type=non_negative_int, default=1, metavar="W", help="warm-up iterations (default 1)")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default=None,
                         help="torch.distributed backend (default: nccl with --device cuda, else gloo)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
                         help="where tensors live (default: cuda when available, else cpu)")
     parser.add_argument("--comm-groups", default=None, metavar="JSON",
                         help="comm-groups JSON (default: PREFIX.comm_groups.json when present)")
-    parser.add_argument("--timeout", type=float, default=120.0, metavar="S",
+    parser.add_argument("--timeout", type=positive_float, default=120.0, metavar="S",
                         help="seconds a collective may wait before the replay fails (default 120)")
     parser.add_argument("--no-host-time", action="store_true",
                         help="do not spin for containers' own time (the framework work around the recorded ops)")
-    parser.add_argument("--max-buffer-bytes", type=parse_size, default=None, metavar="SIZE",
+    parser.add_argument("--max-buffer-bytes", type=size_arg, default=None, metavar="SIZE",
                         help="most memory one communication of one rank may hold, e.g. 4GiB (default: half of "
                              "this host's available memory, or the GPU's free memory, over the ranks sharing it); "
                              "a larger message stops the replay before any rank starts")
-    parser.add_argument("--threads", type=int, default=1, metavar="T", help="intra-op CPU threads per rank (default 1)")
+    parser.add_argument("--threads", type=positive_int, default=1, metavar="T", help="intra-op CPU threads per rank (default 1)")
     parser.add_argument("--json", default=None, metavar="OUT.json", help="write the full report as JSON ('-' = stdout)")
     parser.add_argument("--timeline", default=None, metavar="OUT.json",
                         help="write the last measured iteration as a Chrome trace (open in Perfetto)")

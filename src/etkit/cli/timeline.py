@@ -12,6 +12,7 @@ import argparse
 
 from ..viz.timeline import write_timeline
 from .analyze import add_job_arguments, load_with_schedule
+from .common import positive_float
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", required=True, metavar="OUT",
                    help="output file: .json / .json.gz (Chrome JSON) or .pftrace (Perfetto protobuf)")
     p.add_argument("--format", choices=("json", "proto"), help="override the format the output name implies")
-    p.add_argument("--max-mb", type=float, default=256, metavar="MB", help="split past this size (default 256)")
+    p.add_argument("--max-mb", type=positive_float, default=256, metavar="MB", help="split past this size (default 256)")
     p.add_argument("--no-flows", action="store_true", help="leave out the cross-rank arrows")
     p.set_defaults(func=run)
 

@@ -6,7 +6,7 @@ import argparse
 
 from typing import TYPE_CHECKING
 
-from .common import add_quiet, add_workers, executor_from, write_json
+from .common import add_quiet, add_workers, executor_from, non_negative_int, write_json
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="process groups {pg_name: [ranks]} (default: PREFIX.comm_groups.json when present)")
     parser.add_argument("--json", nargs="?", const="-", default=None, metavar="OUT",
                         help="write findings as JSON to OUT (stdout when OUT is omitted or '-')")
-    parser.add_argument("--max-findings", type=int, default=200, metavar="N",
+    parser.add_argument("--max-findings", type=non_negative_int, default=200, metavar="N",
                         help="print at most N findings (all go to --json); default 200")
     add_workers(parser)
     add_quiet(parser)

@@ -7,8 +7,6 @@ ranks, means every rank of the job.
 
 from __future__ import annotations
 
-import ast
-import json
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -18,6 +16,7 @@ import orjson
 
 from ..errors import EtkitError
 from ..fileio import atomic_output
+from ..literal import LiteralError, parse_literal
 
 __all__ = ["ProcessGroups", "parse_process_group_init", "WORLD"]
 
@@ -72,27 +71,39 @@ class ProcessGroups:
             raise EtkitError(f"{path}: comm group ranks must be integers") from None
 
 
-def parse_process_group_init(values: str) -> ProcessGroups:
+def parse_process_group_init(values: str, *, where: str = "process_group:init") -> ProcessGroups:
     """Groups from the ``inputs.values`` string of a ``process_group:init`` node.
 
     The string is the Python ``str()`` of a one-element list holding a JSON list of
-    ``{"pg_name", "ranks", ...}``; it is parsed with a literal parser, never evaluated.
+    ``{"pg_name", "ranks", ...}``; it is read with :func:`etkit.literal.parse_literal`, never evaluated.
+    Text that is no such list declares no group; a group whose ranks are not a list of rank numbers
+    raises :class:`EtkitError` naming ``where`` (say, the file and node) and the group.
     """
     try:
-        outer = ast.literal_eval(values)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        outer = parse_literal(values, what=where)
+    except LiteralError:
         outer = values
-    texts = outer if isinstance(outer, list) else [outer]
+    # the wrapped form is a list of JSON strings; a bare JSON list parses to its entries directly
+    texts = outer if isinstance(outer, list) and all(isinstance(t, str) for t in outer) else [outer]
     groups: dict[str, tuple[int, ...]] = {}
     for text in texts:
         try:
-            entries = json.loads(text) if isinstance(text, str) else text
-        except ValueError:
+            entries = orjson.loads(text) if isinstance(text, str) else text
+        except orjson.JSONDecodeError:
             continue
         if not isinstance(entries, list):
             continue
         for entry in entries:
             if isinstance(entry, dict) and "pg_name" in entry:
-                ranks = entry.get("ranks") or []
-                groups[str(entry["pg_name"])] = tuple(sorted(int(r) for r in ranks))
+                groups[str(entry["pg_name"])] = _declared_ranks(entry, where)
     return ProcessGroups(groups)
+
+
+def _declared_ranks(entry: dict, where: str) -> tuple[int, ...]:
+    ranks = entry.get("ranks") or []
+    if isinstance(ranks, list) and all(type(r) is int and r >= 0 for r in ranks):
+        return tuple(sorted(ranks))
+    shown = repr(ranks)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    raise EtkitError(f"{where}: process group {str(entry['pg_name'])[:40]!r} has ranks {shown}; "
+                     "expected a list of non-negative integers")

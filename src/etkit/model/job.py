@@ -116,7 +116,8 @@ def groups_from_trace(trace: Trace) -> ProcessGroups:
     for row in (trace.types == NodeType.METADATA_NODE).nonzero()[0]:
         node = trace.node(int(row))
         if node.HasField("inputs") and "pg_name" in node.inputs.values:
-            groups = groups.merged(parse_process_group_init(node.inputs.values))
+            where = f"{trace.path}: node {node.id} process_group:init"
+            groups = groups.merged(parse_process_group_init(node.inputs.values, where=where))
     return groups
 
 

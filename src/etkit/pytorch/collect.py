@@ -15,6 +15,7 @@ for every rank that fails. PyTorch is imported only when these functions run.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import tempfile
@@ -87,36 +88,51 @@ def profile(output_dir: str | os.PathLike[str], *, rank: int | None = None, step
     r = _rank_default() if rank is None else rank
     host_path = out / f"rank-{r}.et.json"
     kineto_path = out / f"rank-{r}.kineto.json"
-    for stale in (host_path, kineto_path, Path(f"{host_path}.gz"), Path(f"{kineto_path}.gz")):
+    # PyTorch writes both files in place as it records; under names no job reader matches until they are
+    # complete, so a rank killed mid-way never leaves a truncated rank-<r>.*.json behind.
+    host_partial, kineto_partial = _partial(host_path), _partial(kineto_path)
+    for stale in (host_path, kineto_path, Path(f"{host_path}.gz"), Path(f"{kineto_path}.gz"), host_partial,
+                  kineto_partial):
         stale.unlink(missing_ok=True)
-    observer = ExecutionTraceObserver().register_callback(str(host_path))
+    observer = ExecutionTraceObserver().register_callback(str(host_partial))
     activities = [ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(ProfilerActivity.CUDA)
     recorder = Recorder(host_path, kineto_path, wait + warmup + steps)
 
     def export(prof: Any) -> None:
-        prof.export_chrome_trace(str(kineto_path))
+        prof.export_chrome_trace(str(kineto_partial))
 
-    with torch.profiler.profile(activities=activities, schedule=schedule(wait=wait, warmup=warmup, active=steps,
-                                                                          repeat=1),
-                                on_trace_ready=export, record_shapes=record_shapes,
-                                execution_trace_observer=observer) as prof:
-        recorder._prof = prof
-        yield recorder
-    if recorder.steps_done < recorder.total_steps:
-        raise EtkitError(f"profile: the loop ran {recorder.steps_done} steps but wait+warmup+steps = "
-                         f"{recorder.total_steps}; nothing complete was recorded in {out}")
-    for path in (host_path, kineto_path):
-        if not path.is_file():
-            raise EtkitError(f"profile: {path} was not written (did the loop call step() every iteration?)")
-        if compress:
-            with open(path, "rb") as src, atomic_output(f"{path}.gz", compress=True) as dst:
-                shutil.copyfileobj(src, dst)
-            path.unlink()
+    try:
+        with torch.profiler.profile(activities=activities, schedule=schedule(wait=wait, warmup=warmup,
+                                                                              active=steps, repeat=1),
+                                    on_trace_ready=export, record_shapes=record_shapes,
+                                    execution_trace_observer=observer) as prof:
+            recorder._prof = prof
+            yield recorder
+        # the profiler has stopped the observer and closed both files: they are complete
+        if recorder.steps_done < recorder.total_steps:
+            raise EtkitError(f"profile: the loop ran {recorder.steps_done} steps but wait+warmup+steps = "
+                             f"{recorder.total_steps}; nothing complete was recorded in {out}")
+        for partial, path in ((host_partial, host_path), (kineto_partial, kineto_path)):
+            if not partial.is_file():
+                raise EtkitError(f"profile: {path} was not written (did the loop call step() every iteration?)")
+            if compress:
+                with open(partial, "rb") as src, atomic_output(f"{path}.gz", compress=True) as dst:
+                    shutil.copyfileobj(src, dst)
+            else:
+                os.replace(partial, path)
+    finally:
+        host_partial.unlink(missing_ok=True)
+        kineto_partial.unlink(missing_ok=True)
     if compress:
         recorder.host_path = Path(f"{host_path}.gz")
         recorder.kineto_path = Path(f"{kineto_path}.gz")
+
+
+def _partial(path: Path) -> Path:
+    """Where a trace is recorded before it is complete (``rank-0.et.json`` -> ``rank-0.et.json.partial``)."""
+    return path.with_name(path.name + ".partial")
 
 
 # -- example jobs ----------------------------------------------------------------------------------------
@@ -174,6 +190,10 @@ def run_example(workload: str, ranks: int, out_dir: str | os.PathLike[str], *, s
     """
     if workload not in WORKLOADS:
         raise CollectError(f"unknown workload {workload!r}; choose one of {', '.join(WORKLOADS)}")
+    if type(steps) is not int or steps < 1:
+        raise CollectError(f"steps must be a whole number of at least 1 (got {steps!r})")
+    if not (timeout_s > 0 and math.isfinite(timeout_s)):
+        raise CollectError(f"timeout must be a number of seconds above 0 (got {timeout_s!r})")
     from .examples import check_world
 
     check_world(workload, ranks)
@@ -191,12 +211,15 @@ def run_example(workload: str, ranks: int, out_dir: str | os.PathLike[str], *, s
                                                       queue), daemon=False) for r in range(ranks)]
         for p in procs:
             p.start()
-        errors, timings = _watch(procs, queue, ranks * total_steps, f"collect {workload} x{ranks}", quiet,
-                                 timeout_s)
+        errors, timings, timed_out = _watch(procs, queue, ranks * total_steps, f"collect {workload} x{ranks}",
+                                            quiet, timeout_s)
+    if timed_out:
+        unfinished = sorted(set(range(ranks)) - set(timings))
+        raise CollectError(f"{workload} job in {out} timed out after {timeout_s:g} s; ranks "
+                           f"{', '.join(map(str, unfinished))} had not finished (logs: {out}/rank-<r>.log)")
     if errors:
         # errors arrive in the order the ranks failed: the first is the cause, the others usually follow from it
-        lines = [f"rank {r}: {msg.splitlines()[0]}" + (f" (log: {out / f'rank-{r}.log'})" if r >= 0 else "")
-                 for r, msg in errors.items()]
+        lines = [f"rank {r}: {msg.splitlines()[0]} (log: {out / f'rank-{r}.log'})" for r, msg in errors.items()]
         raise CollectError(f"{workload} job in {out} failed on {len(errors)} of {ranks} ranks; first "
                            + "; then ".join(lines))
     import torch
@@ -211,9 +234,11 @@ def run_example(workload: str, ranks: int, out_dir: str | os.PathLike[str], *, s
 
 
 def _watch(procs: list[Any], queue: Any, total: int, desc: str, quiet: bool,
-           timeout_s: float) -> tuple[dict[int, str], dict[int, Any]]:
+           timeout_s: float) -> tuple[dict[int, str], dict[int, Any], bool]:
+    """Follow the ranks until all exit: (errors by rank, timings by rank, whether the job timed out)."""
     errors: dict[int, str] = {}
     timings: dict[int, Any] = {}
+    timed_out = False
     deadline = time.monotonic() + timeout_s
     with Progress(total=total, desc=desc, quiet=quiet) as bar:
         while True:
@@ -229,12 +254,11 @@ def _watch(procs: list[Any], queue: Any, total: int, desc: str, quiet: bool,
             if not alive:
                 break
             if errors or time.monotonic() > deadline:
+                timed_out = not errors
                 time.sleep(2.0)  # let the other ranks report, then stop the job
                 for p in alive:
                     if p.is_alive():
                         p.terminate()
-                if not errors:
-                    errors[-1] = f"timed out after {timeout_s:.0f} s"
             time.sleep(0.05)
     for p in procs:
         p.join()
@@ -245,6 +269,6 @@ def _watch(procs: list[Any], queue: Any, total: int, desc: str, quiet: bool,
         elif kind == "done":
             timings[rank] = payload
     for r, p in enumerate(procs):
-        if p.exitcode not in (0, None) and r not in errors:
+        if p.exitcode not in (0, None) and r not in errors and not timed_out:
             errors[r] = f"process exited with status {p.exitcode} (killed, or stopped after another rank failed)"
-    return errors, timings
+    return errors, timings, timed_out

@@ -14,11 +14,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from ..format.schema import CommType, NodeType
 from .host import is_tensor
 
 __all__ = ["CommKind", "classify_op", "classify_kernel", "message_bytes", "tensor_bytes", "group_name_arg",
-           "p2p_peer_and_tag", "Family"]
+           "p2p_peer_and_tag", "Family", "is_comm_kernel", "CommArgumentError", "process_group_entries"]
 
 
 class Family:
@@ -114,20 +116,26 @@ def classify_op(name: str, extra: dict[str, Any] | None = None, inputs: list[Any
 def classify_kernel(name: str, parent_kind: CommKind | None = None) -> CommKind | None:
     """The kind of GPU kernel ``name`` (``ncclDevKernel_*``/``ncclKernel_*``); ``None`` for other kernels.
 
-    ``SendRecv`` kernels take their kind from the op that launched them (send, recv or all-to-all, which
-    NCCL implements with point-to-point kernels).
+    ``SendRecv`` kernels and NCCL kernels of names not in :data:`KINDS` take their kind from the
+    collective op that launched them (``parent_kind``: send, recv or all-to-all, which NCCL implements
+    with point-to-point kernels); without one they are ``None`` too: see :func:`is_comm_kernel`.
     """
-    if not name.startswith(("ncclDevKernel", "ncclKernel")):
+    if not is_comm_kernel(name):
         return None
     key = name.split("_", 1)[1].replace("_", "").lower() if "_" in name else name.lower()
-    if "sendrecv" in key:
-        if parent_kind is not None:
-            return CommKind(Family.KERNEL, parent_kind.node_type, parent_kind.comm_type, parent_kind.key)
-        return CommKind(Family.KERNEL, NodeType.COMM_COLL_NODE, CommType.ALL_TO_ALL, "alltoall")
-    matched = _match(key)
-    if matched is None:
-        return CommKind(Family.KERNEL, NodeType.COMM_COLL_NODE, CommType.ALL_REDUCE, key)
-    return CommKind(Family.KERNEL, matched[0], matched[1], key)
+    matched = None if "sendrecv" in key else _match(key)
+    if matched is not None:
+        return CommKind(Family.KERNEL, matched[0], matched[1], key)
+    if parent_kind is not None:  # folded into the launching collective, whose kind the host op says
+        return CommKind(Family.KERNEL, parent_kind.node_type, parent_kind.comm_type, parent_kind.key)
+    # A SendRecv kernel alone may be a send, a recv or part of an all-to-all; any other name is one this
+    # table does not know. Neither is guessed (the reference calls both ALL_TO_ALL / ALL_REDUCE).
+    return None
+
+
+def is_comm_kernel(name: str) -> bool:
+    """Whether GPU kernel ``name`` is an NCCL kernel (known kind or not)."""
+    return name.startswith(("ncclDevKernel", "ncclKernel"))
 
 
 def tensor_bytes(value: Any) -> int:
@@ -179,10 +187,44 @@ def group_name_arg(inputs: list[Any] | None, types: list[str] | None) -> str | N
     return None
 
 
+class CommArgumentError(ValueError):
+    """A communication op's argument of the wrong type or range; the caller adds file, rank and node."""
+
+
 def p2p_peer_and_tag(kind: CommKind, inputs: list[Any] | None) -> tuple[int | None, int | None]:
-    """Group-local peer rank and tag of a dispatcher ``send``/``recv_`` (``(tensors, pg, peer, tag)``)."""
-    if kind.family != Family.DISPATCH or not inputs or len(inputs) < 3:
+    """Group-local peer rank and tag of a dispatcher ``send``/``recv_`` (``(tensors, pg, peer, tag)``).
+
+    ``(None, None)`` for ops of other families (they carry no peer); a dispatcher op whose peer or tag is
+    missing or not a non-negative integer raises :class:`CommArgumentError`.
+    """
+    if kind.family != Family.DISPATCH:
         return None, None
-    peer = inputs[2] if type(inputs[2]) is int else None
-    tag = inputs[3] if len(inputs) > 3 and type(inputs[3]) is int else None
+    if not inputs or len(inputs) < 3:
+        raise CommArgumentError(f"has {len(inputs or [])} arguments; expected (tensors, group, peer, tag)")
+    peer = inputs[2]
+    if type(peer) is not int or peer < 0:
+        raise CommArgumentError(f"argument 2 (peer rank) is {peer!r}, not a rank")
+    tag = inputs[3] if len(inputs) > 3 else 0
+    if type(tag) is not int:
+        raise CommArgumentError(f"argument 3 (tag) is {tag!r}, not an integer")
     return peer, tag
+
+
+def process_group_entries(inputs: list[Any] | None, where: str) -> list[dict[str, Any]]:
+    """The group descriptions of a ``## process_group:init ##`` op: its string argument is a JSON list (or,
+    in older traces, a Python literal) of ``{pg_name, pg_desc, ranks, group_size, ...}`` objects."""
+    from .literal import LiteralError, parse_literal
+
+    for value in inputs or []:
+        if not isinstance(value, str):
+            continue
+        try:
+            entries = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            try:
+                entries = parse_literal(value, what=where)
+            except LiteralError:
+                continue
+        if isinstance(entries, list):
+            return [e for e in entries if isinstance(e, dict) and "pg_name" in e]
+    return []

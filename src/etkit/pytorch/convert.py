@@ -36,14 +36,17 @@ import orjson
 from ..format.attrs import make_attr
 from ..format.schema import CommType, GlobalMetadata, NodeType
 from ..format.stream import TraceWriter
-from .comm import CommKind, Family, classify_kernel, classify_op, group_name_arg, message_bytes, p2p_peer_and_tag
-from .host import KNOWN_SCHEMAS, HostOp
+from .comm import (CommArgumentError, CommKind, Family, classify_kernel, classify_op, group_name_arg, is_comm_kernel,
+                   message_bytes, p2p_peer_and_tag, process_group_entries)
+from .host import KNOWN_SCHEMAS, HostOp, HostTraceError
 from .link import LinkedRank
 from .wire import INPUTS, OUTPUTS, AttrPieces, IoPieces, id_varints, node_record
 
-__all__ = ["RankReport", "convert_linked", "GroupInfo", "groups_of_rank"]
+__all__ = ["RankReport", "P2PCall", "convert_linked", "GroupInfo", "groups_of_rank"]
 
 PG_INIT = "process_group:init"
+#: Worker threads ProcessGroupGloo starts per group (two per device; one CPU device).
+GLOO_THREADS_PER_GROUP = 2
 _FAMILY_DEPTH = {Family.FUNCTIONAL: 0, Family.DISPATCH: 1, Family.PARAM: 2, Family.BACKEND: 3, Family.KERNEL: 4}
 
 
@@ -62,9 +65,17 @@ class GroupInfo:
             return list(range(self.world_size))
         return ranks
 
-    def to_global(self, pg_name: str, group_rank: int) -> int:
-        members = self.members(pg_name)
-        return members[group_rank] if 0 <= group_rank < len(members) else group_rank
+    def to_global(self, pg_name: str, group_rank: int) -> int | None:
+        """The global rank of ``group_rank`` in group ``pg_name``; ``None`` when the group's members are
+        unknown. A rank outside a known group raises :class:`CommArgumentError`."""
+        # only the default group spans the world; a subgroup without recorded ranks is unknown
+        members = self.ranks.get(pg_name) or (self.members(pg_name) if pg_name == "0" else [])
+        if not members:
+            return None
+        if not 0 <= group_rank < len(members):
+            raise CommArgumentError(f"peer rank {group_rank} is outside process group {pg_name!r} "
+                                    f"({len(members)} ranks)")
+        return members[group_rank]
 
 
 @dataclass
@@ -80,38 +91,45 @@ class RankReport:
     unlinked_ops: int = 0
     unlinked_names: dict[str, int] = field(default_factory=dict)
     durations_known: bool = True
+    host_ops: int = 0      # ops of the host trace: linked_ops + unlinked_ops + roots
+    linked_ops: int = 0    # host ops with a Kineto event (time and duration known)
+    roots: int = 0         # synthetic root ops of the host trace (never in Kineto)
     schema: str = ""
     link: dict[str, Any] = field(default_factory=dict)
     groups: dict[str, list[int]] = field(default_factory=dict)
     group_source: str = "none"
-    pg_inferred: int = 0   # collectives whose group came from the gloo worker thread that ran them
+    pg_inferred: int = 0   # comm nodes whose group was inferred (gloo worker thread; the only group fitting a peer)
     pg_assumed: int = 0    # collectives of a rank with subgroups whose group is unknown: written as "0"
+    peers_unmapped: int = 0  # send/recv peers of a group whose members are unknown: written as group ranks
+    peers_unknown: int = 0   # send/recv without a recorded peer (backend op alone): written as -1
+    folded_ops: int = 0      # host ops folded into their collective's COMM node (nodes = host_ops - folded_ops
+    metadata_added: int = 0  # + gpu_nodes + metadata_added; metadata_added: METADATA node built from Kineto)
+    unknown_comm_kernels: dict[str, int] = field(default_factory=dict)  # NCCL kernels of no known kind
+    peers_matched: int = 0   # send/recv peers settled against the other ranks (etkit.pytorch.peers)
+    p2p: list[P2PCall] = field(default_factory=list)  # every send/recv with its possible peers (not in JSON)
     warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if k != "p2p"}
+
+
+@dataclass
+class P2PCall:
+    """One send/recv as written: ``peers`` maps each global peer it may have to that reading's group (one
+    entry unless this rank alone cannot tell which of its groups the call used)."""
+
+    kind: str   # "SEND" or "RECV"
+    node: int   # host op id of the call
+    peers: dict[int, str]
+    tag: int
+    size: int
 
 
 # -- process groups --------------------------------------------------------------------------------------
 
 
 def _pg_init_entries(op: HostOp) -> list[dict[str, Any]]:
-    from .literal import LiteralError, parse_literal
-
-    values = op.inputs or []
-    for value in values:
-        if not isinstance(value, str):
-            continue
-        try:
-            entries = orjson.loads(value)
-        except orjson.JSONDecodeError:
-            try:
-                entries = parse_literal(value, what=f"node {op.id} process_group:init")
-            except LiteralError:
-                continue
-        if isinstance(entries, list):
-            return [e for e in entries if isinstance(e, dict) and "pg_name" in e]
-    return []
+    return process_group_entries(op.inputs, f"node {op.id} process_group:init")
 
 
 def groups_of_rank(linked: LinkedRank, pg_init: HostOp | None) -> tuple[GroupInfo, list[dict[str, Any]]]:
@@ -156,9 +174,11 @@ def _gloo_thread_groups(linked: LinkedRank, groups: GroupInfo, rank: int | None)
     threads = kin.gloo_threads()
     mine = sorted((name for name in groups.ranks if name.isdigit() and
                    (not groups.ranks[name] or rank in groups.ranks[name])), key=int)
-    if not threads or not mine or len(threads) % len(mine):
+    # Kineto names only the worker threads that ran a profiled op: unless every group's threads are there,
+    # the runs cannot be told apart (a guess would put world collectives in a subgroup)
+    if not mine or len(threads) != GLOO_THREADS_PER_GROUP * len(mine):
         return {}
-    per = len(threads) // len(mine)
+    per = GLOO_THREADS_PER_GROUP
     return {tid: mine[i // per] for i, tid in enumerate(threads)}
 
 
@@ -166,7 +186,9 @@ def _gloo_thread_groups(linked: LinkedRank, groups: GroupInfo, rank: int | None)
 
 
 class _Converter:
-    def __init__(self, linked: LinkedRank, rank: int | None, out_path: str) -> None:
+    def __init__(self, linked: LinkedRank, rank: int | None, out_path: str,
+                 p2p_matched: dict[int, tuple[str, int]] | None = None) -> None:
+        self.p2p_matched = p2p_matched or {}
         self.linked = linked
         self.host = linked.host
         self.ops = linked.host.ops
@@ -294,6 +316,9 @@ class _Converter:
                 gpu_by_op.setdefault(act.op, []).append(g)
                 if kind is not None:
                     kernel_heads.append(g)
+                elif is_comm_kernel(act.name):  # written as a compute kernel, and listed
+                    unknown = report.unknown_comm_kernels
+                    unknown[act.name] = unknown.get(act.name, 0) + 1
         kernel_kind = {g: classify_kernel(linked.gpu[g].name) for g in kernel_heads}
 
         # The written nodes, sorted by (time, depth-first position): an op without a time of its own took its
@@ -302,6 +327,7 @@ class _Converter:
         keys: list[float] = []
         for i in order:
             if head[i] >= 0 and head[i] != i:
+                report.folded_ops += 1
                 continue  # folded into its chain's COMM node
             refs.append(i)
             keys.append(key[i])
@@ -385,15 +411,31 @@ class _Converter:
                 # deps are unique by construction (each added only if not present)
                 write(node_record(nid, name_field(op.name), node_type, ctrl_id, deps, start, duration, io,
                                   std_attrs(op, True), ids))
-        report.nodes = len(items) + (0 if wrote_metadata or not pg_entries else 1)
+        report.metadata_added = 0 if wrote_metadata or not pg_entries else 1
+        report.nodes = len(items) + report.metadata_added
         report.comm_nodes = dict(comm_counts)
         report.unlinked_ops = linked.report.unlinked_ops
         report.unlinked_names = linked.report.unlinked_names
         report.durations_known = linked.has_timing
         report.link = {**linked.report.to_json(), **report.link}
+        report.host_ops = linked.report.host_ops
+        report.linked_ops = linked.report.linked_ops
+        report.roots = linked.report.roots
+        report.warnings.extend(linked.report.warnings)
         if report.link.get("orphan_comm_kernels"):
             report.warnings.append(f"{report.link['orphan_comm_kernels']} NCCL kernels have no host collective: "
                                    "their comm_size is unknown (0)")
+        if report.unknown_comm_kernels:
+            listed = ", ".join(f"{name} x{n}" for name, n in sorted(report.unknown_comm_kernels.items()))
+            report.warnings.append(f"NCCL kernels of unknown kind without a host collective, written as compute "
+                                   f"nodes: {listed}")
+        if report.peers_unmapped:
+            report.warnings.append(f"{report.peers_unmapped} send/recv peers are ranks of a process group that is "
+                                   "unknown or has unknown members: written as ranks of the default group, which "
+                                   "may not be the global ranks")
+        if report.peers_unknown:
+            report.warnings.append(f"{report.peers_unknown} send/recv have no recorded peer (no c10d op): "
+                                   "written with peer -1")
         if report.pg_assumed:
             report.warnings.append(f"{report.pg_assumed} collectives have no recorded process group and this rank "
                                    "belongs to several: assumed the default group '0'")
@@ -489,9 +531,10 @@ class _Converter:
             pg = thread_pg
             if pg is not None:
                 self.report.pg_inferred += 1
+        pg_assumed = pg is None and self._in_several_groups()
         if pg is None:
             pg = "0"
-            if len(self.groups.ranks) > 1:
+            if pg_assumed and kind.node_type == NodeType.COMM_COLL_NODE:
                 self.report.pg_assumed += 1
         src = ops[size_src]
         src_kind = kinds[size_src] or kind
@@ -501,15 +544,58 @@ class _Converter:
             assert kind.comm_type is not None
             attrs = [a("comm_type", int(kind.comm_type)), a("comm_size", size), a("pg_name", pg)]
         else:
-            peer, tag = p2p_peer_and_tag(src_kind, src.inputs)
             me = self.rank if self.rank is not None else 0
-            other = self.groups.to_global(pg, peer) if peer is not None and peer >= 0 else -1
+            try:
+                peer, tag = p2p_peer_and_tag(src_kind, src.inputs)
+                other = self.groups.to_global(pg, peer) if peer is not None else -1
+            except CommArgumentError as exc:
+                raise HostTraceError(f"{self.host.path} (rank {me}): node {src.id} ({src.name}): {exc}") from None
+            candidates = {other: pg} if other is not None and other >= 0 else {}
+            matched = self.p2p_matched.get(op.id)
+            if matched is not None:  # settled against the other ranks' send/recv (etkit.pytorch.peers)
+                pg, other = matched
+                candidates = {other: pg}
+                self.report.peers_matched += 1
+            elif pg_assumed and candidates:
+                pg, other, candidates = self._p2p_group(peer, me, pg, other)
+            if candidates:
+                self.report.p2p.append(P2PCall(_kind_label(kind), op.id, candidates, tag or 0, size))
+            if other is None:  # members unknown: the default group's ranks are the global ranks
+                other = peer
+                if pg != "0":
+                    self.report.peers_unmapped += 1
+            elif other < 0:
+                self.report.peers_unknown += 1
             src_rank, dst_rank = (me, other) if kind.node_type == NodeType.COMM_SEND_NODE else (other, me)
             attrs = [a("comm_src", src_rank), a("comm_dst", dst_rank), a("comm_tag", tag or 0),
                      a("comm_size", size), a("pg_name", pg)]
         counts[_kind_label(kind)] += 1
         self.report.comm_bytes += size
         return int(kind.node_type), start, duration, self._std_attrs(op, False) + b"".join(attrs), pg
+
+
+    def _in_several_groups(self) -> bool:
+        me = self.rank if self.rank is not None else 0
+        return sum(1 for ranks in self.groups.ranks.values() if not ranks or me in ranks) > 1
+
+    def _p2p_group(self, peer: int, me: int, pg: str, other: int) -> tuple[str, int, dict[int, str]]:
+        """Group and global peer of a send/recv whose group was not recorded, on a rank in several groups.
+
+        The peer argument is a rank of the (unknown) group: every group of this rank where it names another
+        rank is a candidate. One global peer across them is certain; otherwise the default group's reading
+        is kept and counted in ``peers_unmapped`` (warned about)."""
+        candidates: dict[int, list[str]] = {}
+        for name, ranks in self.groups.ranks.items():
+            members = ranks or (self.groups.members(name) if name == "0" else [])
+            if me in members and 0 <= peer < len(members) and members[peer] != me:
+                candidates.setdefault(members[peer], []).append(name)
+        if len(candidates) == 1:
+            (glob, names), = candidates.items()
+            self.report.pg_inferred += 1
+            pg = names[0] if len(names) == 1 else pg
+            return pg, glob, {glob: pg}
+        self.report.peers_unmapped += 1
+        return pg, other, {glob: names[0] for glob, names in candidates.items()}
 
 
 _NO_TIME = float("nan")
@@ -522,10 +608,14 @@ def _kind_label(kind: CommKind) -> str:
     return "SEND" if kind.node_type == NodeType.COMM_SEND_NODE else "RECV"
 
 
-def convert_linked(linked: LinkedRank, out_path: str | os.PathLike[str], *, rank: int | None = None) -> RankReport:
-    """Write ``linked`` as the Chakra ET ``out_path``; returns what was written."""
+def convert_linked(linked: LinkedRank, out_path: str | os.PathLike[str], *, rank: int | None = None,
+                   p2p_matched: dict[int, tuple[str, int]] | None = None) -> RankReport:
+    """Write ``linked`` as the Chakra ET ``out_path``; returns what was written.
+
+    ``p2p_matched`` settles send/recv whose group this rank alone cannot tell: host op id -> (pg_name,
+    global peer), as :func:`etkit.pytorch.peers.match_p2p_peers` finds them across ranks."""
     if rank is None:
         rank = linked.host.rank if linked.host.rank is not None else (
             linked.kineto.rank if linked.kineto is not None else None)
-    return _Converter(linked, rank, str(out_path)).run(str(out_path))
+    return _Converter(linked, rank, str(out_path), p2p_matched).run(str(out_path))
 

@@ -246,12 +246,27 @@ def load_host_trace(path: str | os.PathLike[str], *, rank: int | None = None) ->
     if not isinstance(schema, str) or not _SCHEMA.match(schema):
         raise HostTraceError(f"{label}: not a PyTorch host execution trace (schema {schema!r})")
     flat = schema.startswith("1.0.1")
-    trace = HostTrace(str(Path(path)), schema, int(header.get("pid") or 0), str(header.get("time") or ""),
-                      int(header.get("start_ts") or 0), int(header.get("finish_ts") or 0), rank=rank)
+    pid, start_ts, finish_ts = (_int(header, key, 0, label) for key in ("pid", "start_ts", "finish_ts"))
+    trace = HostTrace(str(Path(path)), schema, pid, str(header.get("time") or ""), start_ts, finish_ts, rank=rank)
     compact = _Compactor(label, flat)
     ops = trace.ops
     for chunk in doc.chunks():
         ops.extend(compact.op(raw) for raw in chunk)
     if not ops:
         raise HostTraceError(f"{label}: the trace has no nodes")
+    _check_unique_ids(ops, label)
     return trace
+
+
+def _check_unique_ids(ops: list[HostOp], label: str) -> None:
+    """Node ids name ops in parents and tensor producers: two ops with one id make both ambiguous (the
+    reference converter stops on them too)."""
+    ids = [op.id for op in ops]
+    if len(set(ids)) == len(ids):
+        return
+    first: dict[int, HostOp] = {}
+    for op in ops:
+        other = first.setdefault(op.id, op)
+        if other is not op:
+            raise HostTraceError(f"{label}: node {op.id}: field 'id' is used twice ({other.name!r} and "
+                                 f"{op.name!r}); node ids must be unique")

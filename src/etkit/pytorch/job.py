@@ -21,6 +21,7 @@ from ..model.job import comm_groups_path, remove_stale_files
 from .convert import RankReport, convert_linked
 from .jsonio import paused_gc
 from .link import link_files
+from .peers import match_p2p_peers
 
 __all__ = ["RankPair", "JobReport", "find_rank_pairs", "convert_job", "convert_rank", "convert_files"]
 
@@ -81,12 +82,13 @@ def find_rank_pairs(job_dir: str | os.PathLike[str]) -> list[RankPair]:
     return [RankPair(r, hosts[r], kinetos.get(r)) for r in sorted(hosts)]
 
 
-def convert_rank(task: tuple[int | None, str, str | None, str]) -> RankReport:
-    """Link and convert one rank: ``(rank, host path, Kineto path or None, output .et path)``."""
-    rank, host, kineto, out = task
+def convert_rank(task: tuple[Any, ...]) -> RankReport:
+    """Link and convert one rank: ``(rank, host path, Kineto path or None, output .et path[, p2p_matched])``
+    (``p2p_matched``: send/recv peers settled across ranks, see :mod:`etkit.pytorch.peers`)."""
+    rank, host, kineto, out = task[:4]
     with paused_gc():
         linked = link_files(host, kineto, rank=rank)
-        return convert_linked(linked, out, rank=rank)
+        return convert_linked(linked, out, rank=rank, p2p_matched=task[4] if len(task) > 4 else None)
 
 
 def _job_groups(reports: list[RankReport]) -> dict[str, list[int]]:
@@ -109,7 +111,9 @@ def _pg_key(name: str) -> tuple[int, str]:
 def convert_job(job_dir: str | os.PathLike[str], prefix: str | os.PathLike[str], *,
                 executor: Executor | None = None, compress: bool = False) -> JobReport:
     """Convert every rank of the PyTorch job in ``job_dir`` to ``<prefix>.<rank>.et`` (one task per rank)
-    and write ``<prefix>.comm_groups.json``. Returns a per-rank report (nodes, comm nodes by type, unlinked
+    and write ``<prefix>.comm_groups.json``. A send/recv whose process group its rank cannot tell is
+    settled against the other ranks' calls (:mod:`etkit.pytorch.peers`) and that rank converted again.
+    Returns a per-rank report (nodes, comm nodes by type, unlinked
     ops, link statistics).
 
     The prefix then holds this job only: rank files of an older job written there that this one lacks
@@ -121,6 +125,12 @@ def convert_job(job_dir: str | os.PathLike[str], prefix: str | os.PathLike[str],
              for p in pairs]
     executor = executor or default_executor()
     reports = executor.map(convert_rank, tasks, desc="convert")
+    # send/recv whose group a rank could not tell: settle them against the other ranks, convert those again
+    matched = match_p2p_peers(reports)
+    if matched:
+        again = [task + (matched[task[0]],) for task in tasks if task[0] in matched]
+        redone = {rep.rank: rep for rep in executor.map(convert_rank, again, desc="convert (p2p peers)")}
+        reports = [redone.get(rep.rank, rep) for rep in reports]
     report = _finish(str(prefix), reports)
     removed = remove_stale_files(prefix, report.files, has_groups=report.comm_groups is not None)
     report.removed = [str(path) for path in removed]
@@ -130,12 +140,19 @@ def convert_job(job_dir: str | os.PathLike[str], prefix: str | os.PathLike[str],
 def convert_files(host: str | os.PathLike[str], prefix: str | os.PathLike[str], *,
                   kineto: str | os.PathLike[str] | None = None, rank: int | None = None,
                   compress: bool = False) -> JobReport:
-    """Single-file form: a host trace (or a linked JSON), with its Kineto trace when given."""
+    """Single-file form: a host trace (or a linked JSON), with its Kineto trace when given.
+
+    The rank is ``rank``, else the one in the host file's name; a Kineto trace of another rank is refused.
+    Without either, the rank is the Kineto trace's (``distributedInfo``), else 0."""
     if rank is None:
         m = _HOST.match(Path(host).name)
-        rank = _rank_of(m) if m else 0
-    out = f"{prefix}.{rank}" + (".et.gz" if compress else ".et")
-    report = convert_rank((rank, str(host), str(kineto) if kineto else None, out))
+        rank = _rank_of(m) if m else None
+    with paused_gc():
+        linked = link_files(host, kineto, rank=rank)
+        if rank is None:
+            rank = linked.kineto.rank if linked.kineto is not None and linked.kineto.rank is not None else 0
+        out = f"{prefix}.{rank}" + (".et.gz" if compress else ".et")
+        report = convert_linked(linked, out, rank=rank)
     return _finish(str(prefix), [report])
 
 

@@ -8,6 +8,7 @@ host ET nodes), ``kernel``/``gpu_memcpy``/``gpu_memset`` are GPU activity, ``cud
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +18,7 @@ import numpy as np
 from ..errors import EtkitError
 from .jsonio import read_array_document
 
-__all__ = ["KinetoTrace", "load_kineto", "CPU_CATEGORIES", "GPU_CATEGORIES"]
+__all__ = ["KinetoTrace", "KinetoTraceError", "load_kineto", "CPU_CATEGORIES", "GPU_CATEGORIES"]
 
 CPU_CATEGORIES = frozenset({"cpu_op", "user_annotation"})
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
@@ -57,6 +58,7 @@ class KinetoTrace:
     launch_correlation: np.ndarray
     launch_ext_id: np.ndarray
     thread_names: dict[int, str] = field(default_factory=dict)
+    pids: set[int] = field(default_factory=set)  # process ids of the CPU ops (one process per rank)
 
     @property
     def has_rf_ids(self) -> bool:
@@ -72,7 +74,7 @@ class KinetoTrace:
 
 
 def _num(value: Any) -> int:
-    """An integer id from a Kineto field (ints, integral floats or digit strings); -1 otherwise."""
+    """An integer id from a field Kineto writes loosely (GPU ``tid``s may be labels): -1 when not an integer."""
     if type(value) is int:
         return value
     if isinstance(value, float) and value.is_integer():
@@ -82,68 +84,195 @@ def _num(value: Any) -> int:
     return _NO_ID
 
 
+class _BadField(Exception):
+    """A field of one trace event holds a value of the wrong type (turned into a KinetoTraceError)."""
+
+    def __init__(self, field_name: str, value: Any, expected: str) -> None:
+        super().__init__(field_name)
+        self.field_name, self.value, self.expected = field_name, value, expected
+
+
+class KinetoTraceError(EtkitError):
+    """A Kineto trace that cannot be read; the message names the file, the event and the field."""
+
+
+def _id(value: Any, field_name: str) -> int:
+    """A strict integer id (int, integral float or digit string; absent = -1); anything else is malformed."""
+    if value is None:
+        return _NO_ID
+    if type(value) is int:
+        return value
+    if type(value) is float and value.is_integer():
+        return int(value)
+    if type(value) is str and value.lstrip("-").isdigit():
+        return int(value)
+    raise _BadField(field_name, value, "an integer")
+
+
+def _time(value: Any, field_name: str) -> float:
+    """A finite number of µs (``ts``) or a finite non-negative one (``dur``); absent = 0."""
+    if value is None:
+        return 0.0
+    if (type(value) is float or type(value) is int) and math.isfinite(value):
+        if field_name == "dur" and value < 0:
+            raise _BadField(field_name, value, "a non-negative number")
+        return float(value)
+    raise _BadField(field_name, value, "a number" if field_name == "ts" else "a non-negative number")
+
+
+def _args(ev: dict[str, Any]) -> dict[str, Any]:
+    args = ev.get("args")
+    if args is None:
+        return {}
+    if type(args) is not dict:
+        raise _BadField("args", args, "an object")
+    return args
+
+
+def _name(ev: dict[str, Any]) -> str:
+    name = ev.get("name", "")
+    if type(name) is not str:
+        raise _BadField("name", name, "a string")
+    return name
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _header_fields(header: dict[str, Any], label: str) -> tuple[int | None, int | None, list[dict[str, Any]], int]:
+    """``distributedInfo`` (rank, world size, process groups) and ``baseTimeNanoseconds``, type-checked."""
+    def bad(field_name: str, value: Any, expected: str) -> KinetoTraceError:
+        return KinetoTraceError(f"{label}: field {field_name!r} is {_show(value)}, not {expected}")
+
+    info = header.get("distributedInfo")
+    if info is None:
+        info = {}
+    if type(info) is not dict:
+        raise bad("distributedInfo", info, "an object")
+    numbers: list[int | None] = []
+    for key in ("rank", "world_size"):
+        value = info.get(key)
+        if value is not None and (type(value) is not int or value < 0):
+            raise bad(f"distributedInfo.{key}", value, "a non-negative integer")
+        numbers.append(value)
+    rank, world = numbers
+    if rank is not None and world is not None and rank >= world:
+        raise bad("distributedInfo.rank", rank, f"a rank below world_size {world}")
+    groups = info.get("pg_config")
+    if groups is None:
+        groups = []
+    if type(groups) is not list:
+        raise bad("distributedInfo.pg_config", groups, "a list")
+    for i, entry in enumerate(groups):
+        where = f"distributedInfo.pg_config[{i}]"
+        if type(entry) is not dict:
+            raise bad(where, entry, "an object")
+        if type(entry.get("pg_name")) not in (str, int):
+            raise bad(f"{where}.pg_name", entry.get("pg_name"), "a string")
+        ranks = entry.get("ranks")
+        if ranks is not None and (type(ranks) is not list or any(type(r) is not int or r < 0 for r in ranks)):
+            raise bad(f"{where}.ranks", ranks, "a list of ranks")
+    base = header.get("baseTimeNanoseconds")
+    try:
+        base_ns = _id(base, "baseTimeNanoseconds")
+    except _BadField:
+        raise bad("baseTimeNanoseconds", base, "an integer") from None
+    return rank, world, list(groups), max(base_ns, 0)
+
+
 def load_kineto(path: str | os.PathLike[str], *, rank: int | None = None) -> KinetoTrace:
-    """Read a Kineto trace JSON (plain or gzip)."""
+    """Read a Kineto trace JSON (plain or gzip).
+
+    Every field the reader uses is type-checked: a malformed one raises :class:`KinetoTraceError` naming
+    the file, the event (index in ``traceEvents`` and name) and the field.
+    """
     label = f"{path}" + (f" (rank {rank})" if rank is not None else "")
     doc = read_array_document(path, "traceEvents")
     header = doc.header
     if not doc.found:
-        raise EtkitError(f"{label}: not a Kineto trace (no 'traceEvents' array)")
+        raise KinetoTraceError(f"{label}: not a Kineto trace (no 'traceEvents' array)")
+    dist_rank, world, pg_config, base_ns = _header_fields(header, label)
     names: dict[str, int] = {}
     cpu: list[tuple[int, float, float, int, int, int]] = []
     gpu: tuple[list, ...] = ([], [], [], [], [], [], [], [])
     launch: tuple[list, ...] = ([], [], [], [])
     threads: dict[int, str] = {}
+    pids: set[int] = set()
     add_cpu = cpu.append
+    first = 0  # index of the chunk's first event in traceEvents
     for chunk in doc.chunks():
-        for ev in chunk:
-            if type(ev) is not dict:
-                raise EtkitError(f"{label}: traceEvents holds a {type(ev).__name__}, not an object")
-            cat = ev.get("cat")
-            if cat in CPU_CATEGORIES:
-                if ev.get("ph") == "X":  # _cpu_row inlined: one per host op
-                    args = ev.get("args") or {}
-                    tid = ev.get("tid")
-                    rf, ext = args.get("Record function id", _NO_ID), args.get("External id", _NO_ID)
-                    if not (int is type(tid) is type(rf) is type(ext)):
-                        tid, rf, ext = _num(tid), _num(rf), _num(ext)
-                    name = ev.get("name", "")
-                    index = names.get(name)
-                    if index is None:
-                        index = names[name] = len(names)
-                    add_cpu((index, float(ev.get("ts", 0.0)), float(ev.get("dur", 0.0)), tid, rf, ext))
-            elif cat in GPU_CATEGORIES:
-                args = ev.get("args") or {}
-                gpu[0].append(names.setdefault(ev.get("name", ""), len(names)))
-                gpu[1].append(float(ev.get("ts", 0.0)))
-                gpu[2].append(float(ev.get("dur", 0.0)))
-                gpu[3].append(_num(args.get("stream", ev.get("tid"))))
-                gpu[4].append(_num(args.get("correlation", _NO_ID)))
-                gpu[5].append(_num(args.get("External id", _NO_ID)))
-                pg = args.get("Process Group Name")
-                gpu[6].append(str(pg) if pg is not None else None)
-                gpu[7].append(cat)
-            elif cat in LAUNCH_CATEGORIES:
-                args = ev.get("args") or {}
-                launch[0].append(float(ev.get("ts", 0.0)))
-                launch[1].append(_num(ev.get("tid")))
-                launch[2].append(_num(args.get("correlation", _NO_ID)))
-                launch[3].append(_num(args.get("External id", _NO_ID)))
-            elif ev.get("ph") == "M" and ev.get("name") == "thread_name":
-                tid = _num(ev.get("tid"))
-                label_name = str((ev.get("args") or {}).get("name", ""))
-                # Kineto may name a thread twice; a gloo worker name is the informative one.
-                if tid not in threads or "gloo" in label_name:
-                    threads[tid] = label_name
+        ev: Any = None
+        try:
+            for ev in chunk:
+                if type(ev) is not dict:
+                    raise _BadField("", ev, "an object")
+                cat = ev.get("cat")
+                if type(cat) is not str and cat is not None:
+                    raise _BadField("cat", cat, "a string")
+                if cat in CPU_CATEGORIES:
+                    if ev.get("ph") == "X":  # one per host op: the common types are checked inline
+                        args = ev.get("args")
+                        if type(args) is not dict:
+                            args = _args(ev)
+                        tid, pid, ts, dur = ev.get("tid"), ev.get("pid"), ev.get("ts"), ev.get("dur")
+                        rf, ext = args.get("Record function id", _NO_ID), args.get("External id", _NO_ID)
+                        if not (int is type(tid) is type(rf) is type(ext) is type(pid)):
+                            tid, pid = _id(tid, "tid"), _id(pid, "pid")
+                            rf, ext = _id(rf, "args.Record function id"), _id(ext, "args.External id")
+                        if not (float is type(ts) is type(dur)) or dur < 0:
+                            ts, dur = _time(ts, "ts"), _time(dur, "dur")
+                        name = ev.get("name", "")
+                        index = names.get(name) if type(name) is str else None
+                        if index is None:
+                            index = names[_name(ev)] = len(names)
+                        pids.add(pid)
+                        add_cpu((index, ts, dur, tid, rf, ext))
+                elif cat in GPU_CATEGORIES:
+                    args = _args(ev)
+                    gpu[0].append(names.setdefault(_name(ev), len(names)))
+                    gpu[1].append(_time(ev.get("ts"), "ts"))
+                    gpu[2].append(_time(ev.get("dur"), "dur"))
+                    stream = args.get("stream")
+                    gpu[3].append(_num(ev.get("tid")) if stream is None else _id(stream, "args.stream"))
+                    gpu[4].append(_id(args.get("correlation"), "args.correlation"))
+                    gpu[5].append(_id(args.get("External id"), "args.External id"))
+                    pg = args.get("Process Group Name")
+                    gpu[6].append(str(pg) if pg is not None else None)
+                    gpu[7].append(cat)
+                elif cat in LAUNCH_CATEGORIES:
+                    args = _args(ev)
+                    launch[0].append(_time(ev.get("ts"), "ts"))
+                    launch[1].append(_id(ev.get("tid"), "tid"))
+                    launch[2].append(_id(args.get("correlation"), "args.correlation"))
+                    launch[3].append(_id(args.get("External id"), "args.External id"))
+                elif ev.get("ph") == "M" and ev.get("name") == "thread_name":
+                    tid = _num(ev.get("tid"))
+                    label_name = str(_args(ev).get("name", ""))
+                    # Kineto may name a thread twice; a gloo worker name is the informative one.
+                    if tid not in threads or "gloo" in label_name:
+                        threads[tid] = label_name
+        except _BadField as bad:
+            raise _event_error(label, chunk, first, ev, bad) from None
+        first += len(chunk)
     cols = list(zip(*cpu)) if cpu else [()] * 6
-    info = header.get("distributedInfo") or {}
     f64, i64 = np.float64, np.int64
     return KinetoTrace(
-        str(path), info.get("rank"), info.get("world_size"), list(info.get("pg_config") or []),
-        int(header.get("baseTimeNanoseconds") or 0), list(names),
+        str(path), dist_rank, world, pg_config, base_ns, list(names),
         np.array(cols[0], dtype=i64), np.array(cols[1], dtype=f64), np.array(cols[2], dtype=f64),
         np.array(cols[3], dtype=i64), np.array(cols[4], dtype=i64), np.array(cols[5], dtype=i64),
         np.array(gpu[0], dtype=i64), np.array(gpu[1], dtype=f64), np.array(gpu[2], dtype=f64),
         np.array(gpu[3], dtype=i64), np.array(gpu[4], dtype=i64), np.array(gpu[5], dtype=i64), gpu[6], gpu[7],
         np.array(launch[0], dtype=f64), np.array(launch[1], dtype=i64), np.array(launch[2], dtype=i64),
-        np.array(launch[3], dtype=i64), threads)
+        np.array(launch[3], dtype=i64), threads, pids)
+
+
+def _event_error(label: str, chunk: list[Any], first: int, ev: Any, bad: _BadField) -> KinetoTraceError:
+    index = first + next((i for i, item in enumerate(chunk) if item is ev), 0)
+    if not bad.field_name:
+        return KinetoTraceError(f"{label}: traceEvents[{index}] is {_show(ev)}, not an object")
+    name = ev.get("name")
+    event = f"traceEvents[{index}]" + (f" ({name!r})" if type(name) is str else "")
+    return KinetoTraceError(f"{label}: {event}: field {bad.field_name!r} is {_show(bad.value)}, "
+                            f"not {bad.expected}")

@@ -27,22 +27,25 @@ from typing import Any
 import numpy as np
 import orjson
 
+from ..errors import EtkitError
 from ..fileio import atomic_output
-from .comm import Family, classify_op
+from .comm import Family, classify_op, process_group_entries
 from .host import HostTrace, load_host_trace
 from .jsonio import read_array_document
 from .kineto import KinetoTrace, load_kineto
 
-__all__ = ["LinkedRank", "LinkReport", "GpuActivity", "link", "link_files", "write_linked_json", "from_linked_host"]
+__all__ = ["LinkedRank", "LinkReport", "GpuActivity", "LinkError", "link", "link_files", "write_linked_json",
+           "from_linked_host", "check_same_job"]
 
 #: Names of the synthetic roots of a host trace (no Kineto twin).
 ROOT_MARKERS = ("[pytorch|profiler|execution_trace|", "[pytorch|profiler|execution_graph|")
 _NAN = float("nan")
+_NO_PID = -1
 
 
 @dataclass
 class LinkReport:
-    """How well the two traces matched."""
+    """How well the two traces matched: ``host_ops = linked_ops + unlinked_ops + roots``."""
 
     host_ops: int = 0
     linked_ops: int = 0
@@ -54,8 +57,10 @@ class LinkReport:
     kernels: int = 0
     kernels_linked: int = 0
     kernels_unlinked: int = 0
+    roots: int = 0                 # synthetic root ops of the host trace (never in Kineto)
     tree_repairs: int = 0          # ops whose parent differs from the host trace's
     backend_ops_paired: int = 0    # gloo:*/nccl:* ops hung under their c10d op
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -306,12 +311,14 @@ def _pair_backend_ops(host: HostTrace, index_of: dict[int, int], ts: np.ndarray)
     ops = host.ops
     dispatch: list[int] = []
     backend: list[int] = []
+    kinds: dict[int, tuple[Any, Any]] = {}  # op index -> (node type, comm type)
     for i, op in enumerate(ops):
         if op.inputs is None:
             continue
         kind = classify_op(op.name, op.extra, op.inputs)
         if kind is None:
             continue
+        kinds[i] = (kind.node_type, kind.comm_type)
         if kind.family == Family.DISPATCH:
             dispatch.append(i)
         elif kind.family == Family.BACKEND:
@@ -340,19 +347,40 @@ def _pair_backend_ops(host: HostTrace, index_of: dict[int, int], ts: np.ndarray)
     used: set[int] = set()
     for b in sorted(backend, key=order_key):
         b_key = order_key(b)
-        best = None
+        best = same = None  # earliest candidate of any kind / of the backend op's own kind
         for key in ops[b].reads or ops[b].writes:
             for d in by_key.get(key, ()):
-                if d in used:
+                if d in used or not (order_key(d) <= b_key or math.isnan(ts[b])):
                     continue
-                if order_key(d) <= b_key or math.isnan(ts[b]):
-                    if best is None or order_key(d) < order_key(best):
-                        best = d
+                if best is None or order_key(d) < order_key(best):
+                    best = d
+                if kinds[d] == kinds[b]:  # a recv's buffer may be an earlier scatter's output: prefer the kind
+                    if same is None or order_key(d) < order_key(same):
+                        same = d
                     break
-        if best is not None:
-            paired[b] = best
-            used.add(best)
+        # another kind only when none fits (gloo runs reduce_scatter as an all_reduce of a clone)
+        chosen = same if same is not None else best
+        if chosen is not None:
+            paired[b] = chosen
+            used.add(chosen)
+    _pair_by_kind(backend, dispatch, kinds, paired, used, order_key, ts)
     return paired
+
+
+def _pair_by_kind(backend: list[int], dispatch: list[int], kinds: dict[int, tuple[Any, Any]], paired: dict[int, int],
+                  used: set[int], order_key: Any, ts: np.ndarray) -> None:
+    """Backend ops that move no tensor of their dispatcher op (``gloo:barrier``; ``gloo:scatter`` on a
+    non-root rank, which gets no input list) pair with the earliest unpaired dispatcher op of the same kind
+    issued before them."""
+    waiting: dict[tuple[Any, Any], list[int]] = defaultdict(list)
+    for d in sorted((d for d in dispatch if d not in used), key=order_key):
+        waiting[kinds[d]].append(d)
+    for b in sorted((b for b in backend if b not in paired), key=order_key):
+        queue = waiting.get(kinds[b])
+        if queue and (order_key(queue[0]) <= order_key(b) or math.isnan(ts[b])):
+            d = queue.pop(0)
+            paired[b] = d
+            used.add(d)
 
 
 def _repair_parents(host: HostTrace, rows: np.ndarray, k_parent: np.ndarray, ts: np.ndarray,
@@ -483,6 +511,7 @@ def link(host: HostTrace, kineto: KinetoTrace | None) -> LinkedRank:
         _count_unlinked(host, ts, report)
         report.kernels = report.kernels_linked = len(gpu)
         return LinkedRank(host, ts, dur, excl, np.full(n, -1, dtype=np.int64), parent, gpu, report)
+    check_same_job(host, kineto)
     report.kineto_cpu_events = len(kineto.cpu_ts)
     if host.has_rf_ids and kineto.has_rf_ids:
         _match_by_rf_id(host, kineto, rows, report)
@@ -500,6 +529,7 @@ def link(host: HostTrace, kineto: KinetoTrace | None) -> LinkedRank:
     thread[hit] = kineto.cpu_tid[rows[hit]]
     report.linked_ops = int(hit.sum())
     _count_unlinked(host, ts, report)
+    _check_coverage(report, kineto)
     parent = _repair_parents(host, rows, k_parent, ts, report)
     gpu = _attach_gpu(kineto, rows, k_parent, report)
     offset = kineto.base_time_ns / 1000.0
@@ -535,12 +565,68 @@ def _linked_fields(host: HostTrace) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 
 def _count_unlinked(host: HostTrace, ts: np.ndarray, report: LinkReport) -> None:
     missing: dict[str, int] = defaultdict(int)
+    roots = 0
     for i in np.flatnonzero(np.isnan(ts)).tolist():
         name = host.ops[i].name
-        if not name.startswith(ROOT_MARKERS):
+        if name.startswith(ROOT_MARKERS):
+            roots += 1
+        else:
             missing[name] += 1
+    report.roots = roots
     report.unlinked_ops = sum(missing.values())
     report.unlinked_names = dict(sorted(missing.items(), key=lambda kv: -kv[1])[:20])
+
+
+# -- do the two traces belong together? -------------------------------------------------------------------
+
+#: Below this share of linkable host ops matched, the report warns that the traces may not be a pair.
+LOW_COVERAGE = 0.5
+
+
+class LinkError(EtkitError):
+    """A host trace and a Kineto trace that cannot be linked (they come from different ranks or jobs)."""
+
+
+def _host_world_size(host: HostTrace) -> int | None:
+    """World size the host trace's ``process_group:init`` declares (size of the default group "0")."""
+    for op in host.ops:
+        if op.inputs is not None and "process_group:init" in op.name:
+            for entry in process_group_entries(op.inputs, f"{host.path}: node {op.id}"):
+                size = entry.get("group_size")
+                if str(entry.get("pg_name")) == "0" and type(size) is int and size > 0:
+                    return size
+            return None
+    return None
+
+
+def check_same_job(host: HostTrace, kineto: KinetoTrace) -> None:
+    """Refuse a pair whose traces clearly come from different processes, ranks or jobs.
+
+    Both files of one rank are written by the same process, so the host trace's ``pid`` must be the
+    process of Kineto's CPU ops; the rank a job directory (or ``--rank``) gives the host trace must be
+    Kineto's ``distributedInfo.rank``; the world size of the host's default group must be Kineto's. The
+    two clocks are not comparable (the host ``start_ts`` is not on Kineto's clock), so times are not.
+    """
+    problems = []
+    kineto_pids = sorted(kineto.pids - {_NO_PID})
+    if host.pid > 0 and kineto_pids and host.pid not in kineto_pids:
+        problems.append(f"host pid {host.pid}, Kineto pid {', '.join(map(str, kineto_pids[:3]))}")
+    if host.rank is not None and kineto.rank is not None and host.rank != kineto.rank:
+        problems.append(f"host rank {host.rank}, Kineto distributedInfo rank {kineto.rank}")
+    world = _host_world_size(host)
+    if world is not None and kineto.world_size is not None and world != kineto.world_size:
+        problems.append(f"host world size {world}, Kineto world size {kineto.world_size}")
+    if problems:
+        raise LinkError(f"{host.path} and {kineto.path} are not the same rank of one job ({'; '.join(problems)}); "
+                        "pass the Kineto trace recorded together with this host trace")
+
+
+def _check_coverage(report: LinkReport, kineto: KinetoTrace) -> None:
+    linkable = report.host_ops - report.roots
+    if linkable and report.linked_ops < LOW_COVERAGE * linkable:
+        report.warnings.append(
+            f"only {report.linked_ops} of {linkable} host ops matched an event of {kineto.path}: the Kineto "
+            "trace may cover other steps (record both with one profiler, e.g. etkit.collect.profile)")
 
 
 def from_linked_host(host: HostTrace) -> LinkedRank:

@@ -2,7 +2,7 @@
 
 A converted node carries its op schema (attribute ``op_schema``) and its inputs as IOInfo strings: the
 Python ``str()`` of the PyTorch ET ``values``/``shapes``/``types`` lists. They are read with
-:func:`ast.literal_eval` (a literal parser; nothing is evaluated) and turned into an :class:`OpCall`: per
+:func:`etkit.literal.parse_literal` (bounded; nothing is evaluated) and turned into an :class:`OpCall`: per
 schema argument either a literal, a tensor (shape, dtype) or a list of them. At run time the tensors come
 from a :class:`~etkit.replay.pool.TensorPool` and go back to it after the call.
 
@@ -13,7 +13,6 @@ reported with the reason instead of being skipped.
 
 from __future__ import annotations
 
-import ast
 import math
 import re
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any
 
 import torch
 
+from ..literal import LiteralError, parse_literal
 from .pool import TensorPool
 
 __all__ = ["OpCall", "ArgSpec", "parse_op_call", "UnsupportedOp", "tensor_dtype", "run_op_call"]
@@ -90,8 +90,8 @@ def _split_types(inner: str) -> list[str]:
 
 def _literal(text: str, what: str) -> Any:
     try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+        return parse_literal(text, what=f"IOInfo {what}")
+    except LiteralError:
         raise UnsupportedOp(f"unparseable IOInfo {what}") from None
 
 

@@ -16,18 +16,17 @@ launcher can check a whole job before it starts any process:
 
 from __future__ import annotations
 
-import ast
 import heapq
 import re
-from dataclasses import replace
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
 import numpy as np
 
 from ..errors import EtkitError
 from ..format.schema import CommType, NodeType
+from ..literal import LiteralError, parse_literal
 from ..model.groups import WORLD
 from ..model.job import Job
 from ..model.trace import MISSING, Trace, comm_type_name
@@ -416,9 +415,9 @@ def _recorded_alltoall_bytes(trace: Trace, row: int, size: int) -> tuple[list[in
     sizes, or the tensor lists of list ``alltoall_``); ``None`` when the node does not record them."""
     node = trace.node(row)
     try:
-        values = ast.literal_eval(node.inputs.values) if node.inputs.values else None
-        shapes = ast.literal_eval(node.inputs.shapes) if node.inputs.shapes else None
-    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+        values = parse_literal(node.inputs.values) if node.inputs.values else None
+        shapes = parse_literal(node.inputs.shapes) if node.inputs.shapes else None
+    except LiteralError:
         return None
     if not isinstance(values, list) or not isinstance(shapes, list) or len(values) < 2:
         return None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,12 +144,34 @@ def _plan_parts(ctx: AnalysisContext, max_bytes: int) -> list[list[int]]:
     return parts
 
 
+def _stem_ext(out: Path) -> tuple[str, str]:
+    """``t.json.gz`` -> ("t", ".json.gz"); ``t.json`` -> ("t", ".json"); a name without suffix gets ``.json``."""
+    name = out.name
+    return (name[:-8], ".json.gz") if name.endswith(".json.gz") else (out.stem, out.suffix or ".json")
+
+
 def _part_path(out: Path, index: int, count: int) -> Path:
     if count == 1:
         return out
-    name = out.name
-    stem, ext = (name[:-8], ".json.gz") if name.endswith(".json.gz") else (out.stem, out.suffix or ".json")
+    stem, ext = _stem_ext(out)
     return out.with_name(f"{stem}.part{index}{ext}")
+
+
+def _remove_stale_outputs(out: Path, written: list[Path]) -> list[Path]:
+    """Delete the files an earlier run wrote under the same output name that this run did not rewrite:
+    ``out`` itself after a split run, ``out``'s ``.part<N>`` files after an unsplit one (or extra parts
+    after one split into fewer). Only names this module writes are touched, and only once every new file
+    is in place: a run that fails removes nothing."""
+    stem, ext = _stem_ext(out)
+    part = re.compile(rf"{re.escape(stem)}\.part(?:0|[1-9][0-9]*){re.escape(ext)}")
+    keep = {p.name for p in written}
+    candidates = [p for p in out.parent.iterdir() if part.fullmatch(p.name)]
+    removed = []
+    for path in sorted([*candidates, out]):
+        if path.name not in keep and path.is_file():
+            path.unlink()
+            removed.append(path)
+    return removed
 
 
 PROTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")
@@ -168,13 +191,14 @@ def write_timeline(job: Job, out: str | os.PathLike[str], *, schedule: Schedule 
     ctx = prepare(job, schedule, context=context)
     out = Path(out)
     fmt = fmt or timeline_format(out)
-    if fmt == "proto":
-        return _write_proto(ctx, out, flows)
-    if fmt != "json":
+    if fmt not in ("json", "proto"):
         from ..errors import UsageError
 
         raise UsageError(f"{out}: unknown timeline format {fmt!r} (json or proto)")
-    return _write_json(ctx, out, max_bytes, flows)
+    result = _write_proto(ctx, out, flows) if fmt == "proto" else _write_json(ctx, out, max_bytes, flows)
+    for stale in _remove_stale_outputs(out, result.paths):
+        result.notes.append(f"removed {stale} (left by an earlier run under this name)")
+    return result
 
 
 def _write_json(ctx: AnalysisContext, out: Path, max_bytes: int, flows: bool) -> TimelineResult:
