@@ -32,6 +32,12 @@ BAD = [
     (["demo", "--ranks", "0"], "--ranks", "'0' is not a whole number of at least 1"),
     (["demo", "--steps", "-2"], "--steps", "'-2' is not a whole number of at least 1"),
     (["validate", "nope", "--max-findings", "-1"], "--max-findings", "'-1' is not a whole number of at least 0"),
+    (["generate", "micro", "--npus", "2", "-o", "m", "--comp-us", "-5"], "--comp-us",
+     "'-5' is not a whole number of at least 0"),
+    (["calibrate", "-o", "n.yml", "--reps", "0"], "--reps", "'0' is not a whole number of at least 1"),
+    (["simulate", "nope", "--scale-compute", "-1"], "--scale-compute", "'-1' is not a number above 0"),
+    (["simulate", "nope", "--samples", "-1"], "--samples", "'-1' is not a whole number of at least 0"),
+    (["convert", "text", "w.txt", "-o", "t", "--npus", "0"], "--npus", "'0' is not a whole number of at least 1"),
 ]
 
 
@@ -41,7 +47,8 @@ def test_a_nonsense_value_is_refused_at_parse_time(argv, option, message, capsys
         main(argv)
     assert stopped.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert error.startswith(f"etkit {argv[0]}: error: argument {option}: {message}"), error
+    verb = " ".join(argv[:2]) if argv[0] in ("generate", "convert") else argv[0]
+    assert error.startswith(f"etkit {verb}: error: argument {option}: {message}"), error
 
 
 def test_the_edge_values_that_mean_something_are_accepted():

@@ -6,17 +6,17 @@ from __future__ import annotations
 import argparse
 
 from ..simulate.calibrate import DEFAULT_SIZES, calibrate, write_calibration
-from .common import sizes_arg
+from .common import positive_int, sizes_arg
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("calibrate", help="time real collectives here and fit the simulator's network model",
                               description=__doc__)
     p.add_argument("--backend", default="gloo", help="torch.distributed backend (default gloo)")
-    p.add_argument("--ranks", type=int, default=2, help="processes to spawn on loopback (default 2)")
+    p.add_argument("--ranks", type=positive_int, default=2, help="processes to spawn on loopback (default 2)")
     p.add_argument("--sizes", type=sizes_arg, default=DEFAULT_SIZES, metavar="S1,S2",
                    help="message sizes, e.g. 1KiB,64KiB,4MiB (default 1KiB..4MiB, 5 sizes)")
-    p.add_argument("--reps", type=int, default=5, help="timed repetitions per size (median; default 5)")
+    p.add_argument("--reps", type=positive_int, default=5, help="timed repetitions per size (median; default 5)")
     p.add_argument("--from-trace", metavar="PREFIX", help="instead of measuring, fit the communication recorded in a "
                    "measured job (per collective member, from the last member's arrival until it returned; "
                    "latency, bandwidth, a fixed overhead per collective type and the recorded spread around it)")

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..text.convert import write_text
-from .common import add_quiet, add_workers, executor_from
+from .common import add_quiet, add_workers, executor_from, positive_int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -16,8 +16,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "model/data-parallel groups).")
     parser.add_argument("input", metavar="W.txt", help="the text workload")
     parser.add_argument("-o", "--output", required=True, metavar="PREFIX", help="output prefix")
-    parser.add_argument("--npus", type=int, required=True, metavar="N", help="number of ranks")
-    parser.add_argument("--passes", type=int, default=1, metavar="P", help="training passes (default 1)")
+    parser.add_argument("--npus", type=positive_int, required=True, metavar="N", help="number of ranks")
+    parser.add_argument("--passes", type=positive_int, default=1, metavar="P", help="training passes (default 1)")
     parser.add_argument("--model-parallel-group", type=int, metavar="M",
                         help="model-parallel group size: overrides the HYBRID_TRANSFORMER header, or splits "
                              "HYBRID_DATA_MODEL / HYBRID_MODEL_DATA / HYBRID_CUSTOMIZED collectives into "

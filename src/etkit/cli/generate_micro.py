@@ -6,14 +6,14 @@ import argparse
 import sys
 
 from ..generate.micro import MICRO_CASES, write_micro
-from .common import add_quiet, add_workers, executor_from, size_arg
+from .common import add_quiet, add_workers, executor_from, non_negative_int, positive_int, size_arg
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "micro", help="the reference generator's 14 micro-benchmark cases, runnable by a simulator",
         description="Write OUT_DIR/<case>.<rank>.et for every micro-benchmark case (see docs/guide/generate-micro-text.md).")
-    parser.add_argument("--npus", type=int, required=True, metavar="N", help="number of ranks (at least 2)")
+    parser.add_argument("--npus", type=positive_int, required=True, metavar="N", help="number of ranks (at least 2)")
     parser.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
     parser.add_argument("--case", action="append", choices=list(MICRO_CASES), metavar="CASE", dest="cases",
                         help="write only this case (repeatable; default: all 14)")
@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "(default 64KiB)")
     parser.add_argument("--p2p-size", type=size_arg, default="1KiB", help="bytes of each send/recv case message (default 1KiB)")
     parser.add_argument("--mem-size", type=size_arg, default="1KiB", help="tensor_size of the memory load/store cases (default 1KiB)")
-    parser.add_argument("--comp-us", type=int, default=5, help="duration of each COMP node in µs (default 5)")
+    parser.add_argument("--comp-us", type=non_negative_int, default=5, help="duration of each COMP node in µs (default 5)")
     add_workers(parser)
     add_quiet(parser)
     parser.set_defaults(func=run)

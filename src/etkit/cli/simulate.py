@@ -16,7 +16,7 @@ from ..model.job import load_job
 from ..simulate import Knobs, SimulationBlocked, load_config, simulate
 from ..simulate.config import PRESETS
 from ..simulate.whatif import parse_straggler, parse_sweep, plot_sweep, sweep, sweep_table
-from .common import add_quiet, add_workers, executor_from, write_json
+from .common import add_quiet, add_workers, executor_from, non_negative_int, positive_float, write_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,14 +34,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--raw-durations", action="store_true",
                    help="replay duration_micros as written (measured traces: do not keep the time between ops of a "
                         "thread or drop recorded blocking on comm)")
-    p.add_argument("--scale-compute", type=float, default=1.0, metavar="X", help="multiply every compute time by X")
-    p.add_argument("--scale-bandwidth", type=float, default=1.0, metavar="X", help="multiply every link bandwidth by X")
-    p.add_argument("--scale-latency", type=float, default=1.0, metavar="X",
+    p.add_argument("--scale-compute", type=positive_float, default=1.0, metavar="X", help="multiply every compute time by X")
+    p.add_argument("--scale-bandwidth", type=positive_float, default=1.0, metavar="X", help="multiply every link bandwidth by X")
+    p.add_argument("--scale-latency", type=positive_float, default=1.0, metavar="X",
                    help="multiply every link latency and per-call overhead by X (with --scale-bandwidth 10, "
                         "--scale-latency 0.1 is a network 10x faster in both terms)")
     p.add_argument("--measured-start", action="store_true",
                    help="measured traces: each rank enters at its recorded start instead of 0 (one clock needed)")
-    p.add_argument("--samples", type=int, default=32, metavar="N",
+    p.add_argument("--samples", type=non_negative_int, default=32, metavar="N",
                    help="systems with recorded cost residuals (etkit calibrate --from-trace): Monte Carlo runs; the "
                         "result is the run with the median step time (default 32; 0 = one deterministic run)")
     p.add_argument("--seed", type=int, default=0, help="seed of the first Monte Carlo run (default 0)")
