@@ -11,7 +11,8 @@ import pytest
 
 from etkit.errors import TraceFormatError
 from etkit.format.schema import GlobalMetadata, Node, NodeType
-from etkit.format.stream import TraceWriter, frame, open_trace, write_trace
+from etkit.format.stream import (TraceWriter, _scan_frames_exact, _serialises_in_field_order, frame, frame_table,
+                                 open_trace, scan_frames, write_trace)
 from etkit.model.trace import load_trace
 
 from ..builders import coll, node, write_job
@@ -177,3 +178,57 @@ def test_streaming_reader_is_single_pass(tmp_path: Path) -> None:
 def test_write_job_prefix_layout(tmp_path: Path) -> None:
     write_job(tmp_path / "job", [[node(1)], [node(1)]])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job.0.et", "job.1.et"]
+
+
+def _frames_or_error(scan, buf: bytes, allow_empty: bool):  # type: ignore[no-untyped-def]
+    try:
+        return [list(map(int, column)) for column in scan(buf, "f.et", allow_empty=allow_empty)]
+    except TraceFormatError as exc:
+        return (str(exc), exc.record, exc.offset)
+
+
+def _frame_columns(buf: bytes, path: str, *, allow_empty: bool = False):  # type: ignore[no-untyped-def]
+    table = frame_table(buf, path, allow_empty=allow_empty)
+    return table.start, table.offset, table.length
+
+
+def test_frame_table_matches_the_record_by_record_scan_at_every_cut() -> None:
+    # one-, two- and three-byte length prefixes, an empty record, and an over-long varint at the end
+    records = [b"m" * 3, b"a" * 5, b"b" * 200, b"", b"c" * 20_000, b"d" * 127, b"e" * 128, b"f" * 16_383]
+    data = b"".join(frame(r) for r in records)
+    cuts = sorted(set(range(0, len(data), 97)) | {p + d for p in range(len(data) + 1) if p in _starts(data)
+                                                  for d in range(4)})
+    for allow_empty in (False, True):
+        for n in cuts:
+            buf = data[:n]
+            want = _frames_or_error(_scan_frames_exact, buf, allow_empty)
+            assert _frames_or_error(_frame_columns, buf, allow_empty) == want, n
+            assert _frames_or_error(scan_frames, buf, allow_empty) == want, n
+    bad = data + b"\xff\xff\xff\xff\xff\x01"
+    assert _frames_or_error(_frame_columns, bad, True) == _frames_or_error(_scan_frames_exact, bad, True)
+    assert "longer than 5 bytes" in _frames_or_error(_frame_columns, bad, True)[0]
+
+
+def _starts(data: bytes) -> set[int]:
+    return set(_scan_frames_exact(data, "f.et", allow_empty=True)[0]) | {len(data)}
+
+
+def test_batched_duplicate_dep_removal_keeps_first_occurrences_and_file_order(tmp_path: Path) -> None:
+    # enough nodes for the vectorised check, with repeats in some lists, mixed with lossless records
+    lists = [([i - 1, i - 2, i - 1, i - 3, i - 2][: i % 6], [i - 5] * (i % 3)) for i in range(10, 400)]
+    raw = node(9999, deps=[1, 1]).SerializeToString()  # write_record keeps records as they are
+    with TraceWriter(tmp_path / "b.et") as writer:
+        for i, (data, ctrl) in enumerate(lists):
+            writer.write(node(i + 10, deps=data, ctrl=ctrl))
+            if i % 100 == 50:
+                writer.write_record(raw)
+    nodes = list(open_trace(tmp_path / "b.et"))
+    written = [n for n in nodes if n.id != 9999]
+    assert [n.id for n in nodes if n.id == 9999] == [9999] * 4 and list(nodes[51].data_deps) == [1, 1]
+    for n, (data, ctrl) in zip(written, lists):
+        assert list(n.data_deps) == list(dict.fromkeys(data)) and list(n.ctrl_deps) == list(dict.fromkeys(ctrl))
+
+
+def test_protobuf_writes_node_fields_in_number_order() -> None:
+    # the batched duplicate-dep check stops reading a record after its deps only where this holds
+    assert _serialises_in_field_order()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from etkit.format.schema import CommType, GlobalMetadata, NodeType
 from etkit.model.trace import MISSING, Trace, load_trace
@@ -42,6 +43,18 @@ def test_lookups() -> None:
     assert t.node(1).id == 20
     empty = Trace.from_nodes(None, [])
     assert len(empty) == 0 and empty.rows_of([1]).tolist() == [-1]
+
+
+
+@pytest.mark.parametrize("ids", [[5, 6, 7, 8], [1, 3, 9, 2**63 + 1], [7, 3, 9, 3, 1], [2**64 - 2, 2**64 - 1], [0]],
+                         ids=["dense", "increasing", "unordered-repeated", "top-of-range", "single"])
+def test_rows_of_agrees_with_a_first_occurrence_lookup(ids: list[int]) -> None:
+    t = Trace.from_nodes(None, [node(i) for i in ids])
+    first = {}
+    for row, node_id in enumerate(ids):
+        first.setdefault(node_id, row)
+    query = sorted({q for i in ids for q in (i - 1, i, i + 1) if 0 <= q < 2**64} | {0, 2**64 - 1})
+    assert t.rows_of(query).tolist() == [first.get(q, -1) for q in query]
 
 
 def test_write_and_reload_is_identical(tmp_path: Path) -> None:

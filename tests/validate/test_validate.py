@@ -59,6 +59,25 @@ def test_single_file_faults(tmp_path: Path) -> None:
     assert not report.ok
 
 
+
+def test_every_repeated_dep_is_reported_once_per_extra_copy(tmp_path: Path) -> None:
+    nodes = [node(1), node(2), node(3, deps=[1, 2, 1, 2, 1], ctrl=[2, 2]), node(4, deps=[1], ctrl=[2, 1])]
+    with TraceWriter(tmp_path / "dup.0.et", GlobalMetadata()) as writer:
+        for n in nodes:
+            writer.write_record(n.SerializeToString())  # raw: keep the repeated deps
+    repeats = [f.message.split(" is listed")[0] for f in _check(tmp_path / "dup").findings if f.rule == "duplicate-dep"]
+    # node 3: data 1 twice more, data 2 once more, ctrl 2 once more; node 4 repeats nothing
+    assert sorted(repeats) == sorted(["data dep 1", "data dep 2", "data dep 1", "ctrl dep 2"])
+
+
+def test_deps_on_later_nodes_are_not_a_cycle_unless_they_close_one(tmp_path: Path) -> None:
+    forward = [node(1, deps=[2]), node(2, deps=[3]), node(3)]  # listed before what they depend on: no cycle
+    assert _check(write_job(tmp_path / "fwd", [forward])).ok
+    closed = [node(1, deps=[2]), node(2, ctrl=[3]), node(3, deps=[1])]
+    [cycle] = [f for f in _check(write_job(tmp_path / "cyc", [closed])).findings if f.rule == "cycle"]
+    assert cycle.node_id == 1 and "3 nodes" in cycle.message
+
+
 def test_empty_node_record_is_reported(tmp_path: Path) -> None:
     path = tmp_path / "e.0.et"
     write_trace(path, GlobalMetadata(), [node(1), node(2)])

@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 
 from .schema import NodeBatch
 
-__all__ = ["Columns", "decode_columns", "HOT_INT_ATTRS", "MISSING"]
+__all__ = ["Columns", "decode_columns", "rows_with_repeated_deps", "field_numbers", "HOT_INT_ATTRS", "MISSING", "PAD"]
 
 #: Sentinel in integer attribute columns for "attribute absent".
 MISSING = np.iinfo(np.int64).min
@@ -29,7 +29,9 @@ MISSING = np.iinfo(np.int64).min
 HOT_INT_ATTRS = ("comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag", "comm_priority", "num_ops",
                  "tensor_size", "tid", "stream")
 _HOT_NAMES = HOT_INT_ATTRS + ("is_cpu_op", "pg_name")
-_PAD = 32
+_CPU_NAME, _PG_NAME = len(HOT_INT_ATTRS), len(HOT_INT_ATTRS) + 1  # their indices in _HOT_NAMES
+#: Spare bytes the lock-step walk may read past the last record (word-wide reads).
+PAD = 32
 _CHECK_CHUNK = 1 << 16
 _U32 = np.uint64(0xFFFFFFFF)
 _INT64_MAX = np.uint64(np.iinfo(np.int64).max)
@@ -132,8 +134,15 @@ def _word_varints(w: np.ndarray, avail: int) -> tuple[np.ndarray, np.ndarray]:
     x = w & (low_bit | (low_bit - np.uint64(1))) & _LOW7
     for keep, move, shift in _LANES:  # squeeze the 7-bit groups together
         x = (x & keep) | ((x & move) >> shift)
-    top_bit = np.log2(np.where(found, low_bit, np.uint64(1)).astype(np.float64)).astype(np.int64)  # 8k + 7: exact
-    return x, np.where(found, (top_bit >> 3) + 1, 0)
+    if _bitwise_count is not None:  # the stop bit's byte index k = the number of top bits below it
+        length = _bitwise_count((low_bit - np.uint64(1)) & _MSBS).astype(np.int64) + 1
+    else:
+        top_bit = np.log2(np.where(found, low_bit, np.uint64(1)).astype(np.float64)).astype(np.int64)  # 8k+7: exact
+        length = (top_bit >> 3) + 1
+    return x, np.where(found, length, 0)
+
+
+_bitwise_count = getattr(np, "bitwise_count", None)  # numpy >= 2.0
 
 
 def _step_fields(b: np.ndarray, words: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -143,6 +152,9 @@ def _step_fields(b: np.ndarray, words: np.ndarray, p: np.ndarray) -> tuple[np.nd
     if (first < 0x80).all():  # one-byte tags (every Node field): read the value from the same word
         tag = first
         q = p + 1
+        second = (w >> np.uint64(8)) & np.uint64(0xFF)
+        if (second < 0x80).all():  # one-byte values or lengths everywhere (most steps of a walk)
+            return tag >> 3, tag & 7, q, second, np.ones(p.size, dtype=np.int64)
         value, advance = _word_varints(w >> np.uint64(8), 7)
         wire = tag & 7
         long = np.flatnonzero((advance == 0) & ((wire == 0) | (wire == 2)))  # fixed-width values are read later
@@ -157,13 +169,16 @@ def _step_fields(b: np.ndarray, words: np.ndarray, p: np.ndarray) -> tuple[np.nd
 
 
 def _scan(b: np.ndarray, start: np.ndarray, end: np.ndarray, keep: Callable[[np.ndarray, np.ndarray], np.ndarray],
-          scalars: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]) -> _Fields:
+          scalars: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], None],
+          stop_above: int | None = None) -> _Fields:
     """Walk every field of every message ``b[start:end]`` in lock-step.
 
     Each step hands the step's fields to ``scalars(msgs, field, wire, value, offset)`` (which stores
     last-wins scalar fields straight into columns) and keeps the fields that ``keep(field, wire)``
     selects (repeated and nested ones) for the caller. The messages still being walked are kept
     compacted (``active``, ``p``, ``e``) rather than gathered from full-length arrays each step.
+    With ``stop_above``, a message is left after its first field numbered higher than that (for
+    messages whose fields are known to be in ascending order).
     """
     words = _words(b)
     active = np.flatnonzero(start < end)
@@ -194,6 +209,8 @@ def _scan(b: np.ndarray, start: np.ndarray, end: np.ndarray, keep: Callable[[np.
         if m.any():
             out.append((active[m], field[m], wire[m], value[m], offset[m], np.full(int(m.sum()), step)))
         going = new_pos < e
+        if stop_above is not None:
+            going &= field <= stop_above
         if going.all():
             p = new_pos
         else:
@@ -249,11 +266,12 @@ def _window_keys(words: np.ndarray, off: np.ndarray, length: np.ndarray, width: 
     """The first ``width`` bytes of each string (zero past its length) as ``width // 8`` uint64 words."""
     out = np.empty((off.size, width // 8), dtype=np.uint64)
     for k in range(width // 8):
-        left = np.clip(length - 8 * k, 0, 8).astype(np.uint64)
-        mask = np.where(left >= 8, np.uint64(0xFFFFFFFFFFFFFFFF),
-                        (np.uint64(1) << (np.uint64(8) * np.minimum(left, np.uint64(7)))) - np.uint64(1))
-        out[:, k] = words[off + 8 * k] & mask
+        out[:, k] = words[off + 8 * k] & _LOW_BYTES[np.clip(length - 8 * k, 0, 8)]
     return out
+
+
+#: ``_LOW_BYTES[k]``: a mask of the low ``k`` bytes of a word.
+_LOW_BYTES = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)
 
 
 def _string_table(buf: bytes, b: np.ndarray, off: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -288,10 +306,11 @@ def _int_values(kind: np.ndarray, value: np.ndarray) -> np.ndarray:
     """Attribute integer values per oneof field number, as the int64 the columns hold."""
     out = value.view(np.int64).copy()
     low = value & _U32
+    present = np.bincount(kind, minlength=len(_ONEOF_WIRE_LUT))
     for number, (_, decoder) in _VALUE_FIELDS.items():
-        m = kind == number
-        if not m.any():
+        if not present[number]:
             continue
+        m = kind == number
         if decoder == "int32":
             out[m] = low[m].astype(np.uint32).view(np.int32).astype(np.int64)
         elif decoder == "uint32":
@@ -381,18 +400,20 @@ def _simple_attributes(b: np.ndarray, a_start: np.ndarray, a_end: np.ndarray, na
     return ok
 
 
-def _attributes(buf: bytes, b: np.ndarray, f: _Fields, n: int) -> tuple[np.ndarray, np.ndarray, list[str] | None, dict[str, np.ndarray]]:
-    attr_mask = (f.field == 10) & (f.wire == 2)
-    a_start = f.offset[attr_mask]
-    order = np.argsort(a_start, kind="stable")  # memory order: cache-friendly, a node's attributes in wire order
-    a_start = a_start[order]
-    owner = f.msg[attr_mask][order]
-    a_end = a_start + f.value[attr_mask][order].astype(np.int64)
-    ints = {name: np.full(n, MISSING, dtype=np.int64) for name in HOT_INT_ATTRS}
+def _attributes(buf: bytes, b: np.ndarray, f: _Fields, n: int, int_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """``is_cpu_op``, ``pg_name`` (index into the returned strings) per node; fills ``int_rows``.
+
+    ``int_rows[k, row]`` receives the integer attribute ``HOT_INT_ATTRS[k]`` of node ``row`` (it holds
+    MISSING on entry).
+    """
+    attr = np.flatnonzero((f.field == 10) & (f.wire == 2))  # step-major: a node's attributes in wire order
+    a_start = f.offset[attr]
+    owner = f.msg[attr]
+    a_end = a_start + f.value[attr].astype(np.int64)
     cpu = np.full(n, -1, dtype=np.int8)
     pg = np.full(n, -1, dtype=np.int32)
     if owner.size == 0:
-        return cpu, pg, [], ints
+        return cpu, pg, []
     na = owner.size
     name_len = np.zeros(na, dtype=np.int64)
     name_off = np.zeros(na, dtype=np.int64)
@@ -416,20 +437,13 @@ def _attributes(buf: bytes, b: np.ndarray, f: _Fields, n: int) -> tuple[np.ndarr
     owner, name_id, kind, value, v_off = owner[hot], name_id[hot], kind[hot], value[hot], v_off[hot]
     is_int = np.isin(kind, np.fromiter(_VALUE_FIELDS, dtype=np.int64))
     int_val = _int_values(kind, value)
-    strings: list[str] = []
-    for index, name in enumerate(_HOT_NAMES):
-        hit = name_id == index
-        if not hit.any():
-            continue
-        if name == "is_cpu_op":
-            m = hit & is_int
-            cpu[owner[m]] = (int_val[m] != 0).astype(np.int8)
-        elif name == "pg_name":
-            strings = _pg_column(buf, b, np.flatnonzero(hit), owner, kind, value, v_off, is_int, pg)
-        else:
-            m = hit & is_int
-            ints[name][owner[m]] = int_val[m]
-    return cpu, pg, strings, ints
+    m = is_int & (name_id < _CPU_NAME)  # integer columns: one scatter into the rows of int_rows (last wins)
+    int_rows[name_id[m], owner[m]] = int_val[m]
+    m = is_int & (name_id == _CPU_NAME)
+    cpu[owner[m]] = (int_val[m] != 0).astype(np.int8)
+    pg_rows = np.flatnonzero(name_id == _PG_NAME)
+    strings = _pg_column(buf, b, pg_rows, owner, kind, value, v_off, is_int, pg) if pg_rows.size else []
+    return cpu, pg, strings
 
 
 def _pg_column(buf: bytes, b: np.ndarray, rows: np.ndarray, owner: np.ndarray, kind: np.ndarray, value: np.ndarray,
@@ -481,9 +495,68 @@ def _check_with_protobuf(buf: bytes, frame_start: np.ndarray, rec_end: np.ndarra
         piece = arr[base:int(rec_end[j - 1])]
         wrapped = np.insert(piece, frame_start[i:j] - base, 0x0A)
         try:
-            NodeBatch.FromString(wrapped.tobytes())
+            NodeBatch.FromString(wrapped.data)  # a buffer, not a bytes copy
         except (DecodeError, ValueError, RuntimeError) as exc:
             raise _Unusual(str(exc)) from None
+
+
+def _keep_deps(field: np.ndarray, wire: np.ndarray) -> np.ndarray:
+    return (field == 4) | (field == 5)
+
+
+def _store_nothing(*_: np.ndarray) -> None:
+    pass
+
+
+def rows_with_repeated_deps(padded: bytes, rec_off: np.ndarray, rec_end: np.ndarray, *,
+                            fields_in_order: bool = False) -> np.ndarray | None:
+    """Rows among the Node records ``padded[rec_off:rec_end]`` whose data or ctrl deps list a value twice.
+
+    ``padded`` must end with at least ``PAD`` spare bytes. ``fields_in_order`` (the records' fields
+    are in ascending number order, as protobuf serialises known fields) stops the walk of a record
+    after its deps. ``None`` when the records are too unusual for the lock-step walk (the caller
+    then checks them one by one).
+    """
+    b = np.frombuffer(padded, dtype=np.uint8)
+    try:
+        f = _scan(b, rec_off, rec_end, _keep_deps, _store_nothing, stop_above=5 if fields_in_order else None)
+        repeated = []
+        for number in (4, 5):
+            ptr, values = _packed(b, f, number, rec_off.size)
+            if values.size < 2:
+                continue
+            owner = np.repeat(np.arange(rec_off.size), np.diff(ptr))
+            order = np.lexsort((values, owner))
+            owner, values = owner[order], values[order]
+            same = (owner[1:] == owner[:-1]) & (values[1:] == values[:-1])
+            repeated.append(owner[1:][same])
+    except (_Unusual, ValueError, IndexError):
+        return None
+    return np.unique(np.concatenate(repeated)) if repeated else np.zeros(0, dtype=np.int64)
+
+
+def field_numbers(record: bytes) -> list[int]:
+    """Numbers of the top-level fields of one message, in wire order (raises ValueError if malformed)."""
+    numbers: list[int] = []
+
+    def note(msgs: np.ndarray, field: np.ndarray, *_: np.ndarray) -> None:
+        numbers.extend(field.tolist())
+
+    try:
+        _scan(np.frombuffer(record + bytes(PAD), dtype=np.uint8), np.zeros(1, dtype=np.int64),
+              np.full(1, len(record), dtype=np.int64), _keep_nothing, note)
+    except _Unusual as exc:
+        raise ValueError(str(exc)) from None
+    return numbers
+
+
+#: Node scalar fields read as varints, in the order of the rows of ``_decode_chunk``'s scalars.
+_SCALAR_FIELDS = (1, 3, 6, 7)
+#: Row of a field's value in those scalars, indexed by field number (capped) for wire type 0, and
+#: the same offset by its size for any other wire type (-1: not a scalar column).
+_SPAN = 16
+_SCALAR_SLOT = np.full(2 * _SPAN, -1, dtype=np.int64)
+_SCALAR_SLOT[list(_SCALAR_FIELDS)] = np.arange(len(_SCALAR_FIELDS))
 
 
 def _keep_node_lists(field: np.ndarray, wire: np.ndarray) -> np.ndarray:
@@ -499,53 +572,63 @@ def decode_columns(buf: bytes, frame_start: np.ndarray, rec_off: np.ndarray, rec
     """Hot columns of the node records ``buf[rec_off:rec_off+rec_len]``; ``None`` = take the slow path.
 
     ``frame_start`` is where each record's length prefix begins (the records must be contiguous frames).
-    Records are decoded in chunks of ``_DECODE_CHUNK`` whose columns are then joined.
+    Records are decoded in chunks of ``_DECODE_CHUNK`` (the working arrays of one stay in the CPU
+    caches) whose columns are then joined.
     """
     n = rec_off.size
     try:
         rec_end = rec_off + rec_len
         if n:
             _check_with_protobuf(buf, frame_start, rec_end)
-        b = np.frombuffer(buf + bytes(_PAD), dtype=np.uint8)
-        parts = [_decode_chunk(buf, b, rec_off[i:i + _DECODE_CHUNK], rec_end[i:i + _DECODE_CHUNK])
-                 for i in range(0, max(n, 1), _DECODE_CHUNK)]
+        # Word-wide reads run up to PAD bytes past a record: records that end that far before the end
+        # of the file are read in place, the last few from a padded copy of the file's tail.
+        b = np.frombuffer(buf, dtype=np.uint8)
+        body = int(np.searchsorted(rec_end, len(buf) - PAD, side="right"))
+        int_rows = np.full((len(HOT_INT_ATTRS), n), MISSING, dtype=np.int64)  # filled in place, never joined
+        parts = [_decode_chunk(buf, b, rec_off[i:min(i + _DECODE_CHUNK, body)], rec_end[i:min(i + _DECODE_CHUNK, body)],
+                               int_rows[:, i:min(i + _DECODE_CHUNK, body)])
+                 for i in range(0, body, _DECODE_CHUNK)]
+        if body < n or not parts:
+            base = int(rec_off[body]) if body < n else 0
+            tail = buf[base:]
+            parts.append(_decode_chunk(tail, np.frombuffer(tail + bytes(PAD), dtype=np.uint8), rec_off[body:] - base,
+                                       rec_end[body:] - base, int_rows[:, body:]))
     except (_Unusual, UnicodeDecodeError, ValueError, IndexError):
         return None
-    return parts[0] if len(parts) == 1 else _join(parts)
+    return parts[0] if len(parts) == 1 else _join(parts, int_rows)
 
 
-def _decode_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray) -> Columns:
+def _decode_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray, int_rows: np.ndarray) -> Columns:
     """Columns of the records ``b[rec_off:rec_end]`` (offsets into the whole file; raises _Unusual)."""
     n = rec_off.size
-    ids = np.zeros(n, dtype=np.uint64)
-    types = np.zeros(n, dtype=np.int32)
-    start = np.zeros(n, dtype=np.uint64)
-    duration = np.zeros(n, dtype=np.uint64)
+    scalars = np.zeros((len(_SCALAR_FIELDS), n), dtype=np.uint64)  # raw varints of id, type, start, duration
     name_off = np.zeros(n, dtype=np.int64)
     name_len = np.zeros(n, dtype=np.int64)
 
     def store(msgs: np.ndarray, field: np.ndarray, wire: np.ndarray, val: np.ndarray, off: np.ndarray) -> None:
-        varint = wire == 0
-        for number, column in ((1, ids), (6, start), (7, duration)):
-            m = varint & (field == number)
-            column[msgs[m]] = val[m]
-        m = varint & (field == 3)
-        types[msgs[m]] = (val[m] & _U32).astype(np.uint32).view(np.int32)
-        m = (wire == 2) & (field == 2)
-        name_off[msgs[m]], name_len[msgs[m]] = off[m], val[m].astype(np.int64)
+        slot = _SCALAR_SLOT[np.minimum(field, _SPAN - 1) + np.where(wire == 0, 0, _SPAN)]
+        m = slot >= 0
+        if m.all():
+            scalars[slot, msgs] = val
+        else:
+            scalars[slot[m], msgs[m]] = val[m]
+            m = (wire == 2) & (field == 2)
+            name_off[msgs[m]], name_len[msgs[m]] = off[m], val[m].astype(np.int64)
 
     f = _scan(b, rec_off, rec_end, _keep_node_lists, store)
+    ids, raw_type, start, duration = scalars
+    types = (raw_type & _U32).astype(np.uint32).view(np.int32)
     name_idx, strings = _string_table(buf, b, name_off, name_len)
     ctrl_ptr, ctrl_deps = _packed(b, f, 4, n)
     data_ptr, data_deps = _packed(b, f, 5, n)
-    cpu, pg, pg_strings, ints = _attributes(buf, b, f, n)
+    cpu, pg, pg_strings = _attributes(buf, b, f, n, int_rows)
     if pg_strings:
         index = {s: i for i, s in enumerate(strings)}
         remap = np.asarray([index.setdefault(s, len(index)) for s in pg_strings], dtype=np.int32)
         strings = list(index)
         pg = np.where(pg >= 0, remap[np.maximum(pg, 0)], -1).astype(np.int32)
     return Columns(ids, types, name_idx, strings, start, duration, data_ptr, data_deps, ctrl_ptr, ctrl_deps,
-                   cpu, pg, ints)
+                   cpu, pg, dict(zip(HOT_INT_ATTRS, int_rows)))
 
 
 def _join_csr(ptrs: list[np.ndarray], values: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -554,8 +637,11 @@ def _join_csr(ptrs: list[np.ndarray], values: list[np.ndarray]) -> tuple[np.ndar
     return ptr, np.concatenate(values)
 
 
-def _join(parts: list[Columns]) -> Columns:
-    """One Columns of consecutive chunks: string indices remapped into one first-seen table."""
+def _join(parts: list[Columns], int_rows: np.ndarray) -> Columns:
+    """One Columns of consecutive chunks: string indices remapped into one first-seen table.
+
+    The integer attribute columns are already whole: the rows of ``int_rows``, which the chunks filled.
+    """
     index: dict[str, int] = {}
     name_idx, pg = [], []
     for part in parts:
@@ -570,4 +656,4 @@ def _join(parts: list[Columns]) -> Columns:
 
     return Columns(cat("ids"), cat("types"), np.concatenate(name_idx), list(index), cat("start"), cat("duration"),
                    data_ptr, data_deps, ctrl_ptr, ctrl_deps, cat("is_cpu_op"), np.concatenate(pg),
-                   {name: np.concatenate([p.ints[name] for p in parts]) for name in parts[0].ints})
+                   dict(zip(HOT_INT_ATTRS, int_rows)))

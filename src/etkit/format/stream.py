@@ -11,14 +11,18 @@ from __future__ import annotations
 import gzip
 import os
 import zlib
+from array import array
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+import numpy as np
 from google.protobuf.message import DecodeError
 
 from ..errors import TraceFormatError
 from ..fileio import atomic_output, open_maybe_gzip
+from .columnar import PAD, field_numbers, rows_with_repeated_deps
 from .schema import GlobalMetadata, Node
 
 __all__ = [
@@ -30,6 +34,8 @@ __all__ = [
     "encode_varint",
     "frame",
     "scan_frames",
+    "frame_table",
+    "FrameTable",
 ]
 
 _CHUNK = 1 << 20
@@ -48,17 +54,17 @@ def encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
-_SMALL_PREFIX = [bytes((n,)) for n in range(0x80)]
+#: Length prefixes of records shorter than 16 KiB (one or two bytes), made once.
+_PREFIXES = [encode_varint(n) for n in range(0x4000)]
+
+
+def _prefix(n: int) -> bytes:
+    return _PREFIXES[n] if n < 0x4000 else encode_varint(n)
 
 
 def frame(record: bytes) -> bytes:
     """``record`` with its varint32 length prefix."""
-    n = len(record)
-    if n < 0x80:
-        return _SMALL_PREFIX[n] + record
-    if n < 0x4000:  # most node records: a two-byte prefix without encode_varint's loop
-        return bytes((n & 0x7F | 0x80, n >> 7)) + record
-    return encode_varint(n) + record
+    return _prefix(len(record)) + record
 
 
 def _long_length(buf: bytes, pos: int, end: int, path: str | os.PathLike[str], index: int,
@@ -80,11 +86,108 @@ def _long_length(buf: bytes, pos: int, end: int, path: str | os.PathLike[str], i
             return length & 0xFFFFFFFF, pos
 
 
+@dataclass(frozen=True)
+class FrameTable:
+    """Where the records of a whole-file buffer lie: one int64 entry per record, in file order."""
+
+    start: np.ndarray  # where the record's length prefix begins
+    offset: np.ndarray  # where its payload begins
+    length: np.ndarray  # payload length in bytes
+
+    def __len__(self) -> int:
+        return int(self.start.size)
+
+
+def frame_table(buf: bytes, path: str | os.PathLike[str], *, allow_empty: bool = False) -> FrameTable:
+    """Every record of a whole-file buffer as numpy columns; same checks and messages as :func:`iter_records`.
+
+    The records' positions depend on each other, so one tight loop follows the chain of length
+    prefixes and notes only where each frame starts; lengths and payload offsets are then decoded from
+    those starts with numpy. Any fault sends the file through :func:`_scan_frames_exact`, which raises
+    the precise error for the first faulty record.
+    """
+    starts = _frame_starts(buf)
+    if starts is None:
+        return _frame_table_exact(buf, path, allow_empty)
+    b = np.frombuffer(buf, dtype=np.uint8)
+    length = b[starts].astype(np.int64)
+    header = np.ones(starts.size, dtype=np.int64)
+    multi = np.flatnonzero(length >= 0x80)
+    if multi.size:
+        second = b[starts[multi] + 1].astype(np.int64)  # in bounds: the chain walk read it
+        length[multi] = (length[multi] & 0x7F) | ((second & 0x7F) << 7)
+        header[multi] = 2
+        for row in multi[second >= 0x80].tolist():  # 16 KiB and longer: rare, decoded one by one
+            start = int(starts[row])
+            length[row], after = _varint_or_none(buf, start, len(buf))  # type: ignore[misc]
+            header[row] = after - start
+    offset = starts + header
+    if (not allow_empty and not length[1:].all()) or (starts.size and int(offset[-1] + length[-1]) != len(buf)):
+        return _frame_table_exact(buf, path, allow_empty)  # raises the error of the first faulty record
+    return FrameTable(starts, offset, length)
+
+
+def _varint_or_none(buf: bytes, pos: int, end: int) -> tuple[int, int] | None:
+    """A varint32 record length at ``pos`` and the position after it; ``None`` if cut or over-long."""
+    length = 0
+    for shift in range(0, 7 * _MAX_VARINT32_BYTES, 7):
+        if pos >= end:
+            return None
+        byte = buf[pos]
+        pos += 1
+        length |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return length & 0xFFFFFFFF, pos
+    return None
+
+
+def _frame_starts(buf: bytes) -> np.ndarray | None:
+    """Start of every frame, following the chain of length prefixes; ``None`` if a prefix is cut or over-long.
+
+    Only the last record can run past the end of the buffer; the caller checks that.
+    """
+    starts = array("q")
+    add = starts.append
+    pos = 0
+    try:
+        while True:  # ends with an IndexError: cheaper than a bounds test per record
+            byte = buf[pos]
+            add(pos)
+            if byte < 0x80:  # most records: shorter than 128 bytes
+                pos += byte + 1
+            else:
+                high = buf[pos + 1]
+                if high < 0x80:  # 128 B .. 16 KiB
+                    pos += ((byte & 0x7F) | (high << 7)) + 2
+                else:
+                    decoded = _varint_or_none(buf, pos, len(buf))
+                    if decoded is None:
+                        return None
+                    pos = decoded[1] + decoded[0]
+    except IndexError:
+        if pos < len(buf):  # the file ends inside a two-byte length
+            return None
+    return np.frombuffer(starts, dtype=np.int64)
+
+
+def _frame_table_exact(buf: bytes, path: str | os.PathLike[str], allow_empty: bool) -> FrameTable:
+    start, offset, length = _scan_frames_exact(buf, path, allow_empty=allow_empty)
+    return FrameTable(*(np.asarray(column, dtype=np.int64) for column in (start, offset, length)))
+
+
 def scan_frames(buf: bytes, path: str | os.PathLike[str], *, allow_empty: bool = False) -> tuple[list[int], list[int], list[int]]:
     """``(frame starts, payload offsets, payload lengths)`` of every record of a whole-file buffer.
 
-    Same checks and messages as :func:`iter_records`.
+    Same checks and messages as :func:`iter_records`. :func:`frame_table` gives the same as numpy
+    arrays, without building Python lists.
     """
+    table = frame_table(buf, path, allow_empty=allow_empty)
+    return table.start.tolist(), table.offset.tolist(), table.length.tolist()
+
+
+def _scan_frames_exact(buf: bytes, path: str | os.PathLike[str], *,
+                       allow_empty: bool = False) -> tuple[list[int], list[int], list[int]]:
+    """The record-by-record scan: every check in file order, so the first fault raises its own error."""
     frame_start: list[int] = []
     offsets: list[int] = []
     lengths: list[int] = []
@@ -269,16 +372,37 @@ def open_trace(path: str | os.PathLike[str], *, allow_empty: bool = False) -> Tr
     return TraceReader(path, allow_empty=allow_empty)
 
 
-def _check_node(node: Node) -> bytes:
+_EMPTY_NODE = ("refusing to write an empty node (id 0 and no other field): "
+               "readers of other tools take a zero-length record for end of file")
+#: Below this many records, repeated deps are looked for record by record (no vectorised walk).
+_VECTORISED_MIN_RECORDS = 64
+
+
+def _serialises_in_field_order() -> bool:
+    """Whether this protobuf runtime writes a Node's fields in ascending number order (all known ones do).
+
+    Checked once on a node with every field set, so the search for repeated deps may stop reading a
+    record after its deps (fields 4 and 5) only where that holds.
+    """
+    node = Node()
+    for field in Node.DESCRIPTOR.fields:
+        value = getattr(node, field.name)
+        if field.message_type:
+            value.add() if hasattr(value, "add") else value.SetInParent()
+        elif hasattr(value, "append"):
+            value.append(1)
+        else:
+            setattr(node, field.name, "x" if field.type == field.TYPE_STRING else 1)
+    numbers = field_numbers(node.SerializeToString())
+    return numbers == sorted(numbers) and len(numbers) == len(Node.DESCRIPTOR.fields)
+
+
+_FIELDS_IN_ORDER = _serialises_in_field_order()
+
+
+def _has_repeated_deps(node: Node) -> bool:
     data, ctrl = node.data_deps, node.ctrl_deps
-    # a single dep cannot repeat: only longer lists pay for the set
-    if (len(data) > 1 and len(set(data)) < len(data)) or (len(ctrl) > 1 and len(set(ctrl)) < len(ctrl)):
-        node = _without_duplicate_deps(node)
-    payload = node.SerializeToString()
-    if not payload:
-        raise ValueError("refusing to write an empty node (id 0 and no other field): "
-                         "readers of other tools take a zero-length record for end of file")
-    return payload
+    return (len(data) > 1 and len(set(data)) < len(data)) or (len(ctrl) > 1 and len(set(ctrl)) < len(ctrl))
 
 
 def _without_duplicate_deps(node: Node) -> Node:
@@ -290,6 +414,28 @@ def _without_duplicate_deps(node: Node) -> Node:
         del repeated[:]
         repeated.extend(unique)
     return clean
+
+
+def _without_repeated_deps(payloads: list[bytes]) -> list[bytes]:
+    """``payloads`` (Node records) with every repeated data or ctrl dep dropped, first occurrence kept.
+
+    Reading a dependency list of a protobuf message from Python costs more than serialising the
+    whole node, so the lists are checked on the serialised records instead: a batch at once with
+    the vectorised walk of :mod:`.columnar`; only the (rare) records with a repeated dep are parsed,
+    cleaned and serialised again.
+    """
+    rows: list[int] | None = None
+    if len(payloads) >= _VECTORISED_MIN_RECORDS:
+        lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
+        rec_end = np.cumsum(lengths)
+        found = rows_with_repeated_deps(b"".join(payloads) + bytes(PAD), rec_end - lengths, rec_end,
+                                        fields_in_order=_FIELDS_IN_ORDER)
+        rows = None if found is None else found.tolist()
+    if rows is None:
+        rows = [row for row, payload in enumerate(payloads) if _has_repeated_deps(Node.FromString(payload))]
+    for row in rows:
+        payloads[row] = _without_duplicate_deps(Node.FromString(payloads[row])).SerializeToString()
+    return payloads
 
 
 class TraceWriter:
@@ -305,17 +451,20 @@ class TraceWriter:
         self.path = Path(path)
         self._ctx = atomic_output(self.path, compress=compress)
         self._out = self._ctx.__enter__()
-        self._pending: list[bytes] = []
+        self._pending: list[bytes] = []  # length prefixes and records, written out together
         self._pending_bytes = 0
+        self._nodes: list[bytes] = []  # payloads of write() not yet checked for repeated deps
+        self._nodes_bytes = 0
         self.nodes_written = 0
         if metadata is None:
             metadata = GlobalMetadata()
         record = metadata if isinstance(metadata, bytes) else metadata.SerializeToString()
-        self._append(frame(record))
+        self._append(record)
 
-    def _append(self, framed: bytes) -> None:
-        self._pending.append(framed)
-        self._pending_bytes += len(framed)
+    def _append(self, payload: bytes) -> None:
+        self._pending.append(_prefix(len(payload)))
+        self._pending.append(payload)
+        self._pending_bytes += len(payload)
         if self._pending_bytes >= self._FLUSH_BYTES:
             self._flush()
 
@@ -324,16 +473,41 @@ class TraceWriter:
         self._pending.clear()
         self._pending_bytes = 0
 
+    def _drain_nodes(self) -> None:
+        """Move the payloads of :meth:`write` to the output, repeated deps dropped."""
+        nodes, self._nodes, self._nodes_bytes = self._nodes, [], 0
+        add, prefixes, size = self._pending.append, _PREFIXES, 0
+        for payload in _without_repeated_deps(nodes):
+            n = len(payload)
+            add(prefixes[n] if n < 0x4000 else encode_varint(n))
+            add(payload)
+            size += n
+        self._pending_bytes += size
+        if self._pending_bytes >= self._FLUSH_BYTES:
+            self._flush()
+
     def write(self, node: Node) -> None:
-        """Append ``node`` (duplicate deps dropped, first occurrence kept; an empty node is refused)."""
-        self._append(frame(_check_node(node)))
+        """Append ``node`` (duplicate deps dropped, first occurrence kept; an empty node is refused).
+
+        The node is serialised at once (later changes to ``node`` do not matter); repeated deps are
+        looked for a batch of records at a time.
+        """
+        payload = node.SerializeToString()
+        if not payload:
+            raise ValueError(_EMPTY_NODE)
+        self._nodes.append(payload)
+        self._nodes_bytes += len(payload)
         self.nodes_written += 1
+        if self._nodes_bytes >= self._FLUSH_BYTES:
+            self._drain_nodes()
 
     def write_record(self, payload: bytes) -> None:
         """Append an already-encoded, non-empty Node payload as it is (the lossless path)."""
         if not payload:
             raise ValueError("refusing to write an empty node record")
-        self._append(frame(payload))
+        if self._nodes:
+            self._drain_nodes()  # keep file order
+        self._append(payload)
         self.nodes_written += 1
 
     def write_records(self, payloads: Iterable[bytes]) -> None:
@@ -344,6 +518,7 @@ class TraceWriter:
         """Finish the file and move it into place."""
         if self._out is None:
             return
+        self._drain_nodes()
         self._flush()
         self._out = None
         self._ctx.__exit__(None, None, None)

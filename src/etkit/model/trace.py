@@ -24,7 +24,7 @@ from ..format.attrs import INT_KINDS
 from ..format.schema import CommType, GlobalMetadata, Node, NodeType
 from ..fileio import read_bytes_maybe_gzip
 from ..format.columnar import HOT_INT_ATTRS, MISSING, Columns, decode_columns
-from ..format.stream import TraceWriter, scan_frames
+from ..format.stream import TraceWriter, frame_table
 
 __all__ = ["Trace", "load_trace", "MISSING", "COMM_NODE_TYPES"]
 
@@ -36,6 +36,13 @@ _INT_COLUMN_SET = frozenset(HOT_INT_ATTRS)
 
 def _csr(ptr: array, values: array) -> tuple[np.ndarray, np.ndarray]:
     return np.frombuffer(ptr, dtype=np.int64).copy(), np.frombuffer(values, dtype=np.uint64).copy()
+
+
+def _id_order(ids: np.ndarray) -> np.ndarray:
+    """Rows in id order (stable), or an empty array when the rows already are (the common case)."""
+    if (ids[1:] > ids[:-1]).all():
+        return np.zeros(0, dtype=np.int64)
+    return np.argsort(ids, kind="stable")
 
 
 def _offsets(lengths: np.ndarray) -> np.ndarray:
@@ -110,15 +117,24 @@ class Trace:
         return self.strings[int(self.name_idx[row])]
 
     def rows_of(self, ids: np.ndarray | Sequence[int]) -> np.ndarray:
-        """Row index of each id (-1 where the id is not a node of this trace)."""
-        if self._order is None:
-            self._order = np.argsort(self.ids, kind="stable")
-        sorted_ids = self.ids[self._order]
+        """Row index of each id (-1 where the id is not a node of this trace; the first row if repeated)."""
         query = np.asarray(ids, dtype=np.uint64)
-        pos = np.searchsorted(sorted_ids, query)
-        pos_clipped = np.minimum(pos, max(len(sorted_ids) - 1, 0))
-        found = (pos < len(sorted_ids)) & (sorted_ids[pos_clipped] == query) if len(sorted_ids) else np.zeros(query.shape, bool)
-        return np.where(found, self._order[pos_clipped] if len(sorted_ids) else -1, -1).astype(np.int64)
+        n = len(self)
+        if n == 0:
+            return np.full(query.shape, -1, dtype=np.int64)
+        if self._order is None:
+            self._order = _id_order(self.ids)
+        if self._order.size == 0:  # ids strictly increasing: row order is id order
+            first = self.ids[0]
+            if int(self.ids[-1]) - int(first) == n - 1:  # and dense: the row is the id's distance to the first
+                rows = query - first  # ids below the first wrap round to huge values
+                return np.where(rows < np.uint64(n), rows.astype(np.int64), -1)
+            sorted_ids, order = self.ids, None
+        else:
+            sorted_ids, order = self.ids[self._order], self._order
+        pos = np.minimum(np.searchsorted(sorted_ids, query), n - 1)
+        found = sorted_ids[pos] == query
+        return np.where(found, pos if order is None else order[pos], -1).astype(np.int64)
 
     def row_of(self, node_id: int) -> int:
         row = int(self.rows_of([node_id])[0])
@@ -310,20 +326,21 @@ def load_trace(path: str | os.PathLike[str], *, allow_empty: bool = False) -> Tr
     ones. ``allow_empty`` keeps zero-length node records as rows (validation reports them).
     """
     buf = read_trace_bytes(path)
-    frame_start, offsets, lengths = scan_frames(buf, path, allow_empty=allow_empty)
-    if not offsets:
+    frames = frame_table(buf, path, allow_empty=allow_empty)
+    if not len(frames):
         raise TraceFormatError(path, "empty file: no GlobalMetadata record", record=0, offset=0)
-    meta_record = buf[offsets[0]:offsets[0] + lengths[0]]
+    meta_off, meta_len = int(frames.offset[0]), int(frames.length[0])
+    meta_record = buf[meta_off:meta_off + meta_len]
     metadata = GlobalMetadata()
     try:
         metadata.ParseFromString(meta_record)
     except (DecodeError, ValueError, RuntimeError) as exc:
         raise TraceFormatError(path, f"corrupt GlobalMetadata message ({exc})", record=0, offset=0) from None
-    rec_off = np.asarray(offsets[1:], dtype=np.int64)
-    rec_len = np.asarray(lengths[1:], dtype=np.int64)
-    cols = decode_columns(buf, np.asarray(frame_start[1:], dtype=np.int64), rec_off, rec_len)
+    frame_start, rec_off, rec_len = frames.start[1:], frames.offset[1:], frames.length[1:]
+    cols = decode_columns(buf, frame_start, rec_off, rec_len)
     if cols is None:
-        records = ((i + 1, frame_start[i + 1], buf[o:o + n]) for i, (o, n) in enumerate(zip(offsets[1:], lengths[1:])))
+        records = ((i + 1, s, buf[o:o + n]) for i, (s, o, n) in
+                   enumerate(zip(frame_start.tolist(), rec_off.tolist(), rec_len.tolist())))
         trace = _TraceBuilder(str(path)).build(meta_record, records)
     else:
         trace = _from_columns(cols, metadata, buf, rec_off, rec_len, str(path))

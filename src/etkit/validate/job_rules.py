@@ -35,9 +35,11 @@ def check_collectives(records: Mapping[int, CommRecord], groups: ProcessGroups, 
     # (rank, group) -> row indices into that rank's collective arrays
     per_group: dict[str, dict[int, np.ndarray]] = defaultdict(dict)
     for rank, rec in records.items():
-        keys = np.asarray([_group_key(p) for p in rec.coll_pg], dtype=object)
-        for key in dict.fromkeys(keys.tolist()):
-            per_group[key][rank] = np.flatnonzero(keys == key)
+        used = np.unique(rec.coll_pg_idx)  # the few distinct pg_names, not one string per collective
+        keys = [_group_key(rec.pg_table[i]) for i in used.tolist()]
+        for key in dict.fromkeys(keys):
+            codes = used[[k == key for k in keys]]
+            per_group[key][rank] = np.flatnonzero(np.isin(rec.coll_pg_idx, codes))
     for key, by_rank in sorted(per_group.items()):
         try:
             members = groups.members(key, world)

@@ -35,6 +35,8 @@ def _check_ids(trace: Trace, sink: FindingSink) -> None:
     for row in empty:
         sink.add(int(trace.ids[row]), "empty-node", f"record {row + 1} is empty (zero length): "
                  "other readers stop reading the file there")
+    if (trace.ids[1:] > trace.ids[:-1]).all():  # ids in increasing order (the norm) cannot repeat
+        return
     uniq, counts = np.unique(trace.ids, return_counts=True)
     for node_id, count in zip(uniq[counts > 1], counts[counts > 1]):
         sink.add(int(node_id), "duplicate-id", f"id {node_id} is used by {count} nodes")
@@ -50,20 +52,36 @@ def _check_deps(trace: Trace, sink: FindingSink, kind: str) -> np.ndarray:
     self_loop = trace.ids[src] == deps
     for i in np.flatnonzero(self_loop):
         sink.add(int(deps[i]), "self-dep", f"node lists itself in its {kind} deps")
-    if len(deps):
-        order = np.lexsort((deps, src))
-        same = (src[order][1:] == src[order][:-1]) & (deps[order][1:] == deps[order][:-1])
-        for i in np.flatnonzero(same):
-            j = order[i + 1]
-            sink.add(int(trace.ids[src[j]]), "duplicate-dep",
-                     f"{kind} dep {int(deps[j])} is listed more than once (feeders never release such a node)")
+    for j in _repeated_entries(trace.data_ptr if kind == "data" else trace.ctrl_ptr, deps):
+        sink.add(int(trace.ids[src[j]]), "duplicate-dep",
+                 f"{kind} dep {int(deps[j])} is listed more than once (feeders never release such a node)")
     ok = (dst >= 0) & ~self_loop
     return np.stack([src[ok], dst[ok]])
+
+
+def _repeated_entries(ptr: np.ndarray, deps: np.ndarray) -> np.ndarray:
+    """Entries of the CSR lists ``(ptr, deps)`` that repeat an earlier entry of the same list, in order.
+
+    Only lists of two or more entries can repeat, so only those are sorted.
+    """
+    counts = np.diff(ptr)
+    long_rows = np.flatnonzero(counts > 1)
+    if long_rows.size == 0:
+        return long_rows
+    entries = np.repeat(ptr[long_rows] - np.cumsum(np.concatenate([[0], counts[long_rows][:-1]])), counts[long_rows])
+    entries += np.arange(entries.size)
+    owner = np.repeat(long_rows, counts[long_rows])
+    order = np.lexsort((entries, deps[entries], owner))  # by list, value, then position: the first stays first
+    entries, owner, values = entries[order], owner[order], deps[entries][order]
+    same = (owner[1:] == owner[:-1]) & (values[1:] == values[:-1])
+    return np.sort(entries[1:][same])
 
 
 def _check_cycles(trace: Trace, edges: np.ndarray, sink: FindingSink) -> None:
     n = len(trace)
     if n == 0 or edges.shape[1] == 0:
+        return
+    if (edges[1] < edges[0]).all():  # every dep is on an earlier row: file order is a topological order
         return
     graph = csr_matrix((np.ones(edges.shape[1], dtype=np.int8), (edges[0], edges[1])), shape=(n, n))
     count, labels = connected_components(graph, directed=True, connection="strong")
@@ -132,7 +150,8 @@ class CommRecord:
 
     rank: int
     coll_ids: np.ndarray
-    coll_pg: list[str]
+    coll_pg_idx: np.ndarray  # index into pg_table of each collective's pg_name ("" where absent)
+    pg_table: list[str]
     coll_type: np.ndarray
     coll_size: np.ndarray
     send_ids: np.ndarray
@@ -147,19 +166,20 @@ class CommRecord:
 
 def comm_record(trace: Trace, rank: int) -> CommRecord:
     """Extract the communication sequence of ``trace`` (nodes sorted by id)."""
-    order = np.argsort(trace.ids, kind="stable")
+    comm = np.flatnonzero(np.isin(trace.types, np.array([_COLL, _SEND, _RECV], dtype=trace.types.dtype)))
+    order = comm[np.argsort(trace.ids[comm], kind="stable")]
     types = trace.types[order]
-    pg_names = trace.pg_names()[order]
 
     def pick(node_type: int) -> np.ndarray:
         return order[types == node_type]
 
     coll, send, recv = pick(_COLL), pick(_SEND), pick(_RECV)
-    coll_pg = [("" if p is None else p) for p in pg_names[types == _COLL]]
+    used, coll_pg_idx = np.unique(trace.pg_idx[coll], return_inverse=True)  # -1 (absent) sorts first
+    pg_table = ["" if i < 0 else trace.strings[i] for i in used.tolist()]
     tag = lambda rows: np.where(trace.comm_tag[rows] == MISSING, 0, trace.comm_tag[rows])  # noqa: E731
     return CommRecord(
         rank,
-        trace.ids[coll], coll_pg, trace.comm_type[coll], trace.comm_size[coll],
+        trace.ids[coll], coll_pg_idx.ravel(), pg_table, trace.comm_type[coll], trace.comm_size[coll],
         trace.ids[send], trace.comm_dst[send], tag(send), trace.comm_size[send],
         trace.ids[recv], trace.comm_src[recv], tag(recv), trace.comm_size[recv],
     )
