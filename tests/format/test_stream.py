@@ -232,3 +232,25 @@ def test_batched_duplicate_dep_removal_keeps_first_occurrences_and_file_order(tm
 def test_protobuf_writes_node_fields_in_number_order() -> None:
     # the batched duplicate-dep check stops reading a record after its deps only where this holds
     assert _serialises_in_field_order()
+
+
+@pytest.mark.parametrize("long_name", [0, 200, 20_000])  # one-byte, two-byte and three-byte length prefixes
+def test_batched_framing_gives_the_exact_protobuf_records(tmp_path: Path, long_name: int) -> None:
+    """Batches of write() (several drains of over 1 MiB) frame every record as varint(len) || SerializeToString."""
+    nodes = [node(i, deps=[i - 1] if i > 1 else [], ctrl=[1, 2] if i % 7 == 0 else []) for i in range(1, 12_000)]
+    for i, n in enumerate(nodes):
+        n.name = "k" * long_name if i % 1000 == 0 else f"op{i}" + "x" * 80  # 1.4 MB in all
+    meta = GlobalMetadata(version="v").SerializeToString()
+    with TraceWriter(tmp_path / "f.et", meta) as writer:
+        for n in nodes:
+            writer.write(n)
+        assert writer.nodes_written == len(nodes)
+    expected = bytearray()
+    for payload in [meta] + [n.SerializeToString() for n in nodes]:
+        length = len(payload)
+        while length >= 0x80:  # protobuf varint, little-endian base 128
+            expected.append(length & 0x7F | 0x80)
+            length >>= 7
+        expected.append(length)
+        expected += payload
+    assert (tmp_path / "f.et").read_bytes() == bytes(expected)

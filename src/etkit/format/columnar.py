@@ -5,8 +5,10 @@ decodes the ``k``-th field of every record that still has one. Nested attribute 
 the same way, and packed dependency lists are decoded byte-parallel. The result is the hot columns
 of :class:`etkit.model.trace.Trace`; everything else stays in the record bytes.
 
-Correctness guard: every chunk of records is also parsed by protobuf's C runtime in one call, so a
-file that protobuf rejects is never accepted here. Whenever anything is unusual (bad wire types,
+Correctness guard: a file that protobuf rejects is never accepted here. A chunk of records is
+either proven acceptable by the walk itself (every field, nested ones included, declared by the
+schema and walked, every proto3 string ASCII: see :class:`_Proof`) or parsed by protobuf's C
+runtime in one call. Whenever anything is unusual (bad wire types,
 groups, over-long varints, hash collisions in the name table, invalid UTF-8), :func:`decode_columns`
 returns ``None`` and the caller takes the record-by-record path, which produces the precise error.
 """
@@ -43,6 +45,9 @@ _VALUE_FIELDS = {
     27: (0, "bool"),
 }
 _STRING_VAL = 29
+#: ``_INT_KIND[k]``: oneof member ``k`` holds an integer or bool (``k`` is 0 for an attribute without a value).
+_INT_KIND = np.zeros(34, dtype=bool)
+_INT_KIND[list(_VALUE_FIELDS)] = True
 _ONEOF_WIRE = {3: 1, 5: 5, 29: 2, 31: 2, **{n: wt for n, (wt, _) in _VALUE_FIELDS.items()}}
 _ONEOF_WIRE.update({n: 2 for n in range(4, 33, 2)})
 _ONEOF_WIRE_LUT = np.full(34, -1, dtype=np.int64)
@@ -384,7 +389,12 @@ def _simple_attributes(b: np.ndarray, a_start: np.ndarray, a_end: np.ndarray, na
     wire = tag & 7
     ok &= (~two | (high < 0x80)) & (field >= 3) & (_ONEOF_WIRE_LUT[field] == wire)
     off = q + 1 + two
-    val, advance = _word_varints(w >> (np.uint64(8) + (two.astype(np.uint64) << np.uint64(3))), 6)
+    rest = w >> (np.uint64(8) + (two.astype(np.uint64) << np.uint64(3)))
+    val = rest & np.uint64(0xFF)
+    advance = np.ones(val.size, dtype=np.int64)
+    long = np.flatnonzero(val >= 0x80)  # one-byte values (most) need no word-wide decoding
+    if long.size:
+        val[long], advance[long] = _word_varints(rest[long], 6)
     fixed = (wire == 1) | (wire == 5)
     ok &= fixed | (advance > 0)  # longer varints are left to the generic scan
     off += np.where(fixed, 0, advance)
@@ -400,11 +410,12 @@ def _simple_attributes(b: np.ndarray, a_start: np.ndarray, a_end: np.ndarray, na
     return ok
 
 
-def _attributes(buf: bytes, b: np.ndarray, f: _Fields, n: int, int_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def _attributes(buf: bytes, b: np.ndarray, f: _Fields, n: int, int_rows: np.ndarray,
+                proof: _Proof) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """``is_cpu_op``, ``pg_name`` (index into the returned strings) per node; fills ``int_rows``.
 
     ``int_rows[k, row]`` receives the integer attribute ``HOT_INT_ATTRS[k]`` of node ``row`` (it holds
-    MISSING on entry).
+    MISSING on entry). Tells ``proof`` what the walk of the attributes saw.
     """
     attr = np.flatnonzero((f.field == 10) & (f.wire == 2))  # step-major: a node's attributes in wire order
     a_start = f.offset[attr]
@@ -422,9 +433,16 @@ def _attributes(buf: bytes, b: np.ndarray, f: _Fields, n: int, int_rows: np.ndar
     v_off = np.zeros(na, dtype=np.int64)
 
     simple = _simple_attributes(b, a_start, a_end, name_off, name_len, kind, value, v_off)
+    proof.fields(_ATTR_WIRES, kind[simple], _ONEOF_WIRE_LUT[kind[simple]])  # the simple ones' value fields
+    proof.strings(name_off[simple], name_len[simple])
+    text = simple & (kind == _STRING_VAL)
+    proof.strings(v_off[text], value[text])
     rest = np.flatnonzero(~simple)
     if rest.size:
         def store(msgs: np.ndarray, field: np.ndarray, wire: np.ndarray, val: np.ndarray, off: np.ndarray) -> None:
+            proof.fields(_ATTR_WIRES, field, wire)
+            m = (wire == 2) & np.isin(field, _ATTR_STRINGS)
+            proof.strings(off[m], val[m])
             msgs = rest[msgs]
             m = (field == 1) & (wire == 2)
             name_len[msgs[m]], name_off[msgs[m]] = val[m].astype(np.int64), off[m]
@@ -435,7 +453,7 @@ def _attributes(buf: bytes, b: np.ndarray, f: _Fields, n: int, int_rows: np.ndar
     name_id = _hot_name_ids(_window_keys(_words(b), name_off, np.minimum(name_len, 16), 16), name_len)
     hot = np.flatnonzero(name_id >= 0)
     owner, name_id, kind, value, v_off = owner[hot], name_id[hot], kind[hot], value[hot], v_off[hot]
-    is_int = np.isin(kind, np.fromiter(_VALUE_FIELDS, dtype=np.int64))
+    is_int = _INT_KIND[kind]
     int_val = _int_values(kind, value)
     m = is_int & (name_id < _CPU_NAME)  # integer columns: one scatter into the rows of int_rows (last wins)
     int_rows[name_id[m], owner[m]] = int_val[m]
@@ -523,9 +541,12 @@ def rows_with_repeated_deps(padded: bytes, rec_off: np.ndarray, rec_end: np.ndar
         repeated = []
         for number in (4, 5):
             ptr, values = _packed(b, f, number, rec_off.size)
-            if values.size < 2:
+            counts = np.diff(ptr)
+            if values.size < 2 or counts.max() < 2:
                 continue
-            owner = np.repeat(np.arange(rec_off.size), np.diff(ptr))
+            owner = np.repeat(np.arange(rec_off.size), counts)
+            listed = counts[owner] > 1  # only lists of two or more can repeat a value
+            owner, values = owner[listed], values[listed]
             order = np.lexsort((values, owner))
             owner, values = owner[order], values[order]
             same = (owner[1:] == owner[:-1]) & (values[1:] == values[:-1])
@@ -560,52 +581,129 @@ _SCALAR_SLOT[list(_SCALAR_FIELDS)] = np.arange(len(_SCALAR_FIELDS))
 
 
 def _keep_node_lists(field: np.ndarray, wire: np.ndarray) -> np.ndarray:
-    """Node fields kept for later passes: deps (4, 5) and attributes (10)."""
-    return (field == 4) | (field == 5) | ((field == 10) & (wire == 2))
+    """Node fields kept for later passes: deps (4, 5), inputs and outputs (8, 9) and attributes (10)."""
+    return (field == 4) | (field == 5) | (((field == 8) | (field == 9) | (field == 10)) & (wire == 2))
+
+
+def _wire_table(wires: dict[int, tuple[int, ...]]) -> np.ndarray:
+    """``table[min(number, 33), wire]``: a field the schema declares, with a wire type protobuf parses it from."""
+    table = np.zeros((34, 8), dtype=bool)
+    for number, allowed in wires.items():
+        table[number, list(allowed)] = True
+    return table
+
+
+#: The fields of Node, IOInfo and AttributeProto, each with the wire types it is parsed from (packed
+#: or not for the dep lists). Attribute list members (even numbers 4..32) are nested messages that
+#: the walk does not enter, so they are left out: a record holding one is checked by protobuf.
+_NODE_WIRES = _wire_table({1: (0,), 2: (2,), 3: (0,), 4: (0, 2), 5: (0, 2), 6: (0,), 7: (0,), 8: (2,), 9: (2,),
+                           10: (2,)})
+_IOINFO_WIRES = _wire_table({1: (2,), 2: (2,), 3: (2,)})
+_ATTR_WIRES = _wire_table({1: (2,), 2: (2,), 3: (1,), 5: (5,), 29: (2,), 31: (2,),
+                           **{number: (wire,) for number, (wire, _) in _VALUE_FIELDS.items()}})
+#: Attribute fields that are proto3 strings (protobuf rejects them unless valid UTF-8).
+_ATTR_STRINGS = (1, 2, _STRING_VAL)
+
+
+class _Proof:
+    """What the walk of a chunk of records saw of everything protobuf's parser checks.
+
+    A chunk is *proven* when every field of every record, and of every message nested in one, is a
+    field the schema declares with a wire type protobuf parses it from (so no field was skipped
+    unwalked and there is no nested message the walk did not enter), and every proto3 string is
+    ASCII (so valid UTF-8). The walk itself has then checked the rest (tags, varints, lengths inside
+    their message, packed lists), and protobuf would accept the chunk. Any other chunk is parsed by
+    protobuf, which also settles the rare non-ASCII strings.
+    """
+
+    def __init__(self) -> None:
+        self.declared = True
+        self._offsets: list[np.ndarray] = []
+        self._lengths: list[np.ndarray] = []
+
+    def fields(self, table: np.ndarray, field: np.ndarray, wire: np.ndarray) -> None:
+        """Note fields the walk read (of one message type, whose declared fields ``table`` lists)."""
+        if self.declared and not table[np.minimum(field, 33), wire].all():
+            self.declared = False
+
+    def strings(self, offset: np.ndarray, length: np.ndarray) -> None:
+        """Note proto3 strings the walk found (byte offsets into the chunk's buffer, lengths)."""
+        self._offsets.append(offset)
+        self._lengths.append(length.astype(np.int64))
+
+    def holds(self, b: np.ndarray) -> bool:
+        """Whether the chunk is proven: every string's bytes are read a word at a time for a top bit."""
+        if not self.declared:
+            return False
+        if not self._offsets:
+            return True
+        words = _words(b)
+        start, length = np.concatenate(self._offsets), np.concatenate(self._lengths)
+        while start.size:  # step k reads bytes 8k .. 8k+7 of every string that long
+            if (words[start] & _LOW_BYTES[np.minimum(length, 8)] & _MSBS).any():
+                return False
+            longer = length > 8
+            start, length = start[longer] + 8, length[longer] - 8
+        return True
 
 
 #: Records decoded together: the working arrays of one chunk stay in the CPU caches.
 _DECODE_CHUNK = 1 << 14
 
 
-def decode_columns(buf: bytes, frame_start: np.ndarray, rec_off: np.ndarray, rec_len: np.ndarray) -> Columns | None:
+def decode_columns(buf: bytes, frame_start: np.ndarray, rec_off: np.ndarray, rec_len: np.ndarray, *,
+                   names: bool = True) -> Columns | None:
     """Hot columns of the node records ``buf[rec_off:rec_off+rec_len]``; ``None`` = take the slow path.
 
     ``frame_start`` is where each record's length prefix begins (the records must be contiguous frames).
+    ``names=False`` skips the name table, the costliest column that validation never reads: every
+    ``name_idx`` is then -1 and ``strings`` holds only the ``pg_name`` values (the records are still
+    checked exactly as with names).
     Records are decoded in chunks of ``_DECODE_CHUNK`` (the working arrays of one stay in the CPU
     caches) whose columns are then joined.
     """
     n = rec_off.size
     try:
         rec_end = rec_off + rec_len
-        if n:
-            _check_with_protobuf(buf, frame_start, rec_end)
         # Word-wide reads run up to PAD bytes past a record: records that end that far before the end
         # of the file are read in place, the last few from a padded copy of the file's tail.
         b = np.frombuffer(buf, dtype=np.uint8)
         body = int(np.searchsorted(rec_end, len(buf) - PAD, side="right"))
         int_rows = np.full((len(HOT_INT_ATTRS), n), MISSING, dtype=np.int64)  # filled in place, never joined
-        parts = [_decode_chunk(buf, b, rec_off[i:min(i + _DECODE_CHUNK, body)], rec_end[i:min(i + _DECODE_CHUNK, body)],
-                               int_rows[:, i:min(i + _DECODE_CHUNK, body)])
-                 for i in range(0, body, _DECODE_CHUNK)]
+        parts = []
+        for i in range(0, body, _DECODE_CHUNK):
+            j = min(i + _DECODE_CHUNK, body)
+            part, proven = _decode_chunk(buf, b, rec_off[i:j], rec_end[i:j], int_rows[:, i:j], names)
+            if not proven:
+                _check_with_protobuf(buf, frame_start[i:j], rec_end[i:j])
+            parts.append(part)
         if body < n or not parts:
             base = int(rec_off[body]) if body < n else 0
             tail = buf[base:]
-            parts.append(_decode_chunk(tail, np.frombuffer(tail + bytes(PAD), dtype=np.uint8), rec_off[body:] - base,
-                                       rec_end[body:] - base, int_rows[:, body:]))
+            part, proven = _decode_chunk(tail, np.frombuffer(tail + bytes(PAD), dtype=np.uint8), rec_off[body:] - base,
+                                         rec_end[body:] - base, int_rows[:, body:], names)
+            if not proven and body < n:
+                _check_with_protobuf(buf, frame_start[body:], rec_end[body:])
+            parts.append(part)
     except (_Unusual, UnicodeDecodeError, ValueError, IndexError):
         return None
     return parts[0] if len(parts) == 1 else _join(parts, int_rows)
 
 
-def _decode_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray, int_rows: np.ndarray) -> Columns:
-    """Columns of the records ``b[rec_off:rec_end]`` (offsets into the whole file; raises _Unusual)."""
+def _decode_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray, int_rows: np.ndarray,
+                  names: bool = True) -> tuple[Columns, bool]:
+    """Columns of the records ``b[rec_off:rec_end]`` (offsets into the whole file; raises _Unusual).
+
+    Also whether the walk proved that protobuf accepts these records (see :class:`_Proof`).
+    """
     n = rec_off.size
+    proof = _Proof()
     scalars = np.zeros((len(_SCALAR_FIELDS), n), dtype=np.uint64)  # raw varints of id, type, start, duration
     name_off = np.zeros(n, dtype=np.int64)
     name_len = np.zeros(n, dtype=np.int64)
 
     def store(msgs: np.ndarray, field: np.ndarray, wire: np.ndarray, val: np.ndarray, off: np.ndarray) -> None:
+        proof.fields(_NODE_WIRES, field, wire)
         slot = _SCALAR_SLOT[np.minimum(field, _SPAN - 1) + np.where(wire == 0, 0, _SPAN)]
         m = slot >= 0
         if m.all():
@@ -614,21 +712,38 @@ def _decode_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.nd
             scalars[slot[m], msgs[m]] = val[m]
             m = (wire == 2) & (field == 2)
             name_off[msgs[m]], name_len[msgs[m]] = off[m], val[m].astype(np.int64)
+            proof.strings(off[m], val[m])
+
+    def io_store(msgs: np.ndarray, field: np.ndarray, wire: np.ndarray, val: np.ndarray, off: np.ndarray) -> None:
+        proof.fields(_IOINFO_WIRES, field, wire)
+        m = wire == 2
+        proof.strings(off[m], val[m])
 
     f = _scan(b, rec_off, rec_end, _keep_node_lists, store)
+    io = np.flatnonzero(((f.field == 8) | (f.field == 9)) & (f.wire == 2))
+    _scan(b, f.offset[io], f.offset[io] + f.value[io].astype(np.int64), _keep_nothing, io_store)
     ids, raw_type, start, duration = scalars
     types = (raw_type & _U32).astype(np.uint32).view(np.int32)
-    name_idx, strings = _string_table(buf, b, name_off, name_len)
+    if names:
+        name_idx, strings = _string_table(buf, b, name_off, name_len)
+    else:
+        name_idx, strings = np.full(n, -1, dtype=np.int32), []
     ctrl_ptr, ctrl_deps = _packed(b, f, 4, n)
     data_ptr, data_deps = _packed(b, f, 5, n)
-    cpu, pg, pg_strings = _attributes(buf, b, f, n, int_rows)
+    cpu, pg, pg_strings = _attributes(buf, b, f, n, int_rows, proof)
     if pg_strings:
         index = {s: i for i, s in enumerate(strings)}
         remap = np.asarray([index.setdefault(s, len(index)) for s in pg_strings], dtype=np.int32)
         strings = list(index)
-        pg = np.where(pg >= 0, remap[np.maximum(pg, 0)], -1).astype(np.int32)
-    return Columns(ids, types, name_idx, strings, start, duration, data_ptr, data_deps, ctrl_ptr, ctrl_deps,
-                   cpu, pg, dict(zip(HOT_INT_ATTRS, int_rows)))
+        pg = _remapped(pg, remap)
+    columns = Columns(ids, types, name_idx, strings, start, duration, data_ptr, data_deps, ctrl_ptr, ctrl_deps,
+                      cpu, pg, dict(zip(HOT_INT_ATTRS, int_rows)))
+    return columns, proof.holds(b)
+
+
+def _remapped(idx: np.ndarray, remap: np.ndarray) -> np.ndarray:
+    """String indices ``idx`` mapped through ``remap``; -1 (absent, or a name not decoded) stays -1."""
+    return np.where(idx >= 0, remap[np.maximum(idx, 0)], -1).astype(np.int32)
 
 
 def _join_csr(ptrs: list[np.ndarray], values: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -646,8 +761,8 @@ def _join(parts: list[Columns], int_rows: np.ndarray) -> Columns:
     name_idx, pg = [], []
     for part in parts:
         remap = np.asarray([index.setdefault(s, len(index)) for s in part.strings] or [0], dtype=np.int32)
-        name_idx.append(remap[part.name_idx])
-        pg.append(np.where(part.pg_idx >= 0, remap[np.maximum(part.pg_idx, 0)], -1).astype(np.int32))
+        name_idx.append(_remapped(part.name_idx, remap))
+        pg.append(_remapped(part.pg_idx, remap))
     data_ptr, data_deps = _join_csr([p.data_ptr for p in parts], [p.data_deps for p in parts])
     ctrl_ptr, ctrl_deps = _join_csr([p.ctrl_ptr for p in parts], [p.ctrl_deps for p in parts])
 

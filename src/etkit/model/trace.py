@@ -318,12 +318,15 @@ def _from_columns(cols: Columns, metadata: GlobalMetadata, blob: bytes, rec_off:
     )
 
 
-def load_trace(path: str | os.PathLike[str], *, allow_empty: bool = False) -> Trace:
+def load_trace(path: str | os.PathLike[str], *, allow_empty: bool = False, names: bool = True) -> Trace:
     """Read a whole ``.et`` file (gzip sniffed) into a columnar :class:`Trace`.
 
     The columns are decoded vectorised over the whole file (:mod:`etkit.format.columnar`); files that
     path cannot take are decoded record by record, which also yields the precise error for corrupt
     ones. ``allow_empty`` keeps zero-length node records as rows (validation reports them).
+    ``names=False`` is for callers that never read node names (validation): the name column may then
+    be left undecoded (``name_idx`` -1, ``strings`` only the ``pg_name`` values); the same files
+    are accepted and rejected, and every other column is the same.
     """
     buf = read_trace_bytes(path)
     frames = frame_table(buf, path, allow_empty=allow_empty)
@@ -337,7 +340,7 @@ def load_trace(path: str | os.PathLike[str], *, allow_empty: bool = False) -> Tr
     except (DecodeError, ValueError, RuntimeError) as exc:
         raise TraceFormatError(path, f"corrupt GlobalMetadata message ({exc})", record=0, offset=0) from None
     frame_start, rec_off, rec_len = frames.start[1:], frames.offset[1:], frames.length[1:]
-    cols = decode_columns(buf, frame_start, rec_off, rec_len)
+    cols = decode_columns(buf, frame_start, rec_off, rec_len, names=names)
     if cols is None:
         records = ((i + 1, s, buf[o:o + n]) for i, (s, o, n) in
                    enumerate(zip(frame_start.tolist(), rec_off.tolist(), rec_len.tolist())))
