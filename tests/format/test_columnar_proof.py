@@ -21,6 +21,7 @@ from etkit.format.attrs import make_attr
 from etkit.format.columnar import HOT_INT_ATTRS, MISSING, PAD
 from etkit.format.schema import GlobalMetadata, Node
 from etkit.format.stream import TraceWriter
+from etkit.format.wire import WireFault
 from etkit.model.trace import load_trace
 
 from .test_columnar import COLUMNS, _key, _len_field, _varint_field, assert_same, nodes
@@ -35,7 +36,7 @@ def _protobuf_accepts(record: bytes) -> bool:
 
 
 def _proven(records: list[bytes]) -> bool:
-    """Whether the walk proves the records (a chunk of them); False where it gives up (``_Unusual`` etc.)."""
+    """Whether the walk proves the records (a chunk of them); False where it gives up (``WireFault`` etc.)."""
     lengths = np.array([len(r) for r in records], dtype=np.int64)
     rec_end = np.cumsum(lengths)
     buf = b"".join(records)
@@ -43,7 +44,7 @@ def _proven(records: list[bytes]) -> bool:
     int_rows = np.full((len(HOT_INT_ATTRS), len(records)), MISSING, dtype=np.int64)
     try:
         _, proven = columnar._decode_chunk(buf, b, rec_end - lengths, rec_end, int_rows)
-    except (columnar._Unusual, ValueError, IndexError, UnicodeDecodeError):
+    except (WireFault, ValueError, IndexError, UnicodeDecodeError):
         return False
     return proven
 

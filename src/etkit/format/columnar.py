@@ -22,6 +22,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from .schema import NodeBatch
+from .wire import WireFault, fixed, packed_varints, varints
 
 __all__ = ["Columns", "decode_columns", "rows_with_repeated_deps", "field_numbers", "HOT_INT_ATTRS", "MISSING", "PAD"]
 
@@ -55,10 +56,6 @@ for _number, _wire in _ONEOF_WIRE.items():
     _ONEOF_WIRE_LUT[_number] = _wire
 
 
-class _Unusual(Exception):
-    """Something the fast path does not handle; the caller falls back to per-record parsing."""
-
-
 @dataclass
 class Columns:
     ids: np.ndarray
@@ -74,32 +71,6 @@ class Columns:
     is_cpu_op: np.ndarray
     pg_idx: np.ndarray
     ints: dict[str, np.ndarray]
-
-
-def _varints(b: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Values (uint64) and byte lengths of the varints that start at ``pos``.
-
-    Most varints (tags, small values) are one byte; only the others go round the loop again.
-    """
-    first = b[pos]
-    value = (first & 0x7F).astype(np.uint64)
-    length = np.ones(pos.size, dtype=np.int64)
-    more = np.flatnonzero(first >= 0x80)
-    shift = 7
-    while more.size:
-        if shift >= 70:
-            raise _Unusual("varint longer than 10 bytes")
-        byte = b[pos[more] + length[more]]
-        value[more] |= (byte & 0x7F).astype(np.uint64) << np.uint64(shift)
-        length[more] += 1
-        more = more[byte >= 0x80]
-        shift += 7
-    return value, length
-
-
-def _fixed(b: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
-    win = b[pos[:, None] + np.arange(width)].astype(np.uint64)
-    return (win << (8 * np.arange(width, dtype=np.uint64))).sum(axis=1, dtype=np.uint64)
 
 
 @dataclass
@@ -164,12 +135,12 @@ def _step_fields(b: np.ndarray, words: np.ndarray, p: np.ndarray) -> tuple[np.nd
         wire = tag & 7
         long = np.flatnonzero((advance == 0) & ((wire == 0) | (wire == 2)))  # fixed-width values are read later
         if long.size:
-            value[long], advance[long] = _varints(b, q[long])
+            value[long], advance[long] = varints(b, q[long])
     else:
-        tag_u, tag_len = _varints(b, p)
+        tag_u, tag_len = varints(b, p)
         tag = tag_u.astype(np.int64)
         q = p + tag_len
-        value, advance = _varints(b, q)
+        value, advance = varints(b, q)
     return tag >> 3, tag & 7, q, value, advance
 
 
@@ -194,21 +165,21 @@ def _scan(b: np.ndarray, start: np.ndarray, end: np.ndarray, keep: Callable[[np.
     while active.size:
         field, wire, q, value, advance = _step_fields(b, words, p)  # varint value/length; fixed ones below
         if _BAD_WIRE[wire].any() or not field.all():
-            raise _Unusual("bad field")
+            raise WireFault("bad field")
         offset = q + advance
         m = wire == 2
         if m.any():
             length = value[m]
             if (length > np.uint64(1 << 40)).any():
-                raise _Unusual("implausible length")
+                raise WireFault("implausible length")
             advance[m] += length.astype(np.int64)
         for wire_type, width in ((1, 8), (5, 4)):
             m = wire == wire_type
             if m.any():
-                value[m], advance[m] = _fixed(b, q[m], width), width
+                value[m], advance[m] = fixed(b, q[m], width), width
         new_pos = q + advance
         if (new_pos > e).any():
-            raise _Unusual("field runs past its message")
+            raise WireFault("field runs past its message")
         scalars(active, field, wire, value, offset)
         m = keep(field, wire)
         if m.any():
@@ -233,20 +204,7 @@ def _packed(b: np.ndarray, f: _Fields, number: int, n: int) -> tuple[np.ndarray,
     seg_off = f.offset[packed]
     seg_len = f.value[packed].astype(np.int64)
     if seg_len.size:
-        total = int(seg_len.sum())
-        seg_first = np.concatenate([[0], np.cumsum(seg_len)[:-1]])
-        byte_pos = np.repeat(seg_off - seg_first, seg_len) + np.arange(total)
-        raw = b[byte_pos]
-        ends = raw < 0x80
-        if not ends[seg_first + seg_len - 1].all():
-            raise _Unusual("packed varint crosses its field")
-        starts = np.flatnonzero(np.concatenate([[True], ends[:-1]]))
-        k = np.arange(total) - np.repeat(starts, np.diff(np.concatenate([starts, [total]])))
-        if (k >= 10).any():
-            raise _Unusual("packed varint too long")
-        contrib = (raw & 0x7F).astype(np.uint64) << (np.uint64(7) * k.astype(np.uint64))
-        vals = np.add.reduceat(contrib, starts)
-        per_seg = np.add.reduceat(ends.astype(np.int64), seg_first)
+        vals, per_seg = packed_varints(b, seg_off, seg_len)
         entry_msg = np.repeat(seg_msg, per_seg)
         entry_step = np.repeat(f.step[packed], per_seg)
     else:
@@ -395,14 +353,14 @@ def _simple_attributes(b: np.ndarray, a_start: np.ndarray, a_end: np.ndarray, na
     long = np.flatnonzero(val >= 0x80)  # one-byte values (most) need no word-wide decoding
     if long.size:
         val[long], advance[long] = _word_varints(rest[long], 6)
-    fixed = (wire == 1) | (wire == 5)
-    ok &= fixed | (advance > 0)  # longer varints are left to the generic scan
-    off += np.where(fixed, 0, advance)
+    fixed_width = (wire == 1) | (wire == 5)
+    ok &= fixed_width | (advance > 0)  # longer varints are left to the generic scan
+    off += np.where(fixed_width, 0, advance)
     field_end = off + np.where(wire == 2, np.minimum(val, np.uint64(1 << 40)).astype(np.int64), 0)
     for wire_type, width in ((1, 8), (5, 4)):
         m = ok & (wire == wire_type)
         if m.any():
-            val[m], field_end[m] = _fixed(b, off[m], width), off[m] + width
+            val[m], field_end[m] = fixed(b, off[m], width), off[m] + width
     ok &= field_end == a_end
     sel: np.ndarray | slice = slice(None) if ok.all() else ok  # a slice avoids mask copies in the usual case
     name_off[sel], name_len[sel] = a_start[sel] + 2, length[sel]
@@ -505,7 +463,7 @@ def _plain_int(kind: int, value: int) -> int:
 
 
 def _check_with_protobuf(buf: bytes, frame_start: np.ndarray, rec_end: np.ndarray) -> None:
-    """Parse the records with protobuf's C runtime, many per call; raises _Unusual if any is invalid."""
+    """Parse the records with protobuf's C runtime, many per call; raises WireFault if any is invalid."""
     arr = np.frombuffer(buf, dtype=np.uint8)
     for i in range(0, frame_start.size, _CHECK_CHUNK):
         j = min(i + _CHECK_CHUNK, frame_start.size)
@@ -515,7 +473,7 @@ def _check_with_protobuf(buf: bytes, frame_start: np.ndarray, rec_end: np.ndarra
         try:
             NodeBatch.FromString(wrapped.data)  # a buffer, not a bytes copy
         except (DecodeError, ValueError, RuntimeError) as exc:
-            raise _Unusual(str(exc)) from None
+            raise WireFault(str(exc)) from None
 
 
 def _keep_deps(field: np.ndarray, wire: np.ndarray) -> np.ndarray:
@@ -551,7 +509,7 @@ def rows_with_repeated_deps(padded: bytes, rec_off: np.ndarray, rec_end: np.ndar
             owner, values = owner[order], values[order]
             same = (owner[1:] == owner[:-1]) & (values[1:] == values[:-1])
             repeated.append(owner[1:][same])
-    except (_Unusual, ValueError, IndexError):
+    except (WireFault, ValueError, IndexError):
         return None
     return np.unique(np.concatenate(repeated)) if repeated else np.zeros(0, dtype=np.int64)
 
@@ -566,7 +524,7 @@ def field_numbers(record: bytes) -> list[int]:
     try:
         _scan(np.frombuffer(record + bytes(PAD), dtype=np.uint8), np.zeros(1, dtype=np.int64),
               np.full(1, len(record), dtype=np.int64), _keep_nothing, note)
-    except _Unusual as exc:
+    except WireFault as exc:
         raise ValueError(str(exc)) from None
     return numbers
 
@@ -685,14 +643,14 @@ def decode_columns(buf: bytes, frame_start: np.ndarray, rec_off: np.ndarray, rec
             if not proven and body < n:
                 _check_with_protobuf(buf, frame_start[body:], rec_end[body:])
             parts.append(part)
-    except (_Unusual, UnicodeDecodeError, ValueError, IndexError):
+    except (WireFault, UnicodeDecodeError, ValueError, IndexError):
         return None
     return parts[0] if len(parts) == 1 else _join(parts, int_rows)
 
 
 def _decode_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray, int_rows: np.ndarray,
                   names: bool = True) -> tuple[Columns, bool]:
-    """Columns of the records ``b[rec_off:rec_end]`` (offsets into the whole file; raises _Unusual).
+    """Columns of the records ``b[rec_off:rec_end]`` (offsets into the whole file; raises WireFault).
 
     Also whether the walk proved that protobuf accepts these records (see :class:`_Proof`).
     """

@@ -33,6 +33,7 @@ import orjson
 from google.protobuf.message import DecodeError
 
 from .schema import IOInfo, Node, NodeBatch, NodeType
+from .wire import WireFault, fixed, packed_varints, varints
 
 __all__ = ["JsonWriter", "FramingFault", "record_chunks"]
 
@@ -40,34 +41,7 @@ _PAD = 32
 _U64 = np.uint64
 
 
-class _Unexpected(Exception):
-    """The fast path met something it does not handle: the chunk goes record by record."""
-
-
 # -- wire reading --------------------------------------------------------------------------------
-
-def _varint(b: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Values (uint64) and byte lengths of the varints starting at ``pos``."""
-    byte = b[pos]
-    value = (byte & 0x7F).astype(_U64)
-    length = np.ones(pos.size, dtype=np.int64)
-    more = np.flatnonzero(byte >= 0x80)
-    shift = 7
-    while more.size:
-        if shift > 63:
-            raise _Unexpected("varint longer than 10 bytes")
-        byte = b[pos[more] + length[more]]
-        value[more] |= (byte & 0x7F).astype(_U64) << _U64(shift)
-        length[more] += 1
-        more = more[byte >= 0x80]
-        shift += 7
-    return value, length
-
-
-def _fixed(b: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
-    window = b[pos[:, None] + np.arange(width)].astype(_U64)
-    return (window << (_U64(8) * np.arange(width, dtype=_U64))).sum(axis=1, dtype=_U64)
-
 
 def _walk(b: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, ...]:
     """Every field of the messages ``b[start:end]``, in lock-step: (message, field, wire, value, offset).
@@ -79,41 +53,23 @@ def _walk(b: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray
     p, e = start[active], end[active]
     parts = []
     while active.size:
-        tag, tag_len = _varint(b, p)
-        value, value_len = _varint(b, p + tag_len)
+        tag, tag_len = varints(b, p)
+        value, value_len = varints(b, p + tag_len)
         wire = (tag & _U64(7)).astype(np.int64)
         if ((wire == 3) | (wire == 4) | (wire > 5)).any():
-            raise _Unexpected("group or bad wire type")
+            raise WireFault("group or bad wire type")
         offset = p + tag_len + value_len
         parts.append((active, (tag >> _U64(3)).astype(np.int64), wire, value, offset))
         nxt = np.where(wire == 2, offset + value.astype(np.int64), offset)
         nxt = np.where(wire == 1, p + tag_len + 8, np.where(wire == 5, p + tag_len + 4, nxt))  # (unknown fields)
         if (nxt > e).any():
-            raise _Unexpected("field runs past its message")
+            raise WireFault("field runs past its message")
         going = nxt < e
         active, p, e = active[going], nxt[going], e[going]
     if not parts:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty, empty, np.zeros(0, dtype=_U64), empty
     return tuple(np.concatenate(column) for column in zip(*parts))
-
-
-def _packed(b: np.ndarray, off: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Values of the packed varint lists ``b[off:off+length]`` (all lists, in order) and per-list counts."""
-    total = int(length.sum())
-    first = np.cumsum(length) - length
-    raw = b[np.repeat(off - first, length) + np.arange(total)]
-    ends = raw < 0x80
-    if total and not ends[first + length - 1].all():
-        raise _Unexpected("packed varint crosses its list")
-    starts = np.flatnonzero(np.concatenate([[True], ends[:-1]]))
-    within = np.arange(total) - np.repeat(starts, np.diff(np.append(starts, total)))
-    if total and within.max() >= 10:
-        raise _Unexpected("packed varint too long")
-    values = np.add.reduceat((raw & 0x7F).astype(_U64) << (_U64(7) * within.astype(_U64)), starts) if total else \
-        np.zeros(0, dtype=_U64)
-    counts = np.add.reduceat(ends.astype(np.int64), first) if length.size else np.zeros(0, dtype=np.int64)
-    return values, counts
 
 
 # -- canonical check -------------------------------------------------------------------------------
@@ -369,20 +325,20 @@ class _Attributes:
         b = c.b
         a_end = a_off + a_len
         ok = b[a_off] == 0x0A  # the name comes first
-        name_len, name_len_size = _varint(b, a_off + 1)
+        name_len, name_len_size = varints(b, a_off + 1)
         name_off = a_off + 1 + name_len_size
         name_len = name_len.astype(np.int64)
         q = np.minimum(name_off + name_len, a_end)
-        tag, tag_len = _varint(b, np.where(ok, q, a_off))
+        tag, tag_len = varints(b, np.where(ok, q, a_off))
         field = np.minimum(tag >> _U64(3), _U64(33)).astype(np.int64)
         wire = (tag & _U64(7)).astype(np.int64)
         ok &= (q < a_end) & (_KIND_WIRE[field] == wire)
         v_off = q + tag_len
-        value, value_len = _varint(b, np.where(ok & (wire != 1) & (wire != 5), v_off, a_off))
+        value, value_len = varints(b, np.where(ok & (wire != 1) & (wire != 5), v_off, a_off))
         field_end = v_off + value_len + np.where(wire == 2, value.astype(np.int64), 0)
         for wire_type, width in ((1, 8), (5, 4)):
             m = ok & (wire == wire_type)
-            value[m], field_end[m] = _fixed(b, v_off[m], width), v_off[m] + width
+            value[m], field_end[m] = fixed(b, v_off[m], width), v_off[m] + width
         ok &= field_end == a_end
         c.drop(owner[~ok])
         self.owner = owner
@@ -442,7 +398,7 @@ class _NodeColumns:
             self.objects[f][rows] = c.texts(cache, rows, off[rows, f], length[rows, f])
         lists = np.flatnonzero(self.have[:, 4:6].ravel())
         owner, which = np.divmod(lists, 2)
-        self.dep_values, counts = _packed(c.b, off[owner, which + 4], length[owner, which + 4])
+        self.dep_values, counts = packed_varints(c.b, off[owner, which + 4], length[owner, which + 4])
         first = np.cumsum(counts) - counts
         self.deps: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.joined: dict[int, np.ndarray] = {}
@@ -579,7 +535,7 @@ class JsonWriter:
         c = _Chunk(data, start, length, self._strings, self._ios)
         try:
             texts = self._texts(c)
-        except _Unexpected:
+        except WireFault:
             texts = np.empty(c.n, dtype=object)
             c.fast[:] = False
         for i in np.flatnonzero(~c.fast).tolist():
