@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -32,3 +33,21 @@ def upstream() -> Path:
 @pytest.fixture(scope="session")
 def pytorch_jobs() -> Path:
     return PYTORCH_JOBS
+
+
+@pytest.fixture(scope="session")
+def converted_job(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``converted_job(name)``: the prefix of shared PyTorch job ``name`` converted to Chakra ETs, once
+    per test process on first use. Read-only: a test that changes the files converts its own copy."""
+    from etkit.executor import SerialExecutor
+    from etkit.pytorch.job import convert_job
+
+    out = tmp_path_factory.mktemp("converted")
+    done: dict[str, Path] = {}
+
+    def prefix(name: str) -> Path:
+        if name not in done:
+            convert_job(PYTORCH_JOBS / name, out / name, executor=SerialExecutor())
+            done[name] = out / name
+        return done[name]
+    return prefix

@@ -23,15 +23,8 @@ ASTRA = UPSTREAM / "astra-sim-astra-sim" / "examples"
 
 
 @pytest.fixture(scope="module")
-def converted(tmp_path_factory) -> dict[str, Job]:
-    from etkit.pytorch.job import convert_job  # the producer under test elsewhere; here only a source of ETs
-
-    out = tmp_path_factory.mktemp("pt")
-    jobs = {}
-    for name in JOBS:
-        convert_job(PYTORCH_JOBS / name, out / name, executor=SerialExecutor())
-        jobs[name] = load_job(out / name, executor=SerialExecutor())
-    return jobs
+def converted(converted_job) -> dict[str, Job]:
+    return {name: load_job(converted_job(name), executor=SerialExecutor()) for name in JOBS}
 
 
 def _kineto(job: str, rank: int) -> list[dict]:

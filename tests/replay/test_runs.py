@@ -187,22 +187,6 @@ def _measured_step_s(job: str) -> float:
     return statistics.mean(s for r in meta["rank_timings"].values() for s in r["step_s"][2:4])
 
 
-@pytest.fixture(scope="module")
-def converted(tmp_path_factory):
-    from etkit.executor import SerialExecutor
-    from etkit.pytorch.job import convert_job
-
-    out = tmp_path_factory.mktemp("converted")
-    cache: dict[str, str] = {}
-
-    def get(job: str) -> str:
-        if job not in cache:
-            convert_job(PYTORCH_JOBS / job, out / job / "job", executor=SerialExecutor())
-            cache[job] = str(out / job / "job")
-        return cache[job]
-    return get
-
-
 @pytest.mark.shared_data
 @pytest.mark.parametrize("job, time_checked", [
     ("ddp_mlp_ws2", True), ("pp_sendrecv_ws2", True), ("tp_transformer_ws2", True),
@@ -216,8 +200,8 @@ def converted(tmp_path_factory):
     pytest.param("ddp_mlp_ws4", True, marks=pytest.mark.slow),
     pytest.param("tp_transformer_ws4", True, marks=pytest.mark.slow),
     pytest.param("all_to_all_ws4", False, marks=pytest.mark.slow)])
-def test_converted_job_issues_every_recorded_collective_on_its_group(converted, job, time_checked):
-    prefix = converted(job)
+def test_converted_job_issues_every_recorded_collective_on_its_group(converted_job, job, time_checked):
+    prefix = str(converted_job(job))
     groups = json.loads(Path(f"{prefix}.comm_groups.json").read_text())
     report = replay_job(prefix, options=ReplayOptions(iters=4, warmup=1, timeout_s=90))
     world = report.world

@@ -82,15 +82,8 @@ def test_calibrate_cli_from_trace(tmp_path, capsys) -> None:
 
 
 @pytest.fixture(scope="module")
-def converted(tmp_path_factory):
-    from etkit.pytorch.job import convert_job
-
-    out = tmp_path_factory.mktemp("pytorch")
-    jobs = {}
-    for name in JOBS:
-        convert_job(PYTORCH_JOBS / name, out / name, executor=SerialExecutor())
-        jobs[name] = load_job(out / name, executor=SerialExecutor())
-    return jobs
+def converted(converted_job):
+    return {name: load_job(converted_job(name), executor=SerialExecutor()) for name in JOBS}
 
 
 @pytest.mark.shared_data

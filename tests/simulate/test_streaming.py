@@ -4,6 +4,7 @@ to simulating the loaded job."""
 from __future__ import annotations
 
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,21 +17,14 @@ from etkit.simulate.loader import load_columns
 from etkit.simulate.synthetic import write_pytorch_like
 from etkit.simulate.workload import build_program
 
-from ..conftest import PYTORCH_JOBS
-
 JOBS = ("pp_sendrecv_ws2", "hybrid_dp_tp_ws4", "tp_transformer_ws2", "cnn_single")
 COLUMNS = ("ids", "types", "start", "duration", "data_ptr", "data_deps", "ctrl_ptr", "ctrl_deps", "is_cpu_op",
            "comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag", "num_ops", "tensor_size", "tid")
 
 
 @pytest.fixture(scope="module")
-def converted(tmp_path_factory):
-    from etkit.pytorch.job import convert_job
-
-    out = tmp_path_factory.mktemp("stream")
-    for name in JOBS:
-        convert_job(PYTORCH_JOBS / name, out / name, executor=SerialExecutor())
-    return out
+def converted(converted_job) -> dict[str, Path]:
+    return {name: converted_job(name) for name in JOBS}
 
 
 def same_results(a, b) -> None:
@@ -44,7 +38,7 @@ def same_results(a, b) -> None:
 @pytest.mark.shared_data
 @pytest.mark.parametrize("chunk", [97, 1 << 17])
 def test_streamed_columns_equal_the_loaded_trace(converted, chunk: int) -> None:
-    for path in sorted(converted.glob("*.et")):
+    for path in sorted(p for prefix in converted.values() for p in prefix.parent.glob(f"{prefix.name}.*.et")):
         trace, rank = load_trace(path), load_columns(path, chunk)
         for name in COLUMNS:
             assert np.array_equal(getattr(trace, name), getattr(rank.trace, name)), (path.name, name)
@@ -59,12 +53,12 @@ def test_streamed_columns_equal_the_loaded_trace(converted, chunk: int) -> None:
 def test_streamed_simulation_equals_the_loaded_job(converted, name: str, monkeypatch) -> None:
     monkeypatch.setattr(loader, "CHUNK_RECORDS", 97)  # several chunks per rank
     network, system, _ = load_config(preset="hgx-h100")
-    prefix = converted / name
+    prefix = converted[name]
     for knobs in (Knobs(), Knobs(measured_start=True, symmetry=False)):
         streamed = simulate(str(prefix), network, system, knobs)
         loaded = simulate(load_job(prefix, executor=SerialExecutor()), network, system, knobs)
         same_results(streamed, loaded)
-        assert streamed.nodes == loaded.nodes == sum(len(load_trace(p)) for p in converted.glob(f"{name}.*.et"))
+        assert streamed.nodes == loaded.nodes == sum(len(load_trace(p)) for p in prefix.parent.glob(f"{name}.*.et"))
 
 
 def test_generated_llm_job_streams_the_same(tmp_path, monkeypatch) -> None:
