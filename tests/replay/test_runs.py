@@ -7,7 +7,6 @@ collected jobs' meta.json), never from an earlier replay.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import statistics
 from collections import Counter
@@ -21,6 +20,7 @@ from etkit.format.stream import open_trace
 from etkit.replay import ReplayOptions, replay_job
 
 from ..conftest import PYTORCH_JOBS, UPSTREAM
+from ..pytorch.raw import C10D, load_json
 from .builders import write_converted_like_job
 
 MICRO = UPSTREAM / "astra-sim-astra-sim/examples/workload/microbenchmarks"
@@ -163,21 +163,10 @@ def test_converted_like_job_through_the_cli(tmp_path, capsys):
 
 # -- converted real PyTorch jobs ----------------------------------------------------------------------
 
-C10D_OPS = {"allreduce_": "ALL_REDUCE", "_allgather_base_": "ALL_GATHER", "allgather_": "ALL_GATHER",
-            "allgather_into_tensor_coalesced_": "ALL_GATHER", "_reduce_scatter_base_": "REDUCE_SCATTER",
-            "reduce_scatter_": "REDUCE_SCATTER", "reduce_scatter_tensor_coalesced_": "REDUCE_SCATTER",
-            "broadcast_": "BROADCAST", "alltoall_": "ALL_TO_ALL", "alltoall_base_": "ALL_TO_ALL", "send": "SEND",
-            "recv_": "RECV", "barrier": "BARRIER", "reduce_": "REDUCE", "gather_": "GATHER", "scatter_": "SCATTER"}
-
-
 def _raw_c10d_calls(job: str, rank: int) -> Counter:
     """Collective calls per kind in the raw PyTorch host ET: one ``c10d::`` dispatcher op per call."""
-    folder = PYTORCH_JOBS / job
-    path = next(folder.glob(f"rank-{rank}.et.json*"))
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as f:
-        names = [n["name"] for n in json.load(f)["nodes"]]
-    return Counter(C10D_OPS[n[6:]] for n in names if n.startswith("c10d::"))
+    path = next((PYTORCH_JOBS / job).glob(f"rank-{rank}.et.json*"))
+    return Counter(C10D[n["name"]][0] for n in load_json(path)["nodes"] if n["name"].startswith("c10d::"))
 
 
 def _measured_step_s(job: str) -> float:
