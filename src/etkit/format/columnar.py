@@ -24,7 +24,7 @@ from google.protobuf.message import DecodeError
 from .schema import NodeBatch
 from .wire import WireFault, fixed, packed_varints, varints
 
-__all__ = ["Columns", "decode_columns", "rows_with_repeated_deps", "field_numbers", "HOT_INT_ATTRS", "MISSING", "PAD"]
+__all__ = ["Columns", "decode_columns", "join_columns", "rows_with_repeated_deps", "field_numbers", "HOT_INT_ATTRS", "MISSING", "PAD"]
 
 #: Sentinel in integer attribute columns for "attribute absent".
 MISSING = np.iinfo(np.int64).min
@@ -645,7 +645,7 @@ def decode_columns(buf: bytes, frame_start: np.ndarray, rec_off: np.ndarray, rec
             parts.append(part)
     except (WireFault, UnicodeDecodeError, ValueError, IndexError):
         return None
-    return parts[0] if len(parts) == 1 else _join(parts, int_rows)
+    return parts[0] if len(parts) == 1 else join_columns(parts, dict(zip(HOT_INT_ATTRS, int_rows)))
 
 
 def _decode_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray, int_rows: np.ndarray,
@@ -704,29 +704,35 @@ def _remapped(idx: np.ndarray, remap: np.ndarray) -> np.ndarray:
     return np.where(idx >= 0, remap[np.maximum(idx, 0)], -1).astype(np.int32)
 
 
-def _join_csr(ptrs: list[np.ndarray], values: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    shift = np.cumsum([0] + [int(p[-1]) for p in ptrs[:-1]])
-    ptr = np.concatenate([ptrs[0][:1]] + [p[1:] + s for p, s in zip(ptrs, shift.tolist())])
-    return ptr, np.concatenate(values)
-
-
-def _join(parts: list[Columns], int_rows: np.ndarray) -> Columns:
-    """One Columns of consecutive chunks: string indices remapped into one first-seen table.
-
-    The integer attribute columns are already whole: the rows of ``int_rows``, which the chunks filled.
-    """
+def join_columns(parts: list[Columns], ints: dict[str, np.ndarray] | None = None) -> Columns:
+    """One :class:`Columns` of consecutive chunks: string indices remapped into one first-seen table,
+    CSR offsets shifted. The integer attribute columns are ``ints`` when the caller has them whole
+    already, else the chunks' joined. Each column of the chunks is released from them as soon as it is
+    joined, so a join needs about one column's worth of extra memory, not a second copy of everything."""
+    if len(parts) == 1 and ints is None:
+        return parts[0]
     index: dict[str, int] = {}
-    name_idx, pg = [], []
-    for part in parts:
-        remap = np.asarray([index.setdefault(s, len(index)) for s in part.strings] or [0], dtype=np.int32)
-        name_idx.append(_remapped(part.name_idx, remap))
-        pg.append(_remapped(part.pg_idx, remap))
-    data_ptr, data_deps = _join_csr([p.data_ptr for p in parts], [p.data_deps for p in parts])
-    ctrl_ptr, ctrl_deps = _join_csr([p.ctrl_ptr for p in parts], [p.ctrl_deps for p in parts])
+    remaps = [np.asarray([index.setdefault(s, len(index)) for s in p.strings] or [0], dtype=np.int32) for p in parts]
+
+    def take(column: str) -> list[np.ndarray]:
+        out = [getattr(p, column) for p in parts]
+        for p in parts:
+            setattr(p, column, None)
+        return out
 
     def cat(column: str) -> np.ndarray:
-        return np.concatenate([getattr(p, column) for p in parts])
+        return np.concatenate(take(column))
 
-    return Columns(cat("ids"), cat("types"), np.concatenate(name_idx), list(index), cat("start"), cat("duration"),
-                   data_ptr, data_deps, ctrl_ptr, ctrl_deps, cat("is_cpu_op"), np.concatenate(pg),
-                   dict(zip(HOT_INT_ATTRS, int_rows)))
+    def strings(column: str) -> np.ndarray:
+        return np.concatenate([_remapped(idx, remap) for idx, remap in zip(take(column), remaps)])
+
+    def csr(ptr_column: str) -> np.ndarray:
+        ptrs = take(ptr_column)
+        shift = np.cumsum([0] + [int(p[-1]) for p in ptrs[:-1]])
+        return np.concatenate([ptrs[0][:1]] + [p[1:] + s for p, s in zip(ptrs, shift.tolist())])
+
+    if ints is None:
+        ints = {k: np.concatenate([p.ints.pop(k) for p in parts]) for k in list(parts[0].ints)}
+    return Columns(cat("ids"), cat("types"), strings("name_idx"), list(index), cat("start"), cat("duration"),
+                   csr("data_ptr"), cat("data_deps"), csr("ctrl_ptr"), cat("ctrl_deps"), cat("is_cpu_op"),
+                   strings("pg_idx"), ints)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..format.columnar import HOT_INT_ATTRS, MISSING, Columns, decode_columns
+from ..format.columnar import HOT_INT_ATTRS, MISSING, Columns, decode_columns, join_columns
 from ..format.stream import encode_varint, open_trace
 from ..model.groups import ProcessGroups
 from ..model.job import groups_from_trace
@@ -55,7 +55,7 @@ def load_columns(path: str | os.PathLike[str], chunk: int | None = None) -> Rank
                 batch = []
         if batch or not parts:
             groups = groups.merged(_add_chunk(parts, batch, reader.metadata_record, str(path)))
-        trace = _trace(_join(parts), b"", _EMPTY, _EMPTY, str(path), reader.metadata)
+        trace = _trace(join_columns(parts), b"", _EMPTY, _EMPTY, str(path), reader.metadata)
         trace.metadata_record = reader.metadata_record
     return RankColumns(trace, groups)
 
@@ -92,42 +92,3 @@ def _trace(cols: Columns, blob: bytes, rec_off: np.ndarray, rec_len: np.ndarray,
                  ctrl_ptr=cols.ctrl_ptr, ctrl_deps=cols.ctrl_deps, is_cpu_op=cols.is_cpu_op, pg_idx=cols.pg_idx,
                  **{k: cols.ints.get(k, missing) for k in HOT_INT_ATTRS}, blob=blob, rec_off=rec_off, rec_len=rec_len,
                  path=path)
-
-
-def _join(parts: list[Columns]) -> Columns:
-    """One set of columns from the chunks' (string tables merged, CSR offsets shifted). Each column's
-    chunks are let go as soon as it is joined, so the join needs one column's worth of extra memory."""
-    if len(parts) == 1:
-        return parts[0]
-    table: dict[str, int] = {}
-    remaps = [np.asarray([table.setdefault(s, len(table)) for s in p.strings] + [-1], dtype=np.int32) for p in parts]
-
-    def take(name: str) -> np.ndarray:
-        return np.concatenate(_take_all(parts, name))
-
-    def take_strings(name: str) -> np.ndarray:  # indexes into each chunk's table -> the joined table (-1 stays)
-        return np.concatenate([remap[v] for remap, v in zip(remaps, _take_all(parts, name))])
-
-    ints = {k: np.concatenate([p.ints.pop(k) for p in parts]) for k in list(parts[0].ints)}
-    return Columns(
-        ids=take("ids"), types=take("types"), name_idx=take_strings("name_idx"), strings=list(table),
-        start=take("start"), duration=take("duration"), data_ptr=_join_ptr(_take_all(parts, "data_ptr")),
-        data_deps=take("data_deps"), ctrl_ptr=_join_ptr(_take_all(parts, "ctrl_ptr")), ctrl_deps=take("ctrl_deps"),
-        is_cpu_op=take("is_cpu_op"), pg_idx=take_strings("pg_idx"), ints=ints,
-    )
-
-
-def _take_all(parts: list[Columns], name: str) -> list[np.ndarray]:
-    """Column ``name`` of every chunk, removed from the chunks (the caller's list is then the only reference)."""
-    out = [getattr(p, name) for p in parts]
-    for p in parts:
-        setattr(p, name, None)
-    return out
-
-
-def _join_ptr(ptrs: list[np.ndarray]) -> np.ndarray:
-    out, base = [ptrs[0]], int(ptrs[0][-1])
-    for p in ptrs[1:]:
-        out.append(p[1:] + base)
-        base += int(p[-1])
-    return np.concatenate(out)
