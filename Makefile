@@ -4,10 +4,21 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 DEMO_OUT ?= demo-out
 PYTEST_ARGS ?=
+# Reference tools (the oracles etkit is compared with), in their own environment: etkit never imports them.
+# mlc-chakra 1.0.0 brings chakra_jsonizer / chakra_converter and Holistic Trace Analysis (HTA) 0.5.0.
+REF_VENV ?= .venv-ref
 
-.PHONY: install browser test demo bench clean
+.PHONY: install refenv browser test demo bench clean
 
 install: $(VENV)/.installed
+
+refenv: $(REF_VENV)/.installed
+
+$(REF_VENV)/.installed: Makefile
+	test -x $(REF_VENV)/bin/python || python3 -m venv $(REF_VENV)
+	$(REF_VENV)/bin/python -m pip install -q --upgrade pip
+	$(REF_VENV)/bin/python -m pip install -q mlc-chakra==1.0.0 'holistictraceanalysis==0.5.0'
+	touch $@
 
 # torch==2.13.0 goes in first, alone: the CPU build lies on disk, and anything that pulled torch
 # before it would fetch a multi-GB CUDA build instead.
@@ -24,14 +35,14 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 	  else echo "make: the report tests need Debian's chromium: sudo apt-get install chromium" >&2; exit 1; fi; }
 
-test: install browser
-	$(PY) -m pytest -n 2 -q $(PYTEST_ARGS)
+test: install refenv browser
+	ETKIT_REF_VENV=$(abspath $(REF_VENV)) $(PY) -m pytest -n 2 -q $(PYTEST_ARGS)
 
 demo: install
 	$(VENV)/bin/etkit demo -o $(DEMO_OUT)
 
-bench: install
-	@for script in benchmarks/bench_*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
+bench: install refenv
+	@export ETKIT_REF_VENV=$(abspath $(REF_VENV)); for script in benchmarks/bench_*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache build src/*.egg-info
+	rm -rf $(VENV) $(REF_VENV) $(DEMO_OUT) .pytest_cache build src/*.egg-info

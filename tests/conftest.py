@@ -12,17 +12,44 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 UPSTREAM = SHARED_DATA / "upstream"
 PYTORCH_JOBS = SHARED_DATA / "pytorch"
+#: The real ASTRA-sim analytical simulator (both backends), prebuilt: the oracle for ``etkit simulate``.
+ASTRA_SIM = REPO.parent / "shared" / "tools" / "astra-sim" / "astra-sim"
+#: The reference tools' virtual environment (``make refenv``: mlc-chakra 1.0.0 and HTA 0.5.0).
+REF_VENV = Path(os.environ.get("ETKIT_REF_VENV") or REPO / ".venv-ref")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if SHARED_DATA.is_dir():
-        return
-    if os.environ.get("ETKIT_REQUIRE_SHARED_DATA"):
-        raise pytest.UsageError(f"{SHARED_DATA} is missing but ETKIT_REQUIRE_SHARED_DATA is set")
-    skip = pytest.mark.skip(reason=f"needs {SHARED_DATA}")
-    for item in items:
-        if "shared_data" in item.keywords:
-            item.add_marker(skip)
+    required = bool(os.environ.get("ETKIT_REQUIRE_SHARED_DATA"))
+    missing = []
+    if not SHARED_DATA.is_dir():
+        missing.append(("shared_data", SHARED_DATA))
+    if not (REF_VENV / "bin" / "python").exists():
+        missing.append(("reference", REF_VENV))
+    if missing and required:
+        raise pytest.UsageError(f"{missing[0][1]} is missing but ETKIT_REQUIRE_SHARED_DATA is set")
+    for marker, path in missing:
+        skip = pytest.mark.skip(reason=f"needs {path}")
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def astra_sim() -> Path:
+    """The ASTRA-sim binary (tests using it are marked ``shared_data``)."""
+    return ASTRA_SIM
+
+
+@pytest.fixture(scope="session")
+def ref_python() -> Path:
+    """The reference environment's interpreter (tests using it are marked ``reference``)."""
+    return REF_VENV / "bin" / "python"
+
+
+@pytest.fixture(scope="session")
+def ref_bin() -> Path:
+    """The reference environment's ``bin`` folder (``chakra_jsonizer``, ``chakra_converter``, ...)."""
+    return REF_VENV / "bin"
 
 
 @pytest.fixture(scope="session")
