@@ -14,12 +14,13 @@
 3. **Text.** Nodes with the same *shape* (which fields are set, the type, the dependency counts,
    the attribute names and kinds) share one ``bytes %`` template: the keys, attribute names and
    constant values are in the template, and one C-level ``%`` per node fills in its numbers and
-   strings. Strings (names, IOInfo, string attributes) go through a bounded cache of their JSON text.
+   strings. Strings (names, IOInfo, string attributes) go through a bounded cache of their JSON text;
+   so do whole attributes of the other kinds (lists, floats, bytes, a doc string), each one slot.
 
 Records the fast path does not cover are handed to the caller's per-record function, so the output
-is the same for every input: non-canonical records, float/bytes/list attributes, doc strings,
-unknown fields or enum values, nodes with very many attributes, and shapes too rare in the chunk to
-pay for a template.
+is the same for every input: non-canonical records, unknown fields (also inside an attribute or an
+IOInfo) or enum values, NaN values, nodes with very many attributes, and shapes too rare in the
+chunk to pay for a template.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import numpy as np
 import orjson
 from google.protobuf.message import DecodeError
 
+from .protojson import attr_json, io_to_dict
 from .schema import IOInfo, Node, NodeBatch, NodeType
 from .wire import WireFault, fixed, packed_varints, varints
 
@@ -209,17 +211,21 @@ def _chunk(buf: bytes, first: int, ends: list[int]) -> tuple[bytes, np.ndarray, 
 # -- strings ---------------------------------------------------------------------------------------
 
 _CACHED_BYTES = 4096
+#: What one cache of texts may hold (keys and texts); it is emptied when full.
+CACHE_BUDGET = 4 << 20
 
 
 class _JsonTexts:
-    """JSON text of byte strings that repeat (names, IOInfo messages), by their bytes; bounded.
+    """JSON text of byte strings that repeat (names, IOInfo messages, attributes), by their bytes;
+    bounded by :data:`CACHE_BUDGET` bytes, so memory stays the same however long the trace.
 
     ``make`` returns the text, or ``None`` when the node must go the slow way.
     """
 
-    def __init__(self, make: Callable[[bytes], bytes | None], limit: int = 1 << 16) -> None:
+    def __init__(self, make: Callable[[bytes], bytes | None], budget: int = CACHE_BUDGET) -> None:
         self.make = make
-        self.limit = limit
+        self.budget = budget
+        self.used = 0
         self.table: dict[bytes, bytes | None] = {}
 
     def texts(self, data: bytes, off: np.ndarray, length: np.ndarray) -> list[bytes | None]:
@@ -230,9 +236,11 @@ class _JsonTexts:
                 out.append(table[key])
             except KeyError:  # (a measured loop: faster than map(table.get) plus a pass for the misses)
                 text = make(key)
-                if stop - start <= _CACHED_BYTES:  # long strings are rarely repeated: memory stays bounded
-                    if len(table) >= self.limit:
+                if stop - start <= _CACHED_BYTES:  # long strings are rarely repeated
+                    self.used += 2 * (stop - start) + 100  # key, text and the entry itself, roughly
+                    if self.used > self.budget:
                         table.clear()
+                        self.used = 0
                     table[key] = text
                 out.append(text)
         return out
@@ -247,8 +255,7 @@ def _io_json(data: bytes) -> bytes | None:
     io.DiscardUnknownFields()
     if io.SerializeToString() != data:
         return None  # unknown fields: the node keeps its bytes in "_raw"
-    return orjson.dumps({key: value for key, value in (("values", io.values), ("shapes", io.shapes),
-                                                       ("types", io.types)) if value})
+    return orjson.dumps(io_to_dict(io))
 
 
 _NAME_WORDS = 2  # attribute names of up to 16 bytes are keyed by their bytes; longer ones by a table index
@@ -293,8 +300,9 @@ for _number, (_wire, _, _) in _ATTR_KINDS.items():
 _BOOL = 27
 _STRING = 29
 _UNSIGNED_64 = (13, 21)
-#: Variant codes of bool attributes in the shape (the value is part of the template).
-_FALSE, _TRUE = 32, 33
+#: Variant codes beyond the field numbers: bool attributes (the value is part of the template), an
+#: attribute that is only a name, and one written from its cached JSON text.
+_FALSE, _TRUE, _NAME_ONLY, _TEXT = 33, 34, 35, 36
 
 
 def _zigzag(value: np.ndarray) -> np.ndarray:
@@ -315,43 +323,50 @@ def _attr_ints(kind: np.ndarray, raw: np.ndarray) -> np.ndarray:
 
 
 class _Attributes:
-    """The attributes of the chunk's fast records that are exactly ``name, value`` (nearly all).
+    """The attributes of the chunk's fast records, in three forms.
 
-    Rows are in file order, so each node's attributes are consecutive. A node with any other
-    attribute (no name, a doc string, a float, bytes or list value, unknown fields) is dropped.
+    Rows are in file order, so each node's attributes are consecutive. ``name, value`` with an
+    integer, bool or string value (nearly all attributes) and a name alone (``outputs`` with no
+    value, as STAGE writes it) are put in the template; every other attribute (a list, a float or
+    bytes value, a doc string, no name) is one template slot filled with its JSON text, cached by
+    its bytes. A node whose attribute that text cannot stand for (unknown fields, a NaN) is dropped.
     """
 
     def __init__(self, c: _Chunk, owner: np.ndarray, a_off: np.ndarray, a_len: np.ndarray) -> None:
         b = c.b
+        safe = np.int64(b.size - 1)  # a padding zero: where rows that have nothing to read there read
         a_end = a_off + a_len
-        ok = b[a_off] == 0x0A  # the name comes first
-        name_len, name_len_size = varints(b, a_off + 1)
+        named = (a_len > 0) & (b[a_off] == 0x0A)  # the name comes first
+        name_len, name_len_size = varints(b, np.where(named, a_off + 1, safe))
         name_off = a_off + 1 + name_len_size
         name_len = name_len.astype(np.int64)
+        name_only = named & (name_off + name_len == a_end)
         q = np.minimum(name_off + name_len, a_end)
-        tag, tag_len = varints(b, np.where(ok, q, a_off))
+        tag, tag_len = varints(b, np.where(named & ~name_only, q, safe))
         field = np.minimum(tag >> _U64(3), _U64(33)).astype(np.int64)
         wire = (tag & _U64(7)).astype(np.int64)
-        ok &= (q < a_end) & (_KIND_WIRE[field] == wire)
+        simple = named & ~name_only & (q < a_end) & (_KIND_WIRE[field] == wire)
         v_off = q + tag_len
-        value, value_len = varints(b, np.where(ok & (wire != 1) & (wire != 5), v_off, a_off))
+        value, value_len = varints(b, np.where(simple & (wire != 1) & (wire != 5), v_off, safe))
         field_end = v_off + value_len + np.where(wire == 2, value.astype(np.int64), 0)
         for wire_type, width in ((1, 8), (5, 4)):
-            m = ok & (wire == wire_type)
+            m = simple & (wire == wire_type)
             value[m], field_end[m] = fixed(b, v_off[m], width), v_off[m] + width
-        ok &= field_end == a_end
-        c.drop(owner[~ok])
+        simple &= field_end == a_end
         self.owner = owner
-        self.kind = np.where(ok, field, 0)
+        self.kind = np.where(simple, field, np.where(name_only, _NAME_ONLY, _TEXT))
         self.raw = value
         self.ints = _attr_ints(self.kind, value)
         self.variant = np.where(self.kind == _BOOL, np.where(value != 0, _TRUE, _FALSE), self.kind)
-        self.name_len = np.where(ok, name_len, 0)
+        self.name_len = np.where(simple | name_only, name_len, 0)
         self.name_keys, self.long_names = _name_keys(c.data, b, name_off, self.name_len)
         strings = np.flatnonzero(self.kind == _STRING)
         self.strings = np.empty(owner.size, dtype=object)
         self.strings[strings] = c.strings.texts(c.data, v_off[strings] + value_len[strings],
                                                 value[strings].astype(np.int64))
+        texts = np.flatnonzero((self.kind == _TEXT) & c.fast[owner])
+        self.texts = np.empty(owner.size, dtype=object)
+        self.texts[texts] = c.texts(c.attr_texts, owner[texts], a_off[texts], a_len[texts])
 
 
 # -- one chunk -------------------------------------------------------------------------------------
@@ -360,13 +375,13 @@ class _Chunk:
     """The records of one chunk as one buffer, and which of them the fast path still covers."""
 
     def __init__(self, data: bytes, start: np.ndarray, length: np.ndarray, strings: _JsonTexts,
-                 ios: _JsonTexts) -> None:
+                 ios: _JsonTexts, attr_texts: _JsonTexts) -> None:
         self.n = start.size
         self.data = data
         self.b = np.frombuffer(data + bytes(_PAD), dtype=np.uint8)
         self.start, self.length = start, length
         self.fast = _canonical_mask(data, self.b, start, length)
-        self.strings, self.ios = strings, ios
+        self.strings, self.ios, self.attr_texts = strings, ios, attr_texts
 
     def drop(self, records: np.ndarray) -> None:
         """These records go the slow way."""
@@ -457,6 +472,8 @@ class _NodeColumns:
         index = self.attr_first[rows] + arg
         if what == "attr_str":
             return self.attrs.strings[index].tolist()
+        if what == "attr_text":
+            return self.attrs.texts[index].tolist()
         if what == "attr_uint":
             return self.attrs.raw[index].tolist()
         return self.attrs.ints[index].tolist()
@@ -500,7 +517,14 @@ def _template(key: tuple[Any, ...]) -> tuple[bytes, list[tuple[Any, Any]]]:
     if attrs:
         items = []
         for index, (name, variant) in enumerate(attrs):
+            if variant == _TEXT:
+                items.append(b"%s")
+                slots.append(("attr_text", index))
+                continue
             head = b'{"name":' + _literal(orjson.dumps(name.decode("utf-8")))
+            if variant == _NAME_ONLY:
+                items.append(head + b"}")
+                continue
             if variant in (_FALSE, _TRUE):
                 items.append(head + (b',"boolVal":true}' if variant == _TRUE else b',"boolVal":false}'))
                 continue
@@ -523,6 +547,7 @@ class JsonWriter:
     def __init__(self) -> None:
         self._strings = _JsonTexts(_string_json)
         self._ios = _JsonTexts(_io_json)
+        self._attr_texts = _JsonTexts(attr_json)
         self._templates: dict[tuple[Any, ...], tuple[bytes, list[tuple[Any, Any]]]] = {}
 
     def chunk_json(self, data: bytes, start: np.ndarray, length: np.ndarray,
@@ -532,7 +557,7 @@ class JsonWriter:
         the fast path does not cover (and raises for a corrupt one)."""
         if not start.size:
             return b""
-        c = _Chunk(data, start, length, self._strings, self._ios)
+        c = _Chunk(data, start, length, self._strings, self._ios, self._attr_texts)
         try:
             texts = self._texts(c)
         except WireFault:
