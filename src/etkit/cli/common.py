@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import math
+import os
+import re
 import sys
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import orjson
 
-from ..executor import Executor, SerialExecutor, default_executor
+from ..executor import EXECUTOR_ENV, Executor, check_executor_spec, executor_from_spec
 
 
 def size_arg(text: str) -> int:
@@ -30,21 +34,198 @@ def sizes_arg(text: str) -> tuple[int, ...]:
     return tuple(size_arg(s) for s in text.split(",") if s)
 
 
+class VerbParser(argparse.ArgumentParser):
+    """The parser of ``etkit`` and of every verb: a usage error is one line naming the verb, its own usage
+    and, for a mistyped option, the closest one; options the verb does not know are its error, not the
+    top-level parser's."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        if message.startswith("unrecognized arguments: "):
+            from ..suggest import did_you_mean
+
+            options = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+            message += "".join(did_you_mean(word.split("=")[0], options)
+                               for word in message.split(": ", 1)[1].split() if word.startswith("--"))
+        elif (m := re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)) is not None:
+            from ..suggest import did_you_mean
+
+            message += did_you_mean(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
+        self.exit(2, f"{self.prog}: error: {message} (usage: {one_line_usage(self)}; see {self.prog} --help)\n")
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras and not any(isinstance(a, argparse._SubParsersAction) for a in self._actions):
+            self.error("unrecognized arguments: " + " ".join(extras))
+        return parsed, extras
+
+
+def one_line_usage(parser: argparse.ArgumentParser) -> str:
+    """``etkit timeline PREFIX -o OUT [options]``: the positionals and required options of a verb."""
+    words = [parser.prog]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            words.append(f"{action.metavar or action.dest.upper()} ...")
+        elif not action.option_strings:
+            metavar = action.metavar or action.dest.upper()
+            words.append(f"{metavar} [{metavar} ...]" if action.nargs in ("+", "*") else str(metavar))
+        elif action.required:
+            words.append(f"{action.option_strings[0]} {action.metavar or action.dest.upper()}")
+    if any(a.option_strings and not a.required and a.dest != "help" for a in parser._actions):
+        words.append("[options]")
+    return " ".join(words)
+
+
+@contextlib.contextmanager
+def reported_warnings(prog: str) -> Iterator[None]:
+    """Print each :class:`~etkit.errors.EtkitWarning` raised inside the block as ``<prog>: warning: ...``."""
+    from ..errors import EtkitWarning
+
+    def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+        if issubclass(category, EtkitWarning):
+            print(f"{prog}: warning: {message}", file=sys.stderr)
+        else:
+            print(warnings.formatwarning(message, category, filename, lineno, line), end="", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", EtkitWarning)
+        warnings.showwarning = show
+        yield
+
+
 def add_quiet(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar on stderr")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar on stderr (results are still printed)")
+
+
+def add_json(parser: argparse.ArgumentParser, what: str = "the result") -> None:
+    """``--json [FILE]``: the same on every verb that has a JSON form of its result."""
+    parser.add_argument("--json", nargs="?", const="-", default=None, metavar="FILE",
+                        help=f"write {what} as JSON to FILE; no FILE or '-': to stdout, which then holds only the JSON")
+
+
+def text_wanted(args: argparse.Namespace) -> bool:
+    """False when ``--json -`` puts the JSON on stdout: the text result is then left out of it."""
+    return getattr(args, "json", None) != "-"
+
+
+def add_ranks(parser: argparse.ArgumentParser, *, npus_alias: bool = False, **kwargs: Any) -> None:
+    """``--ranks N``, the one name for a rank count (``--npus`` too where ASTRA-sim users expect it)."""
+    names = ("--ranks", "--npus") if npus_alias else ("--ranks",)
+    kwargs.setdefault("metavar", "N")
+    kwargs.setdefault("help", "number of ranks")
+    parser.add_argument(*names, dest="ranks", type=positive_int, **kwargs)
+
+
+def add_simulation_inputs(parser: argparse.ArgumentParser, *, whatif: bool = True) -> None:
+    """The simulation inputs every verb that simulates names alike (``--network``/``--system``/``--preset``,
+    ``--congestion``) and, with ``whatif``, the what-if knobs (``--scale-*``, ``--straggler``, ``--device``)."""
+    from ..simulate.config import PRESETS
+
+    sim = parser.add_argument_group("simulation inputs")
+    sim.add_argument("--network", metavar="NET.yml", help="ASTRA-sim analytical network YAML (or an etkit system YAML)")
+    sim.add_argument("--system", metavar="SYS", help="ASTRA-sim system JSON, or an etkit system YAML (device + network + system)")
+    sim.add_argument("--preset", choices=sorted(PRESETS), help="etkit system preset instead of / under the files")
+    sim.add_argument("--congestion", choices=("unaware", "aware"), default="unaware",
+                     help="aware: concurrent flows share links (default: unaware, like ASTRA-sim's analytical backend)")
+    if not whatif:
+        return
+    knobs = parser.add_argument_group("what-if knobs (with a simulation)")
+    knobs.add_argument("--scale-compute", type=positive_float, default=1.0, metavar="X", help="multiply every compute time by X")
+    knobs.add_argument("--scale-bandwidth", type=positive_float, default=1.0, metavar="X", help="multiply every link bandwidth by X")
+    knobs.add_argument("--scale-latency", type=positive_float, default=1.0, metavar="X",
+                       help="multiply every link latency and per-call overhead by X (with --scale-bandwidth 10, "
+                            "--scale-latency 0.1 is a network 10x faster in both terms)")
+    knobs.add_argument("--straggler", action="append", default=[], metavar="RANK:F",
+                       help="rank RANK computes F times slower (repeatable)")
+    knobs.add_argument("--device", metavar="NAME",
+                       help="swap the device (A100, H100, H200, MI300X): GPU compute rescaled by roofline")
+    knobs.add_argument("--trace-device", metavar="NAME", help="device the trace's durations come from (default: the preset's)")
+
+
+def wants_simulation(args: argparse.Namespace) -> bool:
+    """True when the command line names a network, a system or a preset."""
+    return any(getattr(args, k, None) for k in ("network", "system", "preset"))
+
+
+def knobs_from(args: argparse.Namespace, preset_device: Any = None) -> Any:
+    """The what-if :class:`~etkit.simulate.Knobs` on the command line (``preset_device``: the device the
+    preset or etkit system file names, the default ``--trace-device``)."""
+    from ..errors import UsageError
+    from ..generate.devices import get_device
+    from ..simulate import Knobs
+    from ..simulate.whatif import parse_straggler
+
+    device = get_device(args.device) if getattr(args, "device", None) else None
+    trace_device = get_device(args.trace_device) if getattr(args, "trace_device", None) else preset_device
+    if device is not None and trace_device is None:
+        raise UsageError("--device needs --trace-device (or a preset / etkit system file naming the trace's device)")
+    raw = getattr(args, "raw_durations", False)
+    return Knobs(getattr(args, "scale_compute", 1.0), getattr(args, "scale_bandwidth", 1.0),
+                 dict(parse_straggler(s) for s in getattr(args, "straggler", [])), device, trace_device,
+                 getattr(args, "congestion", "unaware"), getattr(args, "deps", "both"), measured_gaps=not raw,
+                 strip_waits=not raw, scale_latency=getattr(args, "scale_latency", 1.0),
+                 measured_start=getattr(args, "measured_start", False), samples=getattr(args, "samples", 32),
+                 seed=getattr(args, "seed", 0))
+
+
+def simulation_from(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """``(network, system, knobs)`` from the simulation inputs and what-if knobs on the command line."""
+    from ..simulate import load_config
+    from ..simulate.whatif import with_device
+
+    network, system, preset_device = load_config(args.network, args.system, preset=args.preset)
+    knobs = knobs_from(args, preset_device)
+    return network, with_device(system, knobs), knobs
 
 
 def add_workers(parser: argparse.ArgumentParser) -> None:
+    """``-j/--workers`` (the local pool's size) and ``--executor`` (where per-rank work runs)."""
     parser.add_argument("-j", "--workers", type=positive_int, default=None, metavar="N",
                         help="parallel processes for per-rank work (default: CPU count; 1 = in-process)")
+    parser.add_argument("--executor", type=executor_spec, default=None, metavar="WHERE",
+                        help="where per-rank work runs: local (default; -j processes), local:N, serial, or "
+                             f"dask://HOST:PORT (a Dask scheduler; pip install 'etkit[dask]'); default ${EXECUTOR_ENV}")
+
+
+def executor_spec(text: str) -> str:
+    """argparse ``type=`` for ``--executor`` (a bad value is the verb's one-line usage error)."""
+    from ..errors import UsageError
+
+    try:
+        return check_executor_spec(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def chosen_executor(args: argparse.Namespace) -> str | None:
+    """What ``--executor`` or ``$ETKIT_EXECUTOR`` names (None: neither, the default local pool)."""
+    spec = getattr(args, "executor", None)
+    if spec is None and os.environ.get(EXECUTOR_ENV, "").strip():
+        from ..errors import UsageError
+
+        try:
+            spec = check_executor_spec(os.environ[EXECUTOR_ENV])
+        except UsageError as exc:
+            raise UsageError(f"${EXECUTOR_ENV}: {exc}") from None
+    return spec
 
 
 def executor_from(args: argparse.Namespace) -> Executor:
-    quiet = getattr(args, "quiet", True)
-    workers = getattr(args, "workers", None)
-    if workers == 1:
-        return SerialExecutor(quiet=quiet)
-    return default_executor(workers, quiet=quiet)
+    """The executor the command line asks for (one per command: a Dask connection opens once)."""
+    made = getattr(args, "_executor", None)
+    if made is None:
+        made = executor_from_spec(chosen_executor(args), workers=getattr(args, "workers", None),
+                                  quiet=getattr(args, "quiet", True))
+        args._executor = made
+    return made
+
+
+def explicit_executor(args: argparse.Namespace) -> Executor | None:
+    """:func:`executor_from` when the user chose one (``-j``, ``--executor``, ``$ETKIT_EXECUTOR``), else None
+    (verbs whose default is to decide by job size)."""
+    if getattr(args, "workers", None) is None and chosen_executor(args) is None:
+        return None
+    return executor_from(args)
 
 
 def write_json(data: Any, path: str | None) -> None:
@@ -85,7 +266,7 @@ non_negative_float = _bounded("non_negative_float", float, 0, strict=False, want
 
 def add_sub_verbs(parser: argparse.ArgumentParser, dest: str, metavar: str, modules: tuple[str, ...]) -> None:
     """Sub-verbs (``etkit convert pytorch``, ...): each module of this package registers one."""
-    sub = parser.add_subparsers(dest=dest, metavar=metavar)
+    sub = parser.add_subparsers(dest=dest, metavar=metavar, parser_class=VerbParser)
     sub.required = True
     for name in modules:
         importlib.import_module(f"{__package__}.{name}").register(sub)

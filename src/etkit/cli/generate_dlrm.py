@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..errors import UsageError
 from ..generate.dlrm import DLRM_MODELS, write_dlrm
 from ..generate.training import DTYPE_BYTES
-from .common import executor_from
+from .common import add_ranks, explicit_executor, prefix_arg
 from .generate_llm import add_common_options, print_summary
 
 
@@ -29,10 +28,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Write PREFIX.<rank>.et and PREFIX.comm_groups.json for one DLRM training step: embedding "
                     "lookups of table-wise sharded tables, all-to-all of pooled embeddings and their "
                     "gradients, bottom/top MLPs with bucketed gradient all-reduce overlapping backward.")
-    parser.add_argument("-o", "--output", required=True, metavar="PREFIX", help="output prefix")
+    parser.add_argument("-o", "--output", type=prefix_arg, metavar="PREFIX",
+                        help="output prefix (default: the model's name, in the current folder)")
     parser.add_argument("--model", default="dlrm-mlperf", choices=sorted(DLRM_MODELS),
                         help="preset (default dlrm-mlperf)")
-    parser.add_argument("--npus", type=int, default=8, help="ranks (default 8)")
+    add_ranks(parser, npus_alias=True, default=8, help="ranks (default 8; --npus: ASTRA-sim's name)")
     parser.add_argument("--batch", type=int, default=2048, help="samples per rank per step (default 2048)")
     parser.add_argument("--tables", type=int, default=None, help="embedding tables (default: preset)")
     parser.add_argument("--embedding-dim", type=int, default=None, help="embedding width (default: preset)")
@@ -48,13 +48,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    if args.npus < 1:
-        raise UsageError("--npus must be >= 1")
+    output = args.output or args.model
     summary = write_dlrm(
-        args.output, executor=executor_from(args) if args.workers else None, quiet=args.quiet,
-        model=args.model, npus=args.npus, batch=args.batch,
+        output, executor=explicit_executor(args), quiet=args.quiet,
+        model=args.model, npus=args.ranks, batch=args.batch,
         dtype=args.dtype, device=args.device, efficiency=args.efficiency, bucket_mb=args.bucket_mb,
         tables=args.tables, embedding_dim=args.embedding_dim, pooling=args.pooling,
         dense_features=args.dense_features, bottom_mlp=args.bottom_mlp, top_mlp=args.top_mlp)
-    print_summary(args.output, summary, started)
+    print_summary(output, summary, started)
     return 0

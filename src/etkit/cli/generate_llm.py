@@ -9,7 +9,7 @@ from ..generate.devices import DEVICES
 from ..generate.layout import RECOMPUTE_MODES, SCHEDULES
 from ..generate.llm import MODELS, write_llm
 from ..generate.training import DTYPE_BYTES, JobSummary
-from .common import add_quiet, add_workers, executor_from
+from .common import add_quiet, add_workers, explicit_executor, prefix_arg
 
 #: Model fields that may override the preset: (option, field, type, help).
 _MODEL_FIELDS = (
@@ -32,7 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Write PREFIX.<rank>.et and PREFIX.comm_groups.json for one training step of an LLM: "
                     "forward/backward/optimizer compute with FLOPs, bytes and roofline durations, tensor/"
                     "sequence/expert-parallel collectives, pipeline send/recv, bucketed gradient reduction.")
-    parser.add_argument("-o", "--output", required=True, metavar="PREFIX", help="output prefix")
+    parser.add_argument("-o", "--output", type=prefix_arg, metavar="PREFIX",
+                        help="output prefix (default: the model's name, in the current folder)")
     model = parser.add_argument_group("model")
     model.add_argument("--model", default="llama3-8b", choices=sorted(MODELS), help="preset (default llama3-8b)")
     for option, dest, kind, text in _MODEL_FIELDS:
@@ -91,13 +92,14 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     fields = {dest: getattr(args, dest) for _, dest, _, _ in _MODEL_FIELDS}
     fields["ffn_kind"] = args.ffn_kind
+    output = args.output or args.model
     summary = write_llm(
-        args.output, executor=executor_from(args) if args.workers else None, quiet=args.quiet,
+        output, executor=explicit_executor(args), quiet=args.quiet,
         model=args.model, tied_embeddings=args.tied_embeddings,
         dp=args.dp, tp=args.tp, pp=args.pp, ep=args.ep, sequence_parallel=args.sequence_parallel,
         zero=args.zero, fsdp=args.fsdp, recompute=args.recompute, schedule=args.schedule,
         bucket_mb=args.bucket_mb, micro_batch=args.micro_batch, microbatches=args.microbatches,
         global_batch=args.global_batch, dtype=args.dtype, grad_dtype=args.grad_dtype, device=args.device,
         efficiency=args.efficiency, **fields)
-    print_summary(args.output, summary, started)
+    print_summary(output, summary, started)
     return 0

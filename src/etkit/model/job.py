@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UsageError
-from ..executor import Executor, default_executor
+from ..executor import Executor, in_client
 from ..format.schema import NodeType
 from .groups import ProcessGroups, parse_process_group_init
 from .trace import Trace, load_trace
@@ -166,12 +166,14 @@ def load_job(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
              executor: Executor | None = None) -> Job:
     """Load every rank of a job (see :func:`discover`) into columnar traces, one executor task per rank.
 
-    Process groups come from ``comm_groups`` (or ``<prefix>.comm_groups.json`` when it exists), merged
-    over those declared by METADATA nodes.
+    With a remote executor (:class:`~etkit.executor.DaskExecutor`) the files are read in this process's
+    own pool: whole traces never travel through the cluster. Process groups come from ``comm_groups``
+    (or ``<prefix>.comm_groups.json`` when it exists), merged over those declared by METADATA nodes.
     """
     files, prefix = discover(spec)
-    executor = executor or default_executor()
-    traces = executor.map(load_trace, [f.path for f in files], desc="load")
+    # the traces end up in this process: a cluster executor's workers would send them through its scheduler,
+    # so a remote executor loads in this machine's pool instead (etkit.executor.in_client)
+    traces = in_client(executor).map(load_trace, [f.path for f in files], desc="load")
     by_rank = {f.rank: t for f, t in zip(files, traces)}
     return Job(by_rank, load_groups(groups_from_traces(by_rank), prefix, comm_groups), prefix)
 
