@@ -49,7 +49,7 @@ from .result import RankFigures, SimulationResult, build_schedule, figures_for
 from .loader import load_columns
 from .workload import RankShape, build_classes, rank_shape
 
-__all__ = ["simulate", "SimulationResult", "RankFigures", "SimulationBlocked", "BlockedReport", "Knobs",
+__all__ = ["simulate", "prepare", "PreparedJob", "SimulationResult", "RankFigures", "SimulationBlocked", "BlockedReport", "Knobs",
            "NetworkConfig", "SystemConfig", "load_config", "load_network", "load_system", "PRESETS"]
 
 
@@ -105,12 +105,50 @@ def _file_shape(item: tuple[int, str]) -> tuple[RankShape, ProcessGroups]:
     return rank_shape(loaded.trace, rank), loaded.groups
 
 
-def simulate(job: Job | str | os.PathLike[str] | Sequence[str], network: NetworkConfig | str | Path,
+class PreparedJob(_Ranks):
+    """A job read once for many simulations (a sweep: ``simulate(prepare(job), network, ...)`` per point).
+
+    Every rank's shape and the process groups are taken once (:class:`_Ranks`); the trace of each rank a
+    simulation builds a program from (the first rank of each class) is kept after its first read, so later
+    points read no file. Pickled (sent to another process), it carries the shapes, groups and file paths but
+    not the kept traces: that process reads what it needs from the same paths. ``identity`` names the rank
+    files and their state (paths, sizes, modification times), so that a process can tell it holds this job.
+    """
+
+    def __init__(self, job: Job | str | os.PathLike[str] | Sequence[str], comm_groups: str | os.PathLike[str] | None = None,
+                 executor: Executor | None = None) -> None:
+        super().__init__(job, comm_groups, executor)
+        self._kept: dict[int, Trace] = {}
+        self.identity: tuple = (("memory", id(job)),) if self.traces is not None else tuple(
+            (rank, str(path), *_file_state(path)) for rank, path in sorted(self.paths.items()))
+
+    def trace(self, rank: int) -> Trace:
+        kept = self._kept.get(rank)
+        if kept is None:
+            kept = self._kept[rank] = super().trace(rank)
+        return kept
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_kept": {}, "_last": None}
+
+
+def _file_state(path: str | os.PathLike[str]) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
+
+
+def prepare(job: Job | str | os.PathLike[str] | Sequence[str], *, comm_groups: str | os.PathLike[str] | None = None,
+            executor: Executor | None = None) -> PreparedJob:
+    """Read ``job`` once for several :func:`simulate` calls (see :class:`PreparedJob`)."""
+    return PreparedJob(job, comm_groups, executor)
+
+
+def simulate(job: PreparedJob | Job | str | os.PathLike[str] | Sequence[str], network: NetworkConfig | str | Path,
              system: SystemConfig | str | Path | None = None, knobs: Knobs | None = None, *,
              congestion: str | None = None, comm_groups: str | os.PathLike[str] | None = None,
              executor: Executor | None = None) -> SimulationResult:
-    """Simulate ``job`` on ``network`` + ``system``; see the module docstring."""
-    ranks = _Ranks(job, comm_groups, executor)
+    """Simulate ``job`` on ``network`` + ``system``; see the module docstring (``job`` may be :func:`prepare` d)."""
+    ranks = job if isinstance(job, _Ranks) else _Ranks(job, comm_groups, executor)
     if not isinstance(network, NetworkConfig):
         network = load_network(network)
     if system is None:
