@@ -90,7 +90,8 @@ def test_sweep_cli_prints_table_and_writes_plot(tmp_path, capsys) -> None:
                "--sweep", "bandwidth=25,50,100", "--plot", str(plot)])
     assert rc == 0
     lines = capsys.readouterr().out.splitlines()
-    values = [float(line.split()[1].replace(",", "")) for line in lines[1:4]]
+    header = next(i for i, line in enumerate(lines) if "makespan ns" in line)
+    values = [float(line.split()[1].replace(",", "")) for line in lines[header + 1:header + 4]]
     assert values == sorted(values, reverse=True)
     assert plot.read_bytes()[:4] == b"\x89PNG"
 
