@@ -26,7 +26,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[torch,viz,dev]'
+	$(PIP) install -q -e '.[torch,viz,dev,dask]'
 	touch $@
 
 # The HTML report is tested in a real browser: Debian's chromium.
