@@ -38,3 +38,12 @@ class UsageError(EtkitError):
 
 def _rebuild_format_error(path: str, message: str, record: int | None, offset: int | None) -> TraceFormatError:
     return TraceFormatError(path, message, record=record, offset=offset)
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP arrived while the CLI ran (Ctrl-C raises :class:`KeyboardInterrupt` itself):
+    raised like Ctrl-C so that every ``with`` block on the way out removes its temporary files."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum

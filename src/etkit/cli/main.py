@@ -12,8 +12,12 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from .. import __version__
-from ..errors import EtkitError
+from . import guard
+
+guard.install_startup_handlers()  # before the heavy imports: a Ctrl-C at start-up is one line too
+
+from .. import __version__  # noqa: E402
+from ..errors import EtkitError  # noqa: E402
 
 #: Verb modules, in help order.
 VERB_MODULES = (
@@ -30,14 +34,23 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers.required = True
     for name in VERB_MODULES:
         importlib.import_module(f"{__package__}.{name}").register(subparsers)
+    guard.add_input_limits(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    with guard.signals_raise():
+        try:
+            args = build_parser().parse_args(argv)
+        except KeyboardInterrupt as exc:
+            return guard.interrupted("etkit", exc)
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
-        return int(args.func(args) or 0)
+        with guard.running(args):
+            return int(args.func(args) or 0)
     except EtkitError as exc:
         print(f"etkit {args.verb}: {exc}", file=sys.stderr)
         return 2
@@ -47,9 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"etkit {args.verb}: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("etkit: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP (guard.signals_raise)
+        return guard.interrupted(f"etkit {args.verb}", exc)
 
 
 def run() -> None:

@@ -1,0 +1,192 @@
+"""What every ``etkit`` verb runs inside: signals that end it cleanly, inputs no output may replace, and the
+limit on what a gzip input may decompress to.
+
+- **Signals.** Ctrl-C (SIGINT), SIGTERM and SIGHUP raise an exception in the main thread, so every
+  ``with`` block on the way out (:func:`etkit.fileio.atomic_output`, :func:`etkit.fileio.job_output`)
+  removes its temporary files; the verb then ends with one line and exit status 128 + the signal
+  (130, 143, 129). A second signal while cleaning up is ignored. Before the verb's modules are imported
+  (the program's start-up), a signal ends the program at once with the same line: nothing was written yet.
+- **Inputs.** The files a command reads (every argument that names an existing file, and for a job
+  prefix its rank files and comm-groups file) are protected for the run
+  (:func:`etkit.fileio.protect_inputs`): an output that is one of them is refused, naming both.
+  Arguments in :data:`OUTPUT_DESTS` are outputs; a folder given as an input is not expanded.
+- **Decompression.** ``--max-bytes SIZE`` on every verb that reads traces sets the largest decompressed
+  size of a gzip input (:func:`etkit.fileio.max_decompressed_bytes`) for the run and its worker processes.
+
+This module imports only the standard library at the top: it runs before the heavy imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Iterable, Iterator
+
+#: argparse ``dest`` names that are outputs of a verb (everything else that names a file is an input).
+OUTPUT_DESTS = frozenset({"output", "json", "report", "timeline", "plot", "out", "out_dir"})
+#: Verbs that read no trace (no ``--max-bytes``).
+_NO_INPUT_VERBS = frozenset({"generate", "collect", "demo"})
+_SIGNALS = tuple(s for s in (getattr(signal, "SIGINT", None), getattr(signal, "SIGTERM", None),
+                             getattr(signal, "SIGHUP", None)) if s is not None)
+
+
+def started_as_program() -> bool:
+    """Whether this process is the ``etkit`` program (console script or ``python -m etkit``), not a
+    library user or a test that imported the CLI."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name == "etkit.__main__":
+        return True
+    return os.path.basename(getattr(main, "__file__", "") or "") == "etkit"
+
+
+def install_startup_handlers() -> None:
+    """In the ``etkit`` program, until :func:`signals_raise` takes over: a signal ends the process at once
+    with one line (nothing has been written yet), never a traceback from inside an import."""
+    if not started_as_program():
+        return
+
+    def leave(signum: int, _frame: object) -> None:
+        os.write(2, f"etkit: interrupted ({_signal_name(signum)})\n".encode())
+        os._exit(128 + signum)
+
+    for sig in _SIGNALS:
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(sig, leave)
+
+
+@contextlib.contextmanager
+def signals_raise() -> Iterator[None]:
+    """Within the block, SIGINT raises :class:`KeyboardInterrupt` and SIGTERM/SIGHUP raise
+    :class:`etkit.errors.Interrupted` (once: later signals are ignored while the first unwinds)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    from ..errors import Interrupted
+
+    previous = {sig: signal.getsignal(sig) for sig in _SIGNALS}
+    fired: list[int] = []
+
+    def handler(signum: int, _frame: object) -> None:
+        if fired:
+            return
+        fired.append(signum)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Interrupted(signum)
+
+    for sig in _SIGNALS:
+        signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
+
+
+def interrupted(prog: str, exc: BaseException) -> int:
+    """Report an interruption in one line; the exit status is 128 + the signal number."""
+    signum = getattr(exc, "signum", signal.SIGINT)
+    print(f"{prog}: interrupted ({_signal_name(signum)}); outputs are complete or untouched, "
+          "never half-written", file=sys.stderr)
+    return 128 + signum
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def add_input_limits(subparsers: argparse._SubParsersAction) -> None:
+    """``--max-bytes SIZE`` on every leaf parser of a verb that reads traces."""
+    for name, parser in subparsers.choices.items():
+        if name not in _NO_INPUT_VERBS:
+            _add_max_bytes(parser, set())
+
+
+def _add_max_bytes(parser: argparse.ArgumentParser, seen: set[int]) -> None:
+    if id(parser) in seen:
+        return
+    seen.add(id(parser))
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if subs:
+        for sub in subs:
+            for child in sub.choices.values():
+                _add_max_bytes(child, seen)
+        return
+    if any("--max-bytes" in a.option_strings for a in parser._actions):
+        return
+    from .common import size_arg
+
+    parser.add_argument("--max-bytes", type=size_arg, default=None, metavar="SIZE",
+                        help="largest size a gzip input may decompress to (default: 64 MiB, or 100 times "
+                             "its compressed size if more; refuses gzip bombs quickly)")
+
+
+@contextlib.contextmanager
+def running(args: argparse.Namespace) -> Iterator[None]:
+    """The verb's run: its inputs protected from its outputs, its decompression limit in effect."""
+    from ..fileio import MAX_BYTES_ENV, check_not_input, protect_inputs
+
+    inputs = list(command_inputs(args))
+    with protect_inputs(inputs), _environment(MAX_BYTES_ENV, getattr(args, "max_bytes", None)):
+        for dest in sorted(OUTPUT_DESTS):
+            for value in _strings(getattr(args, dest, None)):
+                if value != "-":
+                    check_not_input(value)
+        yield
+
+
+def command_inputs(args: argparse.Namespace) -> Iterator[str]:
+    """Every file the command line names as an input: existing files, and for a job prefix (or one rank
+    file) the job's rank files and comm-groups file."""
+    from ..fileio import RANK_FILE, comm_groups_path, job_files
+
+    for dest, value in vars(args).items():
+        if dest in OUTPUT_DESTS or callable(value):
+            continue
+        for text in _strings(value):
+            if text in ("", "-") or "\0" in text:
+                continue
+            if os.path.isdir(text):
+                continue
+            if os.path.exists(text):
+                yield text
+                m = RANK_FILE.match(os.path.basename(text))
+                if m:
+                    yield str(comm_groups_path(os.path.join(os.path.dirname(text), m.group("prefix"))))
+                continue
+            if os.path.basename(text) and os.path.isdir(os.path.dirname(text) or "."):
+                yield from (str(p) for p in job_files(text))
+
+
+def _strings(value: object) -> Iterable[str]:
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, (list, tuple)):
+        return tuple(v for v in value if isinstance(v, str))
+    return ()
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: int | None) -> Iterator[None]:
+    """``$name`` set to ``value`` within the block (unchanged when ``value`` is None)."""
+    if value is None:
+        yield
+        return
+    old = os.environ.get(name)
+    os.environ[name] = str(value)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
