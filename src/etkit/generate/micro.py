@@ -27,7 +27,8 @@ from ..errors import UsageError
 from ..executor import Executor
 from ..format.attrs import make_attr
 from ..format.schema import CommType, Node, NodeType
-from ..model.job import Job, remove_stale_files
+from ..fileio import job_output
+from ..model.job import Job
 from .collective import add_barrier, add_broadcast
 from .writer import RankPlan, TraceTemplate, WriteTask, build_job, plan_writes, run_writes, synthetic_metadata
 
@@ -182,15 +183,19 @@ def micro(npus: int, *, cases: Iterable[str] | None = None, coll_size: int = 65_
 def write_micro(out_dir: str | os.PathLike[str], npus: int, *, cases: Iterable[str] | None = None,
                 coll_size: int = 65_536, p2p_size: int = 1_024, mem_size: int = 1_024, comp_us: int = 5,
                 executor: Executor | None = None) -> dict[str, list[Path]]:
-    """Write every case as ``OUT_DIR/<case>.<rank>.et``; returns case -> rank files."""
+    """Write every case as ``OUT_DIR/<case>.<rank>.et``; returns case -> rank files.
+
+    The cases are written as one unit (:func:`~etkit.fileio.job_output` on the folder): interrupted,
+    ``OUT_DIR`` keeps what it held; done, older rank files of these cases that this run lacks are gone.
+    """
     params = MicroParams(npus, coll_size, p2p_size, mem_size, comp_us)
     tasks: list[WriteTask] = []
     written = {}
-    for case in _checked(npus, cases):
-        plans, templates = _case_plans(case, params)
-        case_tasks, written[case] = plan_writes(Path(out_dir) / case, plans, templates)
-        tasks.extend(case_tasks)
-    run_writes(tasks, executor, desc="micro")
-    for case, paths in written.items():
-        remove_stale_files(Path(out_dir) / case, paths, has_groups=False)
+    with job_output(out_dir, folder=True) as out:
+        for case in _checked(npus, cases):
+            plans, templates = _case_plans(case, params)
+            out.claim(Path(out_dir) / case)
+            case_tasks, written[case] = plan_writes(Path(out_dir) / case, plans, templates, out=out)
+            tasks.extend(case_tasks)
+        run_writes(tasks, executor, desc="micro")
     return written

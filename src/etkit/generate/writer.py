@@ -35,12 +35,12 @@ from typing import Union
 
 from .. import __version__
 from ..executor import Executor, SerialExecutor
-from ..fileio import atomic_output, check_writable
+from ..fileio import JobOutput, atomic_output, check_writable, job_output
 from ..format.attrs import CANONICAL_KINDS, make_attr
 from ..format.schema import CommType, GlobalMetadata, Node, NodeType
 from ..format.stream import encode_varint, frame
 from ..model.groups import ProcessGroups
-from ..model.job import Job, comm_groups_path, remove_stale_files
+from ..model.job import Job, comm_groups_path
 from ..model.trace import Trace
 
 __all__ = [
@@ -292,10 +292,12 @@ WriteTask = tuple[TraceTemplate, list[tuple[str, Mapping[str, int | str | bool]]
 
 
 def plan_writes(prefix: str | os.PathLike[str], plans: Iterable[RankPlan], templates: Mapping[str, TraceTemplate],
-                *, chunk: int = 64) -> tuple[list[WriteTask], list[Path]]:
+                *, chunk: int = 64, out: JobOutput | None = None) -> tuple[list[WriteTask], list[Path]]:
     """The write tasks of one job (up to ``chunk`` ranks of one role each) and its rank files in rank order.
 
-    Use it with :func:`run_writes` to write several jobs under one executor call (one progress bar).
+    Use it with :func:`run_writes` to write several jobs under one executor call (one progress bar). With
+    ``out`` (an open :func:`~etkit.fileio.job_output`) the tasks write into its staging folder; the
+    returned paths are the final ones either way.
     """
     by_role: dict[str, list[tuple[str, Mapping[str, int | str | bool]]]] = {}
     paths: dict[int, Path] = {}
@@ -305,7 +307,8 @@ def plan_writes(prefix: str | os.PathLike[str], plans: Iterable[RankPlan], templ
         if plan.rank in paths:
             raise ValueError(f"rank {plan.rank} planned twice")
         path = paths[plan.rank] = Path(f"{prefix}.{plan.rank}.et")
-        by_role.setdefault(plan.role, []).append((str(path), dict(plan.params)))
+        staged = out.path(path) if out is not None else path
+        by_role.setdefault(plan.role, []).append((str(staged), dict(plan.params)))
     tasks = [(templates[role], jobs[i:i + chunk]) for role, jobs in by_role.items()
              for i in range(0, len(jobs), chunk)]
     return tasks, [paths[r] for r in sorted(paths)]
@@ -318,13 +321,15 @@ def run_writes(tasks: Sequence[WriteTask], executor: Executor | None = None, *, 
     return sum((executor or SerialExecutor()).map(_write_chunk, tasks, desc=desc))
 
 
-def write_groups(prefix: str | os.PathLike[str], groups: ProcessGroups | Mapping[str, Iterable[int]] | None) -> None:
-    """Write ``<prefix>.comm_groups.json`` when ``groups`` names at least one group."""
+def write_groups(prefix: str | os.PathLike[str], groups: ProcessGroups | Mapping[str, Iterable[int]] | None, *,
+                 out: JobOutput | None = None) -> None:
+    """Write ``<prefix>.comm_groups.json`` (into ``out``'s staging folder when given) when ``groups`` names at
+    least one group."""
     if groups is None:
         return
     pg = groups if isinstance(groups, ProcessGroups) else ProcessGroups.from_mapping(groups)
     if pg.groups:
-        pg.write(comm_groups_path(prefix))
+        pg.write(out.groups_path(prefix) if out is not None else comm_groups_path(prefix))
 
 
 def write_job(prefix: str | os.PathLike[str], plans: Iterable[RankPlan], templates: Mapping[str, TraceTemplate],
@@ -335,12 +340,14 @@ def write_job(prefix: str | os.PathLike[str], plans: Iterable[RankPlan], templat
     Ranks are written in chunks of up to ``chunk`` ranks of one role per executor task, so a template
     travels to a worker once per chunk, not once per rank. ``groups`` (if any) go to
     ``<prefix>.comm_groups.json``. Returns the rank file paths in rank order.
+
+    The job is written as a unit (:func:`~etkit.fileio.job_output`): interrupted or failed, an older job
+    under ``prefix`` stays as it was; done, the older job's files that this one lacks are gone.
     """
-    tasks, paths = plan_writes(prefix, plans, templates, chunk=chunk)
-    run_writes(tasks, executor)
-    write_groups(prefix, groups)
-    has_groups = bool(groups.groups if isinstance(groups, ProcessGroups) else groups)
-    remove_stale_files(prefix, paths, has_groups=has_groups)
+    with job_output(prefix) as out:
+        tasks, paths = plan_writes(prefix, plans, templates, chunk=chunk, out=out)
+        run_writes(tasks, executor)
+        write_groups(prefix, groups, out=out)
     return paths
 
 

@@ -7,13 +7,13 @@ file list; ``load_job`` reads the files through an executor, one task per rank.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UsageError
 from ..executor import Executor, in_client
+from ..fileio import RANK_FILE, comm_groups_path, job_output, rank_file_path, rank_files
 from ..format.schema import NodeType
 from .groups import ProcessGroups, parse_process_group_init
 from .trace import Trace, load_trace
@@ -21,18 +21,13 @@ from .trace import Trace, load_trace
 __all__ = ["Job", "RankFile", "discover", "load_job", "groups_from_trace", "groups_from_traces",
            "comm_groups_path", "load_groups", "remove_stale_files"]
 
-_RANK_SUFFIX = re.compile(r"^(?P<prefix>.*)\.(?P<rank>\d+)\.et(?:\.gz)?$")
+_RANK_SUFFIX = RANK_FILE
 
 
 @dataclass(frozen=True)
 class RankFile:
     rank: int
     path: Path
-
-
-def comm_groups_path(prefix: str | os.PathLike[str]) -> Path:
-    """Where the comm-groups JSON of the job ``prefix`` lives: ``<prefix>.comm_groups.json``."""
-    return Path(f"{prefix}.comm_groups.json")
 
 
 def discover(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> tuple[list[RankFile], str | None]:
@@ -69,16 +64,7 @@ def discover(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) ->
 
 def _rank_candidates(prefix: str) -> list[tuple[int, Path]]:
     """Every ``<prefix>.<rank>.et[.gz]`` file, sorted by name."""
-    spec_path = Path(prefix)
-    parent = spec_path.parent if str(spec_path.parent) else Path(".")
-    if not parent.is_dir():
-        return []
-    out = []
-    for candidate in sorted(parent.iterdir()):
-        m = _RANK_SUFFIX.match(candidate.name)
-        if m and m.group("prefix") == spec_path.name and candidate.is_file():
-            out.append((int(m.group("rank")), candidate))
-    return out
+    return rank_files(prefix)
 
 
 def _rank_file(path: Path, default_rank: int) -> RankFile:
@@ -149,15 +135,16 @@ class Job:
         return self.groups.members(pg_name, self.world_size)
 
     def write(self, prefix: str | os.PathLike[str], *, compress: bool = False) -> list[Path]:
-        """Write ``<prefix>.<rank>.et`` for every rank and ``<prefix>.comm_groups.json`` if there are groups."""
+        """Write ``<prefix>.<rank>.et`` for every rank and ``<prefix>.comm_groups.json`` if there are groups,
+        as one unit (:func:`~etkit.fileio.job_output`): an older job's files there that this one lacks go."""
         paths = []
-        for rank, trace in sorted(self.traces.items()):
-            path = Path(f"{prefix}.{rank}.et" + (".gz" if compress else ""))
-            trace.write(path)
-            paths.append(path)
-        if self.groups.groups:
-            self.groups.write(comm_groups_path(prefix))
-        remove_stale_files(prefix, paths, has_groups=bool(self.groups.groups))
+        with job_output(prefix) as out:
+            for rank, trace in sorted(self.traces.items()):
+                path = rank_file_path(prefix, rank, compress=compress)
+                trace.write(out.path(path))
+                paths.append(path)
+            if self.groups.groups:
+                self.groups.write(out.groups_path())
         return paths
 
 
