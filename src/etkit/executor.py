@@ -256,7 +256,13 @@ def in_client(executor: Executor | None, *, quiet: bool | None = None) -> Execut
         return executor
     workers = getattr(executor, "local_workers", None)
     quiet = getattr(executor, "quiet", True) if quiet is None else quiet
-    return SerialExecutor(quiet=quiet) if workers == 1 else ProcessExecutor(workers, quiet=quiet)
+    local = SerialExecutor(quiet=quiet) if workers == 1 else ProcessExecutor(workers, quiet=quiet)
+    if not quiet and not getattr(executor, "_told_local", False):
+        executor._told_local = True  # type: ignore[attr-defined]
+        count = getattr(local, "workers", 1)
+        print(f"etkit: whole traces are needed in this process: reading them here ({count} local process"
+              f"{'es' if count != 1 else ''}), not on {getattr(executor, 'address', 'the cluster')}", file=sys.stderr)
+    return local
 
 
 def default_executor(workers: int | None = None, *, quiet: bool = True) -> Executor:

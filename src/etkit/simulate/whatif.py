@@ -278,8 +278,7 @@ def sweep(job: Any, network: NetworkConfig | None, system: SystemConfig, knobs: 
     figures = _run(prepared, configs, executor, quiet)
     results = [SweepPoint(c.settings, c.network.source, c.system.source, *f) for c, f in zip(configs, figures)]
     baseline = results[-1] if base is not None and not same else results[same[0] if same else 0]
-    if base is not None:
-        baseline = replace(baseline, settings=())
+    baseline = replace(baseline, settings=() if base is not None else baseline.settings, speedup=1.0)
     done = [replace(p, speedup=baseline.makespan_ns / p.makespan_ns if p.makespan_ns else math.nan)
             for p in results[:len(points)]]
     swept = {k for k, _ in axes}
