@@ -410,7 +410,7 @@ def job_output(target: str | os.PathLike[str], *, folder: bool = False) -> Itera
     ...         write_rank(out.rank_path(rank), rank)
     ...     write_groups(out.groups_path())
     """
-    path = Path(target) if folder else _checked_prefix(target)
+    path = Path(os.path.abspath(target)) if folder else _checked_prefix(target)
     if folder and path.exists() and not path.is_dir():
         raise EtkitError(f"{path}: cannot write: it is a file, not a folder")
     out = JobOutput(path, folder)

@@ -8,7 +8,9 @@ attributes (``"[8, 11]"``), IOInfo strings (``"[[19, 20, 0, 8, 4, 'cpu'], 'sum']
 ``process_group:init`` payload wrapped in a list (``'[\\'[{"pg_name": "0"}]\\']'``). Trace contents
 are untrusted input, so this module accepts only the literal grammar those renderings use: lists,
 tuples, dicts, strings, ints, floats, ``True``/``False``/``None`` (and JSON's ``true``/``false``/``null``),
-with limits on nesting depth and length. Anything else raises :class:`LiteralError`.
+with limits on nesting depth, length and integer digits. Anything else raises :class:`LiteralError` (and
+nothing else: no input makes it raise ``TypeError``, ``ValueError`` or ``RecursionError``), whose one-line
+message starts with the caller's ``what`` (the file, node and attribute).
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from typing import Any
 
 from .errors import EtkitError
 
-__all__ = ["LiteralError", "parse_literal", "MAX_DEPTH", "MAX_LENGTH"]
+__all__ = ["LiteralError", "parse_literal", "MAX_DEPTH", "MAX_LENGTH", "MAX_DIGITS"]
 
 MAX_DEPTH = 64
 MAX_LENGTH = 64 << 20
+#: Longest integer accepted (digits): wider than any 128-bit value, far below Python's own 4,300-digit limit.
+MAX_DIGITS = 40
 
 _TOKEN = re.compile(r"""
     \s*(?:
@@ -38,25 +42,36 @@ _WORDS = {"True": True, "False": False, "None": None, "true": True, "false": Fal
 _CLOSERS = {"[": "]", "(": ")", "{": "}"}
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "0": "\0", "/": "/",
             "b": "\b", "f": "\f"}
-_ESCAPE = re.compile(r"\\(U[0-9a-fA-F]{8}|u[0-9a-fA-F]{4}|x[0-9a-fA-F]{2}|.)")
+#: A JSON-style surrogate pair (``\\ud83d\\ude00``) is one character; any other escape is one of these.
+_ESCAPE = re.compile(r"\\(u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|U[0-9a-fA-F]{8}|u[0-9a-fA-F]{4}|"
+                     r"x[0-9a-fA-F]{2}|.)")
 
 
 class LiteralError(EtkitError, ValueError):
     """A string that is not a plain Python/JSON literal (or exceeds the size limits)."""
 
 
-def _unescape(body: str) -> str:
+def _unescape(body: str, what: str, at: int) -> str:
     def sub(m: re.Match[str]) -> str:
         code = m.group(1)
+        if len(code) == 11:  # a surrogate pair
+            high, low = int(code[1:5], 16), int(code[7:], 16)
+            return chr(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00))
         if code[0] in "uUx" and len(code) > 1:
-            return chr(int(code[1:], 16))
+            point = int(code[1:], 16)
+            if point > 0x10FFFF or 0xD800 <= point <= 0xDFFF:
+                raise LiteralError(f"{what}: escape \\{code} at character {at} is not a Unicode character")
+            return chr(point)
         return _ESCAPES.get(code, "\\" + code)
 
     return _ESCAPE.sub(sub, body) if "\\" in body else body
 
 
-def _number(text: str) -> int | float:
-    if text.lstrip("+-").isdigit():
+def _number(text: str, what: str, at: int) -> int | float:
+    digits = text.lstrip("+-")
+    if digits.isdigit():
+        if len(digits) > MAX_DIGITS:
+            raise LiteralError(f"{what}: integer of {len(digits)} digits at character {at} (at most {MAX_DIGITS})")
         return int(text)
     return float(text)
 
@@ -105,9 +120,9 @@ def parse_literal(text: str, *, what: str = "value") -> Any:
             top.state = "value"
             continue
         elif kind == "str":
-            value = _unescape(token[1:-1])
+            value = _unescape(token[1:-1], what, at)
         elif kind == "num":
-            value = _number(token)
+            value = _number(token, what, at)
         else:
             value = _WORDS[token]
         if top is None:
@@ -145,8 +160,10 @@ class _Frame:
             self.items.append(value)
             self.state = "sep"
         elif self.state == "item":
-            if isinstance(value, (list, dict)):
-                raise LiteralError(f"{what}: unhashable dict key at character {at}")
+            try:
+                hash(value)
+            except TypeError:  # a list or dict, also inside a tuple
+                raise LiteralError(f"{what}: unhashable dict key at character {at}") from None
             self.key = value
             self.state = "colon"
         else:
