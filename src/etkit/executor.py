@@ -174,6 +174,11 @@ def _result(future: Any, fn: Callable, item: Any) -> Any:
     except KilledWorker as exc:
         raise EtkitError(f"dask: task {getattr(fn, '__name__', fn)}({_short(item)}) ended the worker "
                          f"running it each time it was tried ({_one_line(exc)})") from None
+    except RuntimeError as exc:
+        if "deserialization" not in str(exc):
+            raise
+        raise EtkitError(f"dask: the cluster cannot load etkit's task ({_one_line(exc.__cause__ or exc)}): the scheduler "
+                         "and every worker need the same etkit installed as this client") from None
 
 
 def _short(item: Any, limit: int = 120) -> str:
