@@ -10,7 +10,7 @@ from etkit.format.schema import CommType
 
 from .builders import COMP, MEM, RECV, SEND, N, build_job, coll, comp
 
-US = 1000.0
+US = 1000
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def test_breakdown_known_overlap(overlap_job):
     assert b.memory_ns == 5 * US
     assert b.idle_ns == 10 * US
     assert b.host_ns == 0
-    assert b.compute_ns + b.exposed_comm_ns + b.memory_ns + b.host_ns + b.idle_ns == b.span_ns
+    assert b.compute_ns + b.exposed_comm_ns + b.memory_ns + b.waiting_ns + b.host_ns + b.idle_ns == b.span_ns
 
 
 def test_critical_path_known_single_rank(overlap_job):
@@ -59,9 +59,13 @@ def test_critical_path_crosses_to_the_late_rank(tmp_path):
     assert list(zip(p.rank.tolist(), p.node_id.tolist())) == [(1, 1), (1, 2), (0, 3)]
     assert p.per_rank() == {1: 30 * US, 0: 5 * US}
     im = imbalance(job)
-    # busy: rank 0 = 35 (10 + 20 + 5), rank 1 = 34 (18 + 12 + 4)
-    assert [(r.rank, r.busy_ns) for r in im.ranks] == [(0, 35 * US), (1, 34 * US)]
-    assert im.imbalance == pytest.approx(35 / 34.5)
+    # rank 0 waits 8 us for rank 1 in the all-reduce: busy rank 0 = 35 - 8, rank 1 = 34 (18 + 12 + 4);
+    # the table ranks by the waiting caused, so the late rank 1 comes first
+    assert [(r.rank, r.busy_ns, r.caused_ns, r.waited_ns) for r in im.ranks] == [(1, 34 * US, 8 * US, 0),
+                                                                                (0, 27 * US, 0, 8 * US)]
+    assert im.imbalance == pytest.approx(34 / 30.5)
+    assert breakdown(job).ranks[0].waiting_ns == 8 * US
+    assert [e.late_rank for e in im.events] == [1] and im.events[0].waits == {0: 8 * US}
 
 
 def test_durations_schedule_when_no_timestamps(tmp_path):

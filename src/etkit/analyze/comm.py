@@ -51,10 +51,10 @@ ALGORITHMS = ("ring", "direct")
 class CommStats:
     count: int = 0
     bytes: float = 0.0
-    time_ns: float = 0.0
+    time_ns: int = 0
     unknown_size: int = 0
 
-    def add(self, count: int, nbytes: float, time_ns: float, unknown: int) -> None:
+    def add(self, count: int, nbytes: float, time_ns: int, unknown: int) -> None:
         self.count += count
         self.bytes += nbytes
         self.time_ns += time_ns
@@ -187,10 +187,10 @@ def _rank_comm(view: RankView, ctx: AnalysisContext, summary: CommSummary, index
         per_key[key].append(i)
     for (label, pg), idx_list in per_key.items():
         idx = np.asarray(idx_list)
-        args = (len(idx), float(sizes[idx].sum()), float(times[idx].sum()), int(unknown[idx].sum()))
+        args = (len(idx), float(sizes[idx].sum()), int(times[idx].sum()), int(unknown[idx].sum()))
         summary.by_type.setdefault(label, CommStats()).add(*args)
         summary.by_group.setdefault(pg, CommStats()).add(*args)
-    summary.by_rank[view.rank] = CommStats(len(rows), float(sizes.sum()), float(times.sum()), int(unknown.sum()))
+    summary.by_rank[view.rank] = CommStats(len(rows), float(sizes.sum()), int(times.sum()), int(unknown.sum()))
     known = ~unknown
     uniq, inverse = np.unique(_size_bins(sizes_raw[known]), return_inverse=True)
     counts = np.bincount(inverse, minlength=len(uniq))

@@ -1,4 +1,5 @@
-"""What every analysis of one job needs, computed once: schedule, node kinds, tracks, cross-rank links.
+"""What every analysis of one job needs, computed once: schedule, node kinds, tracks, cross-rank links,
+and when each communication node could start moving data (before that it waited for a peer).
 
 Each analysis function takes a :class:`~etkit.model.job.Job` and an optional schedule; when several
 run on the same job (``etkit analyze``, the report) they share one :class:`AnalysisContext`.
@@ -16,6 +17,7 @@ from ..model.schedule import RankSchedule, Schedule
 from ..model.trace import Trace
 from .crossrank import CrossRank, match_cross_rank
 from .kinds import node_kinds, time_kinds
+from .roles import RoleClass, role_classes
 from .timing import SOURCE_TEXT, resolve_schedule
 from .tracks import RankTracks, rank_tracks
 
@@ -31,18 +33,16 @@ class RankView:
     sched: RankSchedule
     kinds: np.ndarray
     tracks: RankTracks
+    transfer: np.ndarray | None = None  # int64 per row: when data could move (= start for non-comm rows)
 
     @property
-    def span(self) -> tuple[float, float]:
+    def span(self) -> tuple[int, int]:
         """First start and last end of the rows that ran (0, 0 when none ran)."""
-        ran = self.sched.ran
-        if not ran.any():
-            return 0.0, 0.0
-        return float(self.sched.start_ns[ran].min()), float(self.sched.end_ns[ran].max())
+        return self.sched.span
 
     def durations(self) -> np.ndarray:
-        """Scheduled duration per row in ns (0 for rows that did not run)."""
-        return np.where(self.sched.ran, self.sched.end_ns - self.sched.start_ns, 0.0)
+        """Scheduled duration per row in int64 ns (0 for rows that did not run)."""
+        return np.where(self.sched.ran, self.sched.end_ns - self.sched.start_ns, 0)
 
 
 @dataclass
@@ -52,15 +52,24 @@ class AnalysisContext:
     cross: CrossRank
     views: dict[int, RankView]
 
+    _roles: list | None = None
+
+    @property
+    def roles(self) -> list[RoleClass]:
+        """Classes of ranks that do the same work (:mod:`.roles`), computed on first use."""
+        if self._roles is None:
+            self._roles = role_classes(self.job)
+        return self._roles
+
     @property
     def source_text(self) -> str:
         return SOURCE_TEXT.get(self.schedule.source, self.schedule.source)
 
     @property
-    def origin_ns(self) -> float:
+    def origin_ns(self) -> int:
         """Earliest start over all ranks (timelines and tables count from here)."""
         starts = [v.span[0] for v in self.views.values() if v.sched.ran.any()]
-        return min(starts) if starts else 0.0
+        return min(starts) if starts else 0
 
 
 def _view(item: tuple[int, Trace, RankSchedule, bool]) -> RankView:
@@ -85,5 +94,61 @@ def prepare(job: Job, schedule: Schedule | None = None, *, executor: Executor | 
     executor = executor or SerialExecutor()
     nesting = schedule.source == "trace"  # only profiled times nest calls inside calls
     items = [(r, job.traces[r], schedule.ranks[r], nesting) for r in sorted(job.traces)]
-    views = executor.map(_view, items, desc="tracks")
-    return AnalysisContext(job, schedule, cross, {v.rank: v for v in views})
+    views = {v.rank: v for v in executor.map(_view, items, desc="tracks")}
+    for rank, transfer in transfer_times(cross, {r: v.sched for r, v in views.items()}).items():
+        views[rank].transfer = transfer
+    return AnalysisContext(job, schedule, cross, views)
+
+
+@dataclass
+class Members:
+    """Every member of every collective instance, flattened: instance, rank, row, and the row's start,
+    end and whether it ran (int64 ns, from the schedule)."""
+
+    inst: np.ndarray
+    rank: np.ndarray
+    row: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    ran: np.ndarray
+
+
+def collective_members(cross: CrossRank, scheds: dict[int, RankSchedule]) -> Members:
+    """The members of ``cross``'s collectives on the ranks of ``scheds``, as arrays."""
+    flat = [(inst, r, row) for inst, mem in enumerate(cross.collectives) for r, row in mem if r in scheds]
+    inst, rank, row = (np.fromiter((m[k] for m in flat), dtype=np.int64, count=len(flat)) for k in range(3))
+    start, end = np.zeros(len(flat), dtype=np.int64), np.zeros(len(flat), dtype=np.int64)
+    ran = np.zeros(len(flat), dtype=bool)
+    for r in np.unique(rank).tolist():
+        sel = rank == r
+        sched = scheds[r]
+        start[sel], end[sel], ran[sel] = sched.start_ns[row[sel]], sched.end_ns[row[sel]], sched.ran[row[sel]]
+    return Members(inst, rank, row, start, end, ran)
+
+
+def last_arrival(members: Members, instances: int) -> np.ndarray:
+    """Per collective instance, the latest start among its members that ran (int64 min when none ran)."""
+    last = np.full(instances, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(last, members.inst[members.ran], members.start[members.ran])
+    return last
+
+
+def transfer_times(cross: CrossRank, scheds: dict[int, RankSchedule]) -> dict[int, np.ndarray]:
+    """Per rank and row, when the node could start moving data: a collective when its last member that ran
+    had started, a receive when both it and its send had started, every other row at its own start. A
+    schedule that says so itself (a simulator's ``transfer_ns``) is taken as it is."""
+    out = {r: (s.transfer_ns.copy() if s.transfer_ns is not None else s.start_ns.copy()) for r, s in scheds.items()}
+    derived = {r for r, s in scheds.items() if s.transfer_ns is None}
+    if not derived:
+        return out
+    m = collective_members(cross, scheds)
+    last = last_arrival(m, len(cross.collectives))
+    for r in np.unique(m.rank).tolist():
+        if r in derived:
+            sel = (m.rank == r) & m.ran
+            out[r][m.row[sel]] = np.maximum(last[m.inst[sel]], m.start[sel])
+    for send_rank, send_row, recv_rank, recv_row in cross.p2p:
+        if recv_rank in derived and send_rank in scheds and scheds[send_rank].ran[send_row]:
+            mine = out[recv_rank]
+            mine[recv_row] = max(int(mine[recv_row]), int(scheds[send_rank].start_ns[send_row]))
+    return out

@@ -33,7 +33,8 @@ from .timing import dependency_rows
 
 __all__ = ["CriticalPath", "critical_path"]
 
-_EPS_NS = 1.0  # timestamps are whole microseconds: a dependency ending within 1 ns of a start released it
+_EPS_NS = 0  # times are integer ns: a dependency ending at or before a start released it
+_NEVER = int(np.iinfo(np.int64).min)
 
 
 @dataclass
@@ -41,7 +42,7 @@ class CriticalPath:
     """Nodes on the critical path, last-to-finish last (arrays are aligned, one entry per node)."""
 
     source: str
-    length_ns: float
+    length_ns: int
     rank: np.ndarray
     row: np.ndarray
     node_id: np.ndarray
@@ -58,26 +59,27 @@ class CriticalPath:
         return int(len(self.rank))
 
     @property
-    def wait_ns(self) -> float:
+    def wait_ns(self) -> int:
         """Gaps on the path where nothing ran (caller self time excluded)."""
-        return float((self.wait_after_ns - self.caller_ns).sum())
+        return int((self.wait_after_ns - self.caller_ns).sum())
 
-    def share_by_kind(self) -> dict[str, float]:
+    def share_by_kind(self) -> dict[str, int]:
         """Nanoseconds of the path per node kind, plus "caller" (self time of enclosing host ops) and "wait"."""
-        per = np.bincount(self.kind.astype(np.int64), weights=self.on_path_ns, minlength=len(KIND_NAMES))
-        out = {name: float(per[i]) for i, name in enumerate(KIND_NAMES) if per[i] > 0}
-        caller = float(self.caller_ns.sum())
+        per = np.zeros(len(KIND_NAMES), dtype=np.int64)
+        np.add.at(per, self.kind.astype(np.int64), self.on_path_ns)
+        out = {name: int(per[i]) for i, name in enumerate(KIND_NAMES) if per[i] > 0}
+        caller = int(self.caller_ns.sum())
         if caller > 0:
             out["caller"] = caller
         if self.wait_ns > 0:
             out["wait"] = self.wait_ns
         return out
 
-    def per_rank(self) -> dict[int, float]:
+    def per_rank(self) -> dict[int, int]:
         """Nanoseconds of the path spent on each rank's nodes."""
-        out: dict[int, float] = {}
+        out: dict[int, int] = {}
         for r, t in zip(self.rank.tolist(), self.on_path_ns.tolist()):
-            out[r] = out.get(r, 0.0) + t
+            out[r] = out.get(r, 0) + t
         return out
 
     def top(self, n: int = 20) -> np.ndarray:
@@ -87,9 +89,9 @@ class CriticalPath:
     def to_json(self, max_nodes: int = 10_000) -> dict:
         keep = np.arange(len(self))[-max_nodes:] if len(self) > max_nodes else np.arange(len(self))
         nodes = [{"rank": int(self.rank[i]), "id": int(self.node_id[i]), "name": self.names[i],
-                  "kind": KIND_NAMES[int(self.kind[i])], "start_ns": float(self.start_ns[i]),
-                  "end_ns": float(self.end_ns[i]), "on_path_ns": float(self.on_path_ns[i]),
-                  "wait_after_ns": float(self.wait_after_ns[i]), "caller_ns": float(self.caller_ns[i])}
+                  "kind": KIND_NAMES[int(self.kind[i])], "start_ns": int(self.start_ns[i]),
+                  "end_ns": int(self.end_ns[i]), "on_path_ns": int(self.on_path_ns[i]),
+                  "wait_after_ns": int(self.wait_after_ns[i]), "caller_ns": int(self.caller_ns[i])}
                  for i in keep.tolist()]
         return {"source": self.source, "length_ns": self.length_ns, "nodes_on_path": len(self),
                 "share_ns": self.share_by_kind(), "per_rank_ns": {str(r): t for r, t in sorted(self.per_rank().items())},
@@ -124,7 +126,7 @@ class _RankWalk:
         cand_src = np.concatenate((src, prev_src))
         is_dep = np.concatenate((np.ones(len(dst), dtype=np.int8), np.zeros(len(prev_dst), dtype=np.int8)))
         listed = -np.arange(len(cand_dst))  # earlier-listed first among equals
-        ok = leaf[cand_src] & (end[cand_src] <= start[cand_dst] + _EPS_NS)
+        ok = leaf[cand_src] & _precedes(cand_src, cand_dst, start, end)
         cand_dst, cand_src, is_dep, listed = cand_dst[ok], cand_src[ok], is_dep[ok], listed[ok]
         order = np.lexsort((listed, is_dep, end[cand_src], cand_dst))
         last = np.ones(len(order), dtype=bool)
@@ -140,7 +142,7 @@ class _RankWalk:
         self.leaf = leaf.tolist()
         self.linked: set[int] = set()  # rows tied to other ranks (collective members, receives)
 
-    def _wait_on_latest(self, pred: np.ndarray, start: np.ndarray, end: np.ndarray, leaf: np.ndarray) -> np.ndarray:
+    def _wait_on_latest(self, pred: np.ndarray, start: np.ndarray, end: np.ndarray, leaf: np.ndarray) -> np.ndarray:  # noqa: D401
         """Measured traces miss dependencies (a blocking receive whose consumer lists only the op
         before it): when another leaf of the rank ended later than the recorded predecessor, still
         before the node began, the node is taken to have waited for it."""
@@ -149,15 +151,29 @@ class _RankWalk:
         ends = end[rows]
         k = np.searchsorted(ends, start[rows] + _EPS_NS, side="right") - 1
         cand = np.where(k >= 0, rows[np.maximum(k, 0)], -1)
-        self_hit = cand == rows  # a zero-length node found itself: take the one before
-        cand[self_hit] = np.where(k[self_hit] >= 1, rows[np.maximum(k[self_hit] - 1, 0)], -1)
+        # a zero-length node found itself or one at its instant that it precedes: take the one before
+        for _ in range(4):
+            bad = (cand >= 0) & ~_precedes(np.maximum(cand, 0), rows, start, end)
+            if not bad.any():
+                break
+            k[bad] -= 1
+            cand[bad] = np.where(k[bad] >= 0, rows[np.maximum(k[bad], 0)], -1)
+        cand[(cand >= 0) & ~_precedes(np.maximum(cand, 0), rows, start, end)] = -1
         known = pred[rows]
-        known_end = np.where(known >= 0, end[np.maximum(known, 0)], -np.inf)
+        known_end = np.where(known >= 0, end[np.maximum(known, 0)], np.iinfo(np.int64).min)
         better = (cand >= 0) & (end[np.maximum(cand, 0)] > known_end + _EPS_NS)
         out = pred.copy()
         out[rows[better]] = cand[better]
         self.implicit = int(better.sum())
         return out
+
+
+def _precedes(src: np.ndarray, dst: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Whether row ``src`` can have released row ``dst``: it ended by ``dst``'s start; two zero-length
+    rows at one instant only in row order (so the relation has no cycle and the path no repeated node)."""
+    ok = end[src] <= start[dst] + _EPS_NS
+    tie = (start[src] == end[src]) & (start[dst] == end[dst]) & (start[src] == start[dst])
+    return ok & ~(tie & (src >= dst))
 
 
 def _heirs(parent: np.ndarray, start: np.ndarray, leaf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -186,14 +202,14 @@ def _heirs(parent: np.ndarray, start: np.ndarray, leaf: np.ndarray) -> tuple[np.
 
 
 def _last_leaf(ctx: AnalysisContext) -> tuple[int, int] | None:
-    best: tuple[float, float, int, int] | None = None
+    best: tuple[int, int, int, int] | None = None
     for rank, view in ctx.views.items():
         rows = np.flatnonzero(view.tracks.leaf)
         if not len(rows):
             continue
         ends = view.sched.end_ns[rows]
         i = int(np.lexsort((view.sched.start_ns[rows], ends))[-1])
-        key = (float(ends[i]), float(view.sched.start_ns[rows[i]]), rank, int(rows[i]))
+        key = (int(ends[i]), int(view.sched.start_ns[rows[i]]), rank, int(rows[i]))
         if best is None or key[:2] > best[:2]:
             best = key
     return None if best is None else (best[2], best[3])
@@ -220,34 +236,37 @@ def critical_path(job: Job, schedule: Schedule | None = None, *,
 
     path_rank: list[int] = []  # the path, last node first: rank, row, and where its credit ends
     path_row: list[int] = []
-    path_limit: list[float] = []
+    path_limit: list[int] = []
+    seen: dict[int, set[int]] = {}  # rows already on the path, per rank: the path is a simple path
     cur = _last_leaf(ctx)
-    limit = walk_of(cur[0]).end[cur[1]] if cur is not None else 0.0
-    budget = sum(len(t) for t in ctx.job.traces.values()) + 1  # zero-length ties could loop otherwise
-    while cur is not None and budget > 0:
+    limit = walk_of(cur[0]).end[cur[1]] if cur is not None else 0
+    while cur is not None:
         if cur[1] in walk_of(cur[0]).linked:
             cur, pred = _released_by(ctx, cur, walk_of)
         else:
             pred = _best_pred(walk_of(cur[0]), cur[1])[0]
         rank, row = cur
+        on_path = seen.setdefault(rank, set())
+        if row in on_path:
+            break
         w = walk_of(rank)
         path_rank.append(rank)
         path_row.append(row)
         path_limit.append(limit)
+        on_path.add(row)
         limit = w.start[row]
-        budget -= 1
         # stay on this rank while nothing ties the path to another one (the common, fast case)
         start, preds, tied = w.start, w.pred, w.linked
         first = len(path_row)
-        while pred >= 0 and pred not in tied and budget > 0:
+        while pred >= 0 and pred not in tied and pred not in on_path:
             row = pred
             path_row.append(row)
             path_limit.append(limit)
+            on_path.add(row)
             limit = start[row]
             pred = preds[row]
-            budget -= 1
         path_rank.extend([rank] * (len(path_row) - first))
-        cur = (rank, pred) if pred >= 0 and budget > 0 else None
+        cur = (rank, pred) if pred >= 0 and pred not in on_path else None
     result = _build(ctx, path_rank[::-1], path_row[::-1], path_limit[::-1])
     implicit = sum(w.implicit for w in walks.values())
     if implicit:
@@ -256,10 +275,10 @@ def critical_path(job: Job, schedule: Schedule | None = None, *,
     return result
 
 
-def _best_pred(w: _RankWalk, row: int) -> tuple[int, float]:
-    """The predecessor that released ``row`` on its rank and when it ended (-1, -inf: none)."""
+def _best_pred(w: _RankWalk, row: int) -> tuple[int, int]:
+    """The predecessor that released ``row`` on its rank and when it ended (-1, int64 min: none)."""
     pred = w.pred[row]
-    return pred, (w.end[pred] if pred >= 0 else -np.inf)
+    return pred, (w.end[pred] if pred >= 0 else _NEVER)
 
 
 def _released_by(ctx: AnalysisContext, node: tuple[int, int], walk_of) -> tuple[tuple[int, int], int]:  # type: ignore[no-untyped-def]
@@ -286,7 +305,7 @@ def _released_by(ctx: AnalysisContext, node: tuple[int, int], walk_of) -> tuple[
     own_end = walk_of(node[0]).end[node[1]]
     candidates = [(r, row) for r, row in candidates if walk_of(r).start[row] <= own_end + _EPS_NS]
     latest = max(walk_of(r).start[row] for r, row in candidates)
-    best: tuple[float, bool, tuple[int, int], int] | None = None
+    best: tuple[int, bool, tuple[int, int], int] | None = None
     for r, row in candidates:
         w = walk_of(r)
         if w.start[row] < latest - _EPS_NS or not w.leaf[row]:
@@ -302,18 +321,18 @@ def _released_by(ctx: AnalysisContext, node: tuple[int, int], walk_of) -> tuple[
 
 def _send_waited(ws: _RankWalk, send: int, wr: _RankWalk, recv: int) -> bool:
     """Whether a measured send ended with its receive (it waited for the receiver), not long before or after."""
-    slack = max(_EPS_NS, 0.05 * (ws.end[send] - ws.start[send]))
+    slack = max(_EPS_NS, (ws.end[send] - ws.start[send]) // 20)
     return abs(wr.end[recv] - ws.end[send]) <= slack
 
 
-def _build(ctx: AnalysisContext, ranks: list[int], rows: list[int], limits: list[float]) -> CriticalPath:
+def _build(ctx: AnalysisContext, ranks: list[int], rows: list[int], limits: list[int]) -> CriticalPath:
     origin = ctx.origin_ns
     n = len(rows)
     rank = np.array(ranks, dtype=np.int64)
     row = np.array(rows, dtype=np.int64)
-    limit = np.array(limits, dtype=np.float64)
-    start = np.empty(n)
-    end = np.empty(n)
+    limit = np.array(limits, dtype=np.int64)
+    start = np.empty(n, dtype=np.int64)
+    end = np.empty(n, dtype=np.int64)
     kind = np.empty(n, dtype=np.int8)
     node_id = np.empty(n, dtype=np.uint64)
     name_arr = np.empty(n, dtype=object)
@@ -328,10 +347,10 @@ def _build(ctx: AnalysisContext, ranks: list[int], rows: list[int], limits: list
         name_arr[idx] = np.asarray(v.trace.strings, dtype=object)[v.trace.name_idx[rows]]
     names = name_arr.tolist()
     credited_end = np.minimum(end, limit)
-    on_path = np.maximum(credited_end - start, 0.0)
-    wait = np.maximum(limit - np.maximum(credited_end, start), 0.0)
+    on_path = np.maximum(credited_end - start, 0)
+    wait = np.maximum(limit - np.maximum(credited_end, start), 0)
     caller = _caller_time(ctx, rank, row, np.maximum(credited_end, start), limit)
-    length = float(limit[-1] - start[0]) if n else 0.0
+    length = int(limit[-1] - start[0]) if n else 0
     notes = []
     if any(v.trace.types.size and (v.trace.types == NodeType.COMM_COLL_NODE).any() for v in ctx.views.values()) \
             and ctx.schedule.source == "durations":
@@ -343,7 +362,7 @@ def _build(ctx: AnalysisContext, ranks: list[int], rows: list[int], limits: list
 def _caller_time(ctx: AnalysisContext, rank: np.ndarray, row: np.ndarray, gap_start: np.ndarray,
                  gap_end: np.ndarray) -> np.ndarray:
     """Per path entry, how much of the gap after it an enclosing op on its track ran (its self time)."""
-    out = np.zeros(len(rank))
+    out = np.zeros(len(rank), dtype=np.int64)
     gaps = np.flatnonzero(gap_end > gap_start)
     for r in np.unique(rank[gaps]).tolist():
         v = ctx.views[r]
@@ -366,12 +385,12 @@ def _caller_time(ctx: AnalysisContext, rank: np.ndarray, row: np.ndarray, gap_st
 def _covered(s: np.ndarray, e: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Length of ``[a, b)`` covered by the disjoint sorted intervals ``[s, e)`` (vectorised over a, b)."""
     if not len(s):
-        return np.zeros(len(a))
-    cum = np.concatenate(([0.0], np.cumsum(e - s)))
+        return np.zeros(len(a), dtype=np.int64)
+    cum = np.concatenate(([0], np.cumsum(e - s)))
 
     def before(x: np.ndarray) -> np.ndarray:
         k = np.searchsorted(s, x, side="right")  # intervals starting at or before x
-        inside = np.where(k > 0, np.clip(x - s[np.maximum(k - 1, 0)], 0, (e - s)[np.maximum(k - 1, 0)]), 0.0)
+        inside = np.where(k > 0, np.clip(x - s[np.maximum(k - 1, 0)], 0, (e - s)[np.maximum(k - 1, 0)]), 0)
         return cum[np.maximum(k - 1, 0)] * (k > 0) + inside
 
     return before(b) - before(a)

@@ -5,7 +5,7 @@ Every analysis groups time by these kinds, so the rule lives here once. Range ma
 thread between ops (Python, blocking waits), so :func:`time_kinds` makes it "other". A COMP node with
 ``is_cpu_op`` true is host work ("cpu") on a rank that also has device compute; on a rank whose COMP
 nodes all run on the CPU (a CPU-only PyTorch job) host work *is* the compute, so it counts as
-"compute" there.
+"compute" there (the kinds and that rule are :mod:`etkit.model.accounting`'s).
 """
 
 from __future__ import annotations
@@ -13,12 +13,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..format.schema import CommType, NodeType
+from ..model.accounting import COMM, COMPUTE, CPU, KIND_NAMES, MEMORY, OTHER, host_counts_as_compute
 from ..model.trace import Trace
 
 __all__ = ["KIND_NAMES", "COMPUTE", "CPU", "COMM", "MEMORY", "OTHER", "node_kinds", "comm_label", "time_kinds", "annotation_rows"]
-
-COMPUTE, CPU, COMM, MEMORY, OTHER = range(5)
-KIND_NAMES = ("compute", "cpu", "comm", "memory", "other")
 
 _TYPE_KIND = np.full(16, OTHER, dtype=np.int8)
 _TYPE_KIND[NodeType.COMP_NODE] = COMPUTE
@@ -42,10 +40,9 @@ def node_kinds(trace: Trace) -> np.ndarray:
     types = trace.types
     kinds = _TYPE_KIND[np.clip(types, 0, len(_TYPE_KIND) - 1)].copy()
     kinds[(types < 0) | (types >= len(_TYPE_KIND))] = OTHER
-    comp = kinds == COMPUTE
-    host = comp & (trace.is_cpu_op == 1)
-    if host.any() and (comp & ~host).any():
-        kinds[host] = CPU
+    kinds[(kinds == COMPUTE) & (trace.is_cpu_op == 1)] = CPU
+    if host_counts_as_compute(kinds):
+        kinds[kinds == CPU] = COMPUTE
     return kinds
 
 

@@ -57,9 +57,12 @@ def _pct(part: float, whole: float) -> str:
     return f"{100 * part / whole:.1f}%" if whole else "-"
 
 
+#: Breakdown table columns: the categories with overlapped communication after the exposed one.
+BREAKDOWN_COLUMNS = CATEGORIES[:2] + ("overlapped_comm",) + CATEGORIES[2:]
+
+
 def _breakdown_row(label: str, b: TimeBreakdown) -> list[str]:
-    return [label, fmt_ns(b.span_ns)] + [_pct(getattr(b, f"{c}_ns"), b.span_ns) for c in CATEGORIES[:2]] + \
-        [_pct(b.overlapped_comm_ns, b.span_ns)] + [_pct(getattr(b, f"{c}_ns"), b.span_ns) for c in CATEGORIES[2:]]
+    return [label, fmt_ns(b.span_ns)] + [_pct(getattr(b, f"{c}_ns"), b.span_ns) for c in BREAKDOWN_COLUMNS]
 
 
 def render_analysis(a: JobAnalysis, *, max_ranks: int = 16, top: int = 15) -> str:
@@ -71,7 +74,7 @@ def render_analysis(a: JobAnalysis, *, max_ranks: int = 16, top: int = 15) -> st
     out.append("nodes: " + ", ".join(f"{k} {v}" for k, v in a.node_counts.items()))
 
     out.append("\n== time breakdown (share of each rank's span)")
-    head = ["rank", "span", "compute", "exposed comm", "overlapped comm", "memory", "host", "idle"]
+    head = ["rank", "span"] + [c.replace("_", " ") for c in BREAKDOWN_COLUMNS]
     ranks = sorted(a.breakdown.ranks.items())
     rows = [_breakdown_row("job", a.breakdown.total)]
     rows += [_breakdown_row(str(r), b) for r, b in ranks[:max_ranks]]

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from typing import Any
 
 import numpy as np
 
 from ..errors import DependencyError
 from ..model.job import Job
-from ..model.schedule import RankSchedule, Schedule, has_timestamps, schedule_from_timestamps
+from ..model.schedule import RankSchedule, Schedule, has_timestamps, measured_times, schedule_from_timestamps
 from ..model.trace import Trace
 from .crossrank import CrossRank, match_cross_rank
 from .gcpause import gc_paused
@@ -44,13 +45,15 @@ def resolve_schedule(job: Job, schedule: Schedule | None = None, *,
 
 
 def schedule_from_trace(job: Job) -> Schedule:
-    """The recorded timestamps, with callers stretched over their callees.
+    """The recorded timestamps, with callers stretched over their callees where only self time is known.
 
-    Converters (ours and Chakra's) write a host op's *exclusive* time as its duration, so a caller's
-    ``[start, start + duration)`` does not cover the ops it called. A caller (the ``ctrl_deps`` parent)
-    whose interval ends before its callees do gets ``duration + callees' inclusive time`` (and at least
-    up to its last callee's end), which is its inclusive time again; exclusive time is then recovered
-    from nesting. Communication nodes run on the backend's thread and do not stretch their caller.
+    Converters write a host op's *exclusive* time as its duration, so a caller's ``[start, start +
+    duration)`` does not cover the ops it called. etkit's converters also write the measured start and
+    inclusive duration in ns (``ts_ns``/``dur_ns``, :func:`etkit.model.schedule.measured_times`), which
+    are used as they are. For rows without them (other converters' files), a caller (the ``ctrl_deps``
+    parent) whose interval ends before its callees do gets ``duration + callees' inclusive time`` (and at
+    least up to its last callee's end), which is its inclusive time again; exclusive time is then
+    recovered from nesting. Communication nodes run on the backend's thread and do not stretch their caller.
     """
     schedule = schedule_from_timestamps(job)
     for rank, trace in job.traces.items():
@@ -62,6 +65,9 @@ def _stretch_callers(trace: Trace, sched: RankSchedule) -> None:
     if not len(trace.ctrl_deps):
         return
     n = len(trace)
+    precise = measured_times(trace)[2]
+    if precise.all():
+        return
     parent = np.full(n, -1, dtype=np.int64)
     first = trace.ctrl_ptr[:-1][np.diff(trace.ctrl_ptr) > 0]
     has = np.flatnonzero(np.diff(trace.ctrl_ptr) > 0)
@@ -78,43 +84,48 @@ def _stretch_callers(trace: Trace, sched: RankSchedule) -> None:
         depth[live] += 1
         cur[live] = parent[cur[live]]
     start, end = sched.start_ns, sched.end_ns
-    last_end = float(end[sched.ran].max()) if sched.ran.any() else 0.0
-    child_sum = np.zeros(n)
-    child_end = np.full(n, -np.inf)
+    last_end = int(end[sched.ran].max()) if sched.ran.any() else 0
+    child_sum = np.zeros(n, dtype=np.int64)
+    child_end = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
     for level in range(int(depth.max()), 0, -1):
         rows = np.flatnonzero((depth == level) & (parent >= 0))
         # a callee ends before its next sibling starts: the sum below over-stretches a caller whose
         # callees were themselves misplaced by an async op (pytorch-traces.md 7.1)
         order = rows[np.lexsort((start[rows], parent[rows]))]
-        same = parent[order[1:]] == parent[order[:-1]]
+        same = (parent[order[1:]] == parent[order[:-1]]) & ~precise[order[:-1]]
         end[order[:-1][same]] = np.minimum(end[order[:-1][same]], start[order[1:][same]])
         np.add.at(child_sum, parent[rows], end[rows] - start[rows])
         np.maximum.at(child_end, parent[rows], end[rows])
         callers = np.unique(parent[rows])
-        short = callers[sched.ran[callers] & (end[callers] < child_end[callers])]
+        short = callers[sched.ran[callers] & (end[callers] < child_end[callers]) & ~precise[callers]]
         end[short] = np.minimum(np.maximum(end[short] + child_sum[short], child_end[short]), last_end)
 
 
-def schedule_from_simulation(job: Job, network: str | os.PathLike[str] | None,
-                             system: str | os.PathLike[str] | None = None, *, preset: str | None = None) -> Schedule:
+def schedule_from_simulation(job: Job, network: Any = None, system: Any = None, *, preset: str | None = None,
+                             knobs: Any = None) -> Schedule:
     """Simulate ``job`` and return its schedule.
 
-    ``network``/``system``: ASTRA-sim network YAML and system JSON, or an etkit system YAML; ``preset``
-    an etkit system preset (see ``etkit simulate --help``).
+    ``network``/``system``: ASTRA-sim network YAML and system JSON, or an etkit system YAML (or loaded
+    :class:`~etkit.simulate.NetworkConfig`/``SystemConfig``); ``preset`` an etkit system preset (see
+    ``etkit simulate --help``); ``knobs`` the what-if :class:`~etkit.simulate.Knobs`.
     """
-    from ..simulate import load_config, simulate  # lazy: a sibling tool, only needed on this path
+    from ..simulate import NetworkConfig, load_config, simulate  # lazy: a sibling tool, only needed on this path
 
-    net, sys_cfg, _ = load_config(network, system, preset=preset)
-    schedule = simulate(job, net, sys_cfg).schedule
+    if isinstance(network, NetworkConfig):
+        net, sys_cfg = network, system
+    else:
+        net, sys_cfg, _ = load_config(network, system, preset=preset)
+    schedule = simulate(job, net, sys_cfg, knobs).schedule
     schedule.source = schedule.source or "simulation"
     return schedule
 
 
 def dependency_rows(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """Data dependencies as rows: ``(dst_rows, src_rows)`` per edge, edges to unknown ids dropped."""
-    src = trace.rows_of(trace.data_deps)
-    dst = trace.edge_sources("data")
-    keep = src >= 0
+    """Dependencies as rows: ``(dst_rows, src_rows)`` per edge, data deps then ctrl deps (ASTRA-sim's
+    feeder honours both), edges to unknown ids and to the node itself dropped."""
+    src = np.concatenate((trace.rows_of(trace.data_deps), trace.rows_of(trace.ctrl_deps)))
+    dst = np.concatenate((trace.edge_sources("data"), trace.edge_sources("ctrl")))
+    keep = (src >= 0) & (src != dst)
     return dst[keep], src[keep]
 
 
@@ -155,9 +166,9 @@ class _RankCursor:
         by_dst = np.argsort(dst, kind="stable")
         self.ptr = np.concatenate(([0], np.cumsum(np.bincount(dst, minlength=n)))).tolist()
         self.deps = src[by_dst].tolist()
-        self.dur = (trace.duration.astype(np.float64) * 1000.0).tolist()
-        self.start = [0.0] * n
-        self.end = [0.0] * n
+        self.dur = (trace.duration.astype(np.int64) * 1000).tolist()
+        self.start = [0] * n
+        self.end = [0] * n
         self.done = [False] * n
         self.pos = 0
         self.arrived: set[int] = set()
@@ -174,7 +185,7 @@ def schedule_from_durations(job: Job, *, cross: CrossRank | None = None) -> Sche
         cursors[rank].special[row] = inst
     for (rank, row), send in cross.send_of.items():
         cursors[rank].special[row] = send
-    arrivals: dict[int, dict[tuple[int, int], float]] = {}
+    arrivals: dict[int, dict[tuple[int, int], int]] = {}
     progress = True
     while progress:
         progress = False
@@ -200,7 +211,7 @@ def _advance(cur: _RankCursor, cursors: dict[int, _RankCursor], cross: CrossRank
         row = order[pos]
         if not done[row]:
             lo, hi = ptr[row], ptr[row + 1]
-            ready = 0.0
+            ready = 0
             for dep in deps[lo:hi]:
                 if end[dep] > ready:
                     ready = end[dep]

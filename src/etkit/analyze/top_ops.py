@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model.job import Job
-from ..model.schedule import Schedule
+from ..model.schedule import Schedule, measured_times
 from ..model.trace import node_type_name
 from .context import AnalysisContext, prepare
 from .kinds import KIND_NAMES
@@ -24,8 +24,8 @@ class OpStats:
     name: str
     kind: str
     count: int
-    total_ns: float
-    exclusive_ns: float
+    total_ns: int
+    exclusive_ns: int
 
     def to_json(self) -> dict:
         return {"name": self.name, "kind": self.kind, "count": self.count, "total_ns": self.total_ns,
@@ -49,12 +49,19 @@ class TopOps:
                 "by_kind": [o.to_json() for o in self.by_kind], "by_type": [o.to_json() for o in self.by_type]}
 
 
+def _sum_by(index: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+    """Integer sums of ``values`` per ``index`` (bincount would go through float64)."""
+    out = np.zeros(size, dtype=np.int64)
+    np.add.at(out, index, values.astype(np.int64, copy=False))
+    return out
+
+
 def top_ops(job: Job, schedule: Schedule | None = None, *, context: AnalysisContext | None = None) -> TopOps:
     """Operator time of ``job`` grouped by name, kind and node type."""
     ctx = prepare(job, schedule, context=context)
-    names: dict[tuple[str, int], list[float]] = {}
-    kinds = np.zeros((len(KIND_NAMES), 3))
-    types: dict[int, list[float]] = {}
+    names: dict[tuple[str, int], list[int]] = {}
+    kinds = np.zeros((len(KIND_NAMES), 3), dtype=np.int64)
+    types: dict[int, list[int]] = {}
     for view in ctx.views.values():
         trace = view.trace
         ran = view.sched.ran
@@ -62,37 +69,38 @@ def top_ops(job: Job, schedule: Schedule | None = None, *, context: AnalysisCont
         dur = view.durations()
         excl = view.tracks.exclusive_ns(n)
         if ctx.schedule.source == "trace":
-            recorded = trace.duration.astype(np.float64) * 1000.0
-            if (dur > recorded + 1.0).any():
-                # callers were stretched over their callees (timing.schedule_from_trace): this trace
-                # records self time as the duration, which is the exclusive time as measured
-                excl = np.where(ran, recorded, 0.0)
-            else:
-                excl = np.minimum(excl, recorded)
+            # rows with measured ns times (ts_ns/dur_ns) nest exactly: their exclusive time is the tracks'.
+            # Elsewhere the trace records self time as the duration: callers stretched over their callees
+            # (timing.schedule_from_trace) take it as measured, the others at most it.
+            recorded = trace.duration.astype(np.int64) * 1000
+            precise = measured_times(trace)[2]
+            self_time = recorded if ((dur > recorded) & ~precise).any() else np.minimum(excl, recorded)
+            excl = np.where(precise, excl, self_time)
+            excl = np.where(ran, excl, 0)
         # key = (name index, kind): one operator name can appear as two kinds (e.g. cpu and compute)
         key = trace.name_idx.astype(np.int64) * len(KIND_NAMES) + view.kinds
         uniq, inverse = np.unique(key[ran], return_inverse=True)
         count = np.bincount(inverse, minlength=len(uniq))
-        total = np.bincount(inverse, weights=dur[ran], minlength=len(uniq))
-        exclusive = np.bincount(inverse, weights=excl[ran], minlength=len(uniq))
+        total = _sum_by(inverse, dur[ran], len(uniq))
+        exclusive = _sum_by(inverse, excl[ran], len(uniq))
         for k, c, t, x in zip(uniq.tolist(), count.tolist(), total.tolist(), exclusive.tolist()):
-            entry = names.setdefault((trace.strings[k // len(KIND_NAMES)], k % len(KIND_NAMES)), [0, 0.0, 0.0])
+            entry = names.setdefault((trace.strings[k // len(KIND_NAMES)], k % len(KIND_NAMES)), [0, 0, 0])
             entry[0] += c
             entry[1] += t
             entry[2] += x
         kinds[:, 0] += np.bincount(view.kinds[ran], minlength=len(KIND_NAMES))
-        kinds[:, 1] += np.bincount(view.kinds[ran], weights=dur[ran], minlength=len(KIND_NAMES))
-        kinds[:, 2] += np.bincount(view.kinds[ran], weights=excl[ran], minlength=len(KIND_NAMES))
+        kinds[:, 1] += _sum_by(view.kinds[ran], dur[ran], len(KIND_NAMES))
+        kinds[:, 2] += _sum_by(view.kinds[ran], excl[ran], len(KIND_NAMES))
         tu, ti = np.unique(trace.types[ran], return_inverse=True)
-        for t, c, d, x in zip(tu.tolist(), np.bincount(ti).tolist(), np.bincount(ti, weights=dur[ran]).tolist(),
-                              np.bincount(ti, weights=excl[ran]).tolist()):
-            entry = types.setdefault(t, [0, 0.0, 0.0])
+        for t, c, d, x in zip(tu.tolist(), np.bincount(ti).tolist(), _sum_by(ti, dur[ran], len(tu)).tolist(),
+                              _sum_by(ti, excl[ran], len(tu)).tolist()):
+            entry = types.setdefault(t, [0, 0, 0])
             entry[0] += c
             entry[1] += d
             entry[2] += x
     by_name = [OpStats(name, KIND_NAMES[k], int(v[0]), v[1], v[2]) for (name, k), v in names.items()]
     by_name.sort(key=lambda o: (-o.total_ns, o.name))
-    by_kind = [OpStats(KIND_NAMES[i], KIND_NAMES[i], int(kinds[i, 0]), float(kinds[i, 1]), float(kinds[i, 2]))
+    by_kind = [OpStats(KIND_NAMES[i], KIND_NAMES[i], int(kinds[i, 0]), int(kinds[i, 1]), int(kinds[i, 2]))
                for i in range(len(KIND_NAMES)) if kinds[i, 0]]
     by_type = [OpStats(node_type_name(t), "", int(v[0]), v[1], v[2]) for t, v in sorted(types.items())]
     return TopOps(ctx.source_text, by_name, by_kind, by_type)

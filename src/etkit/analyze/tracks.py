@@ -8,10 +8,12 @@ those segments, so nested parents never swallow their children's time.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..model.accounting import union_intervals, union_length
 from ..model.schedule import RankSchedule
 from ..model.trace import MISSING, Trace
 from .kinds import COMM, COMPUTE, CPU, KIND_NAMES, MEMORY
@@ -30,36 +32,16 @@ class RankTracks:
     track: np.ndarray  # int32 per row (-1: did not run)
     names: list[str]  # track index -> label, e.g. "cpu tid 1", "comm"
     leaf: np.ndarray  # bool per row: ran and holds no other node of its track
-    seg_start: np.ndarray  # exclusive segments (ns), sorted by track then time
+    seg_start: np.ndarray  # exclusive segments (int64 ns), sorted by track then time
     seg_end: np.ndarray
     seg_row: np.ndarray  # row that owns each segment
     parent: np.ndarray | None = None  # int64 per row: the node it nests in on its track (-1: none)
 
     def exclusive_ns(self, n_rows: int) -> np.ndarray:
-        """Per row, the time it ran with no nested child on its track."""
-        return np.bincount(self.seg_row, weights=self.seg_end - self.seg_start, minlength=n_rows)
-
-
-def union_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Disjoint sorted intervals covering the union of ``[starts, ends)``."""
-    keep = ends > starts
-    starts, ends = starts[keep], ends[keep]
-    if not len(starts):
-        return starts, ends
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], np.maximum.accumulate(ends[order])
-    new = np.empty(len(s), dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > e[:-1]
-    first = np.flatnonzero(new)
-    last = np.append(first[1:] - 1, len(s) - 1)
-    return s[first], e[last]
-
-
-def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
-    """Total length of the union of ``[starts, ends)``."""
-    s, e = union_intervals(starts, ends)
-    return float((e - s).sum())
+        """Per row, the time (int64 ns) it ran with no nested child on its track."""
+        out = np.zeros(n_rows, dtype=np.int64)
+        np.add.at(out, self.seg_row, self.seg_end - self.seg_start)
+        return out
 
 
 def _track_keys(trace: Trace, sched: RankSchedule, kinds: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -131,7 +113,9 @@ def rank_tracks(trace: Trace, sched: RankSchedule, kinds: np.ndarray, *, nesting
     width = int(lane.max()) + 1
     names = [labels[u // width] + (f" #{u % width + 1}" if u % width else "") for u in uniq.tolist()]
     track[rows] = new_index
-    return RankTracks(track, names, leaf, *seg, parent=parent)
+    seg_s, seg_e, seg_r = seg
+    by_time = np.lexsort((seg_s, track[seg_r]))
+    return RankTracks(track, names, leaf, seg_s[by_time], seg_e[by_time], seg_r[by_time], parent=parent)
 
 
 def _track_sort_key(label: str) -> tuple[int, str]:
@@ -140,63 +124,100 @@ def _track_sort_key(label: str) -> tuple[int, str]:
     return rank, label
 
 
-class _Lane:
-    """Open nodes of one lane (innermost last) and how far its exclusive segments reach."""
-
-    __slots__ = ("stack", "cursor")
-
-    def __init__(self, cursor: float) -> None:
-        self.stack: list[tuple[float, int]] = []
-        self.cursor = cursor
-
-    def close_until(self, limit: float, out: tuple[list, list, list]) -> None:
-        """Emit segments up to ``limit``: time goes to the innermost open node."""
-        stack = self.stack
-        while stack and stack[-1][0] <= limit:
-            end, row = stack.pop()
-            if end > self.cursor:
-                out[0].append(self.cursor)
-                out[1].append(end)
-                out[2].append(row)
-                self.cursor = end
-        if stack and limit > self.cursor:
-            out[0].append(self.cursor)
-            out[1].append(limit)
-            out[2].append(stack[-1][1])
-        self.cursor = max(self.cursor, limit)
+_NEST_SCAN = 8  # open ops examined, latest first, for one that holds a new op
 
 
 def _lanes(rows: np.ndarray, t: np.ndarray, s: np.ndarray, e: np.ndarray, nestable: np.ndarray):  # type: ignore[no-untyped-def]
-    """First-fit lanes where nodes nest, plus exclusive segments; in Python, but only on tracks that overlap.
+    """Lanes where nodes nest, plus exclusive segments, in O(n log n) (heaps of lane end times).
 
-    Returns per sorted row its lane and the row it nests in (-1), and the segments. Only ``nestable``
-    rows (host ops of a profiled thread) nest; others that overlap go to a new lane.
+    Rows come sorted by track, start, longer first. Per track, in start order: every op that has ended
+    by a node's start is closed first (a heap of end times, inner ops first on ties); a ``nestable``
+    node (host op of a profiled thread) then nests in the latest-started open op that holds it, among
+    the last :data:`_NEST_SCAN` still open, when that op is the innermost of its lane; any other node
+    takes the lowest free lane (a heap of free lane numbers), or a new one. Returns per sorted row its
+    lane and the row it nests in (-1), and the exclusive segments (time goes to a lane's innermost op).
     """
-    out: tuple[list[float], list[float], list[int]] = ([], [], [])
-    lane_of = np.zeros(len(rows), dtype=np.int64)
-    holder = np.full(len(rows), -1, dtype=np.int64)
-    lanes: list[_Lane] = []
-    current = -1
-    for i, (row, track, start, end, nest) in enumerate(zip(rows.tolist(), t.tolist(), s.tolist(), e.tolist(),
-                                                           nestable.tolist())):
-        if track != current:
-            for lane in lanes:
-                lane.close_until(float("inf"), out)
-            lanes = []
-            current = track
-        for k, lane in enumerate(lanes):
-            lane.close_until(start, out)
-            if not lane.stack or (nest and end <= lane.stack[-1][0]):
-                break
-        else:
-            k, lane = len(lanes), _Lane(start)
-            lanes.append(lane)
-        if lane.stack:
-            holder[i] = lane.stack[-1][1]
-        lane.stack.append((end, row))
-        lane_of[i] = k
-    for lane in lanes:
-        lane.close_until(float("inf"), out)
-    seg = (np.asarray(out[0], dtype=np.float64), np.asarray(out[1], dtype=np.float64),
-           np.asarray(out[2], dtype=np.int64))
-    return lane_of, holder, seg
+    n = len(rows)
+    lane_of = [0] * n
+    holder = [-1] * n
+    seg_s: list[int] = []
+    seg_e: list[int] = []
+    seg_r: list[int] = []
+    row_l, t_l, s_l, e_l, nest_l = rows.tolist(), t.tolist(), s.tolist(), e.tolist(), nestable.tolist()
+    heappush, heappop = heapq.heappush, heapq.heappop
+    i = 0
+    while i < n:
+        track = t_l[i]
+        stacks: list[list[int]] = []   # per lane: open sorted-row indices, innermost last
+        cursor: list[int] = []         # per lane: how far its segments reach
+        free: list[int] = []           # heap of empty lanes
+        ends: list[tuple[int, int]] = []   # heap of (end, -i) of open ops: inner (later) ops first on ties
+        prev: dict[int, int] = {}      # open ops in start order, a linked list (i -> previous open i)
+        nxt: dict[int, int] = {}
+        tail = -1
+
+        def close(limit: int) -> None:
+            nonlocal tail
+            while ends and ends[0][0] <= limit:
+                end, neg = heappop(ends)
+                j = -neg
+                lane = lane_of[j]
+                stack = stacks[lane]
+                stack.pop()  # j is its lane's innermost op: inner ops end no later, and pop first
+                if end > cursor[lane]:
+                    seg_s.append(cursor[lane])
+                    seg_e.append(end)
+                    seg_r.append(row_l[j])
+                    cursor[lane] = end
+                if not stack:
+                    heappush(free, lane)
+                p, q = prev.pop(j), nxt.pop(j, -1)  # unlink j from the open list
+                if q >= 0:
+                    prev[q] = p
+                else:
+                    tail = p
+                if p >= 0:
+                    if q >= 0:
+                        nxt[p] = q
+                    else:
+                        nxt.pop(p, None)
+
+        while i < n and t_l[i] == track:
+            start, end = s_l[i], e_l[i]
+            close(start)
+            lane = -1
+            if nest_l[i]:
+                j, looked = tail, 0
+                while j >= 0 and looked < _NEST_SCAN:
+                    if e_l[j] >= end and stacks[lane_of[j]][-1] == j:
+                        lane = lane_of[j]
+                        holder[i] = row_l[j]
+                        break
+                    j = prev[j]
+                    looked += 1
+            if lane < 0:
+                if free:
+                    lane = heappop(free)
+                else:
+                    lane = len(stacks)
+                    stacks.append([])
+                    cursor.append(start)
+                cursor[lane] = start
+            else:
+                top = stacks[lane][-1]
+                if start > cursor[lane]:
+                    seg_s.append(cursor[lane])
+                    seg_e.append(start)
+                    seg_r.append(row_l[top])
+                    cursor[lane] = start
+            stacks[lane].append(i)
+            lane_of[i] = lane
+            heappush(ends, (end, -i))
+            prev[i] = tail
+            if tail >= 0:
+                nxt[tail] = i
+            tail = i
+            i += 1
+        close(np.iinfo(np.int64).max)
+    seg = (np.asarray(seg_s, dtype=np.int64), np.asarray(seg_e, dtype=np.int64), np.asarray(seg_r, dtype=np.int64))
+    return np.asarray(lane_of, dtype=np.int64), np.asarray(holder, dtype=np.int64), seg

@@ -49,6 +49,8 @@ CANONICAL_KINDS: dict[str, str] = {
     "fw_tid": "int64_val",
     "op_schema": "string_val",
     "stream": "int64_val",
+    "ts_ns": "int64_val",
+    "dur_ns": "int64_val",
     "op_type": "string_val",
 }
 

@@ -57,7 +57,9 @@ class Trace:
 
     Integer attribute columns (communication, ``num_ops``, ``tensor_size``, and the profiled thread ``tid``
     and device ``stream`` of converted traces) hold :data:`MISSING` where the node lacks the attribute; ``is_cpu_op``
-    holds -1 for absent, 0 or 1; ``pg_name`` indexes :attr:`strings` (-1 = absent).
+    holds -1 for absent, 0 or 1; ``pg_name`` indexes :attr:`strings` (-1 = absent). ``ts_ns``/``dur_ns`` are
+    the nanosecond start and inclusive wall duration a converter measured (``start_time_micros`` and
+    ``duration_micros`` hold whole microseconds and, for host ops, self time only).
     """
 
     metadata: GlobalMetadata
@@ -83,6 +85,8 @@ class Trace:
     tensor_size: np.ndarray
     tid: np.ndarray
     stream: np.ndarray
+    ts_ns: np.ndarray  # measured start, Unix ns (converted profiles; MISSING elsewhere)
+    dur_ns: np.ndarray  # measured wall duration in ns, callees included (converted profiles)
     blob: bytes
     rec_off: np.ndarray
     rec_len: np.ndarray

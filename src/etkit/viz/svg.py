@@ -12,8 +12,8 @@ __all__ = ["stacked_bars", "bar_chart", "heatmap", "gantt", "legend", "KIND_COLO
 
 KIND_COLORS = {"compute": "#4e79a7", "cpu": "#76b7b2", "comm": "#e15759", "memory": "#f28e2b", "other": "#bab0ab",
                "caller": "#9c755f", "wait": "#d3d3d3"}
-CATEGORY_COLORS = {"compute": "#4e79a7", "exposed_comm": "#e15759", "memory": "#f28e2b", "host": "#76b7b2",
-                   "idle": "#d9d9d9", "overlapped_comm": "#ff9da7"}
+CATEGORY_COLORS = {"compute": "#4e79a7", "exposed_comm": "#e15759", "memory": "#f28e2b", "waiting": "#b07aa1",
+                   "host": "#76b7b2", "idle": "#d9d9d9", "overlapped_comm": "#ff9da7"}
 _FONT = 'font-family="sans-serif" font-size="11"'
 
 
