@@ -1,0 +1,88 @@
+"""The proof that nothing of the input's text reached the output: every input string searched in every output byte.
+
+:func:`find_in_bytes` looks for many strings at once in a byte buffer: every 4-byte window of the buffer
+is hashed with numpy and looked up in a bitmap of the strings' first four bytes, and only windows that
+hit are compared with the strings that start that way. So the cost is a few numpy passes over the
+output, whatever the number of strings, and the search reads raw bytes: it does not trust any parser.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+
+import numpy as np
+
+__all__ = ["MIN_LENGTH", "find_in_bytes", "find_in_file", "is_text", "text_strings"]
+
+#: Strings shorter than this are not searched (``cpu``, ``0``: too short to identify anything).
+MIN_LENGTH = 4
+_BITS = 24
+_MULT = np.uint32(2654435761)
+_CHUNK = 1 << 24
+_LETTER = re.compile(r"[A-Za-z]")
+
+
+def is_text(s: str) -> bool:
+    """Whether ``s`` is a string the proof searches for: at least :data:`MIN_LENGTH` characters, one a letter.
+
+    Strings of digits and punctuation only (shapes such as ``[[16, 64]]``, process-group names such as
+    ``0``) are numbers the policy keeps or renumbers, not text."""
+    return len(s) >= MIN_LENGTH and _LETTER.search(s) is not None
+
+
+def text_strings(strings: Iterable[str]) -> set[str]:
+    return {s for s in strings if is_text(s)}
+
+
+def _hash(words: np.ndarray) -> np.ndarray:
+    return ((words * _MULT) >> np.uint32(32 - _BITS)).astype(np.int64)
+
+
+def _windows(b: np.ndarray) -> np.ndarray:
+    """The little-endian uint32 of every 4-byte window of ``b`` (``len(b) - 3`` of them)."""
+    w = b[:-3].astype(np.uint32)
+    w |= b[1:-2].astype(np.uint32) << np.uint32(8)
+    w |= b[2:-1].astype(np.uint32) << np.uint32(16)
+    w |= b[3:].astype(np.uint32) << np.uint32(24)
+    return w
+
+
+class _Needles:
+    def __init__(self, needles: Iterable[bytes]) -> None:
+        self.by_prefix: dict[bytes, list[bytes]] = {}
+        for n in set(needles):
+            if len(n) >= MIN_LENGTH:
+                self.by_prefix.setdefault(n[:4], []).append(n)
+        self.bitmap = np.zeros(1 << _BITS, dtype=bool)
+        if self.by_prefix:
+            prefixes = np.frombuffer(b"".join(self.by_prefix), dtype="<u4")
+            self.bitmap[_hash(prefixes)] = True
+
+
+def find_in_bytes(data: bytes, needles: Iterable[bytes] | _Needles) -> set[bytes]:
+    """Which of ``needles`` (each at least :data:`MIN_LENGTH` bytes) occur in ``data``."""
+    index = needles if isinstance(needles, _Needles) else _Needles(needles)
+    found: set[bytes] = set()
+    if not index.by_prefix or len(data) < MIN_LENGTH:
+        return found
+    b = np.frombuffer(data, dtype=np.uint8)
+    for lo in range(0, len(data) - 3, _CHUNK):
+        part = b[lo:min(lo + _CHUNK + 3, len(data))]
+        hits = np.flatnonzero(index.bitmap[_hash(_windows(part))])
+        for pos in (hits + lo).tolist():
+            for needle in index.by_prefix.get(data[pos:pos + 4], ()):
+                if needle not in found and data.startswith(needle, pos):
+                    found.add(needle)
+    return found
+
+
+def find_in_file(path: str | os.PathLike[str], needles: Iterable[bytes] | _Needles) -> set[bytes]:
+    with open(path, "rb") as f:
+        return find_in_bytes(f.read(), needles)
+
+
+def needle_index(strings: Iterable[str]) -> _Needles:
+    """The search structure of ``strings`` (UTF-8), built once for many files."""
+    return _Needles(s.encode("utf-8", "surrogatepass") for s in strings)

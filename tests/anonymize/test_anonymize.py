@@ -1,0 +1,232 @@
+"""etkit anonymize: the policy, op classes, the leak search, and the proof on constructed and real jobs."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+import numpy as np
+import pytest
+
+from etkit.anonymize import DEFAULT_POLICY_TEXT, anonymize, compare_views, default_policy, job_view, load_policy
+from etkit.anonymize.leaks import find_in_bytes, is_text
+from etkit.anonymize.opclass import op_class
+from etkit.errors import EtkitError, UsageError
+from etkit.executor import SerialExecutor
+from etkit.format.attrs import make_attr
+from etkit.format.schema import CommType, GlobalMetadata, Node, NodeType
+from etkit.format.stream import write_trace
+from etkit.model.job import load_job
+from etkit.model.trace import MISSING, load_trace
+from etkit.validate import validate
+
+from ..builders import coll, node
+
+SECRETS = ("AcmeFraudNet", "acme_secret_layer", "/home/alice/acme/model.py", "AcmeCorp-prod-cluster",
+           "ncclKernel<AcmeTemplateArg>", "acme_tp_group", "secret-lr-0.000123")
+
+
+def _secret_job(tmp_path, ranks: int = 2):
+    """A 2-rank job whose every kind of text says who made it: names, op_schema, string arguments in IOInfo,
+    GlobalMetadata, a process-group name and description, and a file path."""
+    prefix = tmp_path / "AcmeFraudNet-run7" / "job"
+    prefix.parent.mkdir()
+    for rank in range(ranks):
+        meta = GlobalMetadata(version="1.0.0")
+        meta.attr.append(make_attr("host", "AcmeCorp-prod-cluster"))
+        mm = node(1, name="AcmeFraudNet.acme_secret_layer::aten::mm", duration=40, start=1_000_000 + rank)
+        mm.attr.append(make_attr("op_schema", "aten::mm(Tensor self, Tensor mat2) -> Tensor"))
+        mm.attr.append(make_attr("rf_id", 17))
+        mm.inputs.values = "[[5, 3, 0, 64, 4, 'cpu'], [6, 4, 0, 128, 4, 'cpu'], 'secret-lr-0.000123']"
+        mm.inputs.shapes = "[[6, 8], [8, 12], []]"
+        mm.inputs.types = "['Tensor(float)', 'Tensor(float)', 'String']"
+        mm.outputs.values = "[[7, 5, 0, 128, 4, 'cpu']]"
+        mm.outputs.shapes = "[[6, 12]]"
+        frame = node(2, name="/home/alice/acme/model.py(42): forward", deps=[1], duration=5, start=1_000_050)
+        frame.attr.append(make_attr("tid", 1))
+        ar = coll(3, CommType.ALL_REDUCE, 1 << 20, deps=[2], pg="acme_tp_group", duration=30, start=1_000_060)
+        kernel = node(4, name="ncclKernel<AcmeTemplateArg>", deps=[3], duration=9, start=1_000_100)
+        init = Node(id=5, name="## process_group:init ##", type=NodeType.METADATA_NODE)
+        init.inputs.values = str(['[{"pg_name": "acme_tp_group", "pg_desc": "AcmeCorp-prod-cluster", '
+                                  f'"ranks": {list(range(ranks))}}}]'])
+        write_trace(f"{prefix}.{rank}.et", meta, [mm, frame, ar, kernel, init])
+    return prefix
+
+
+def _output_bytes(report) -> bytes:
+    return b"".join(open(p, "rb").read() for p in report.files)
+
+
+def test_the_default_policy_is_the_written_text() -> None:
+    policy = default_policy()
+    assert policy == load_policy(None)
+    # every key of the written default is a field, with the value written there
+    keys = re.findall(r"^([a-z_]+):", DEFAULT_POLICY_TEXT, flags=re.M)
+    assert set(keys) == {"names", "keep_names", "timestamps", "jitter", "seed", "shapes", "comm_sizes", "tensors",
+                         "types", "flops", "metadata", "attributes", "other_attributes"}
+    assert policy.keeps("comm_size") and policy.keeps("pg_name") and not policy.keeps("op_schema")
+    assert not policy.keeps("rf_id") and policy.keeps_name("ProfilerStep#3") and not policy.keeps_name("aten::mm")
+
+
+def test_policy_files_override_keys_and_refuse_mistakes(tmp_path) -> None:
+    path = tmp_path / "p.yml"
+    path.write_text("shapes: bucket\nattributes:\n  seq_id: keep\n")
+    policy = load_policy(path)
+    assert policy.shapes == "bucket" and policy.keeps("seq_id") and policy.keeps("comm_size")
+    for text, message in (("shape: bucket\n", "unknown policy key 'shape' \\(did you mean 'shapes'\\?\\)"),
+                          ("shapes: squash\n", "shapes must be one of keep, bucket, drop"),
+                          ("jitter: 2\n", "jitter must be at least 0 and below 1"),
+                          ("attributes:\n  seq_id: yes\n", "attribute 'seq_id': expected a word"),
+                          ("- a\n", "a policy is a YAML mapping"), ("a: [\n", "not a YAML policy")):
+        path.write_text(text)
+        with pytest.raises(UsageError, match=f"^{re.escape(str(path))}: .*{message}"):
+            load_policy(path)
+
+
+@pytest.mark.parametrize("name, cls", [
+    ("aten::mm", "gemm"), ("aten::addmm", "gemm"), ("aten::linear", "gemm"), ("MmBackward0", "gemm_backward"),
+    ("autograd::engine::evaluate_function: AddmmBackward0", "gemm_backward"), ("ampere_sgemm_128x64_tn", "gemm"),
+    ("sm80_xmma_fprop_implicit_gemm_indexed_f32f32", "conv"), ("aten::conv2d", "conv"),
+    ("aten::_scaled_dot_product_flash_attention_for_cpu", "attention"), ("aten::native_layer_norm", "norm"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float> >(int)", "elementwise"),
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "comm"), ("nn.Module: AcmeNet_0", "python"),
+    ("model.py(42): forward", "python"), ("fwd.mb0.layer3.attn_qkv", "gemm"), ("bwd.mb1.layer2.mlp_down", "gemm_backward"),
+    ("Optimizer.step#AdamW.step", "optimizer"), ("aten::view", "view"), ("cudaLaunchKernel", "runtime"),
+    ("AcmeFraudNet", "op")])
+def test_op_classes(name: str, cls: str) -> None:
+    assert op_class(name) == cls
+
+
+def test_the_leak_search_finds_every_occurrence_and_nothing_else(monkeypatch) -> None:
+    import etkit.anonymize.leaks as leaks
+
+    monkeypatch.setattr(leaks, "_CHUNK", 16)  # strings across chunk borders
+    data = b"\x00\x12xxAcmeNet\x07" * 3 + b"abc" + b"secret" + b"\x52\x01"
+    assert find_in_bytes(data, [b"AcmeNet", b"secret", b"Acme_Net", b"crets", b"et\x07b"]) == {b"AcmeNet", b"secret"}
+    assert find_in_bytes(data[-8:], [b"secret"]) == {b"secret"}
+    assert is_text("gemm") and not is_text("cpu") and not is_text("[[16, 64]]")
+
+
+def test_no_string_of_the_input_reaches_the_output(tmp_path) -> None:
+    prefix = _secret_job(tmp_path)
+    report = anonymize(prefix, tmp_path / "share" / "job", executor=SerialExecutor())
+    assert report.ok, report.lines()
+    data = _output_bytes(report)
+    assert report.files and all(not p.startswith(str(prefix)) for p in report.files)
+    for secret in SECRETS + ("AcmeFraudNet-run7", "op_schema", "Tensor(float)", "String", "host"):
+        assert secret.encode() not in data, secret  # checked here independently of the verb's own search
+    assert report.strings_checked >= len(SECRETS)
+    trace = load_trace(f"{tmp_path}/share/job.0.et")
+    assert [trace.name(r) for r in range(len(trace))] == ["gemm", "python", "all_reduce", "comm", "metadata"]
+    assert trace.num_ops[0] == 2 * 6 * 12 * 8  # the GEMM keeps its FLOPs: 2 m n k from its shapes
+    assert trace.start[0] == 1 and trace.start[1] == 51  # shifted: the job's first timestamp is 1 us
+    assert load_trace(f"{tmp_path}/share/job.1.et").start[0] == 2  # ranks keep their offset
+    node = trace.node(0)
+    assert node.inputs.values == "[[1, 1, 0, 64, 4, 'cpu'], [2, 2, 0, 128, 4, 'cpu'], None]"
+    assert node.outputs.values == "[[3, 3, 0, 128, 4, 'cpu']]" and node.inputs.shapes == "[[6, 8], [8, 12], []]"
+    assert not node.inputs.types and {a.name for a in node.attr} == {"is_cpu_op", "num_ops"}
+    assert trace.pg_names()[2] == "1"
+    job = load_job(f"{tmp_path}/share/job")
+    assert job.groups.groups == {"1": (0, 1)}  # the group's name and description are gone, its ranks stay
+    assert validate(f"{tmp_path}/share/job").ok
+
+
+def test_the_proof_fails_when_the_policy_keeps_text(tmp_path) -> None:
+    prefix = _secret_job(tmp_path)
+    policy = load_policy(None).with_options(names="keep")
+    report = anonymize(prefix, tmp_path / "share", policy=policy, executor=SerialExecutor())
+    assert not report.ok and "AcmeFraudNet.acme_secret_layer::aten::mm" in report.leaks
+    assert "/home/alice/acme/model.py(42): forward" in report.leaks
+
+
+def test_shapes_sizes_and_jitter_options(tmp_path) -> None:
+    prefix = _secret_job(tmp_path)
+    ex = SerialExecutor()
+    base = load_policy(None)
+    bucket = anonymize(prefix, tmp_path / "b", policy=base.with_options(shapes="bucket", comm_sizes="pow2"), executor=ex)
+    t = load_trace(f"{tmp_path}/b.0.et")
+    assert t.node(0).inputs.shapes == "[[8, 8], [8, 16], []]" and bucket.ok
+    drop = anonymize(prefix, tmp_path / "d", policy=base.with_options(shapes="drop", tensors="drop"), executor=ex)
+    node = load_trace(f"{tmp_path}/d.0.et").node(0)
+    assert drop.ok and not node.HasField("inputs") and not node.HasField("outputs")
+    jittered = [anonymize(prefix, tmp_path / f"j{i}", policy=base.with_options(jitter=0.2, seed=seed), executor=ex)
+                for i, seed in enumerate((1, 1, 2))]
+    a, b, c = (open(f"{tmp_path}/j{i}.0.et", "rb").read() for i in range(3))
+    assert a == b != c  # seeded: the same seed gives the same bytes
+    changes = []
+    for rank in (0, 1):
+        before, after = load_trace(f"{prefix}.{rank}.et"), load_trace(f"{tmp_path}/j2.{rank}.et")
+        timed = before.duration > 0
+        changes.append(np.abs(after.duration[timed].astype(float) - before.duration[timed]) / before.duration[timed])
+    change = np.concatenate(changes)
+    assert change.max() <= 0.2 and change.max() > 0 and jittered[2].max_jitter == pytest.approx(change.max())
+
+
+def test_comm_sizes_round_up_to_powers_of_two(tmp_path) -> None:
+    prefix = tmp_path / "j"
+    write_trace(f"{prefix}.0.et", GlobalMetadata(), [coll(1, CommType.ALL_GATHER, 3000), coll(2, CommType.ALL_REDUCE, 4096)])
+    anonymize(prefix, tmp_path / "o", policy=load_policy(None).with_options(comm_sizes="pow2"), executor=SerialExecutor())
+    assert load_trace(f"{tmp_path}/o.0.et").comm_size.tolist() == [4096, 4096]
+
+
+def test_the_output_may_not_be_the_input(tmp_path) -> None:
+    prefix = _secret_job(tmp_path)
+    with pytest.raises(EtkitError, match="refusing to write over an input"):
+        anonymize(prefix, prefix, executor=SerialExecutor())
+    assert load_trace(f"{prefix}.0.et").name(0).startswith("AcmeFraudNet")
+
+
+def _cli(argv: list[str]) -> int:
+    from etkit.cli import anonymize as verb
+
+    parser = argparse.ArgumentParser()
+    verb.register(parser.add_subparsers())
+    args = parser.parse_args(["anonymize", *argv])
+    return args.func(args)
+
+
+def test_cli_prints_the_policy_and_the_proof(tmp_path, capsys) -> None:
+    assert _cli(["--print-policy"]) == 0
+    assert capsys.readouterr().out == DEFAULT_POLICY_TEXT
+    assert _cli(["--print-policy", "--shapes", "drop"]) == 0
+    assert "shapes: drop" in capsys.readouterr().out
+    prefix = _secret_job(tmp_path)
+    assert _cli([str(prefix), "-o", str(tmp_path / "o"), "-j", "1", "--json", str(tmp_path / "r.json")]) == 0
+    out = capsys.readouterr().out
+    assert "searched in every output byte" in out and "none found" in out and "validation: ok" in out
+    (tmp_path / "leaky.yml").write_text("attributes:\n  op_schema: keep\n")
+    assert _cli([str(prefix), "-o", str(tmp_path / "o2"), "-j", "1", "--policy", str(tmp_path / "leaky.yml")]) == 1
+    assert "1 FOUND: 'aten::mm(Tensor self, Tensor mat2) -> Tensor'" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def hybrid(converted_job):
+    return converted_job("hybrid_dp_tp_ws4")
+
+
+@pytest.mark.shared_data
+def test_a_real_job_keeps_its_simulation_and_analysis(hybrid, tmp_path) -> None:
+    """hybrid_dp_tp_ws4 (tp 2 x dp 2, gloo): every input string searched independently; identical simulation
+    and breakdown with durations and sizes kept; with 2 % jitter, the step time moves by at most 2 %."""
+    ex = SerialExecutor()
+    report = anonymize(hybrid, tmp_path / "hy", executor=ex)
+    assert report.ok and report.ranks == 4 and report.flops_derived > 0
+    data = _output_bytes(report)
+    texts = set()
+    for rank in range(4):
+        trace = load_trace(f"{hybrid}.{rank}.et")
+        texts.update(trace.strings)
+        for n in trace.nodes():
+            texts.update(a.string_val for a in n.attr if a.WhichOneof("value") == "string_val")
+    texts = {s for s in texts if is_text(s) and not s.startswith("ProfilerStep#")}
+    assert len(texts) > 150 and {"aten::mm", "c10d::allreduce_"} <= texts
+    assert [s for s in texts if s.encode() in data] == []
+    original = job_view(hybrid, executor=ex)
+    same = compare_views(original, job_view(tmp_path / "hy", executor=ex))
+    assert same.identical, same.lines()
+    anonymize(hybrid, tmp_path / "jit", policy=load_policy(None).with_options(jitter=0.02, seed=3), executor=ex)
+    moved = compare_views(original, job_view(tmp_path / "jit", executor=ex))
+    assert not moved.identical and abs(moved.makespan_change) <= 0.02
+    jit = load_trace(f"{tmp_path}/jit.0.et")
+    assert (jit.tid == load_trace(f"{hybrid}.0.et").tid).all() and (jit.ts_ns if hasattr(jit, "ts_ns") else jit.tid).size
+    assert (jit.comm_size[jit.comm_size != MISSING] > 0).all()
