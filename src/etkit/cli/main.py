@@ -22,7 +22,7 @@ from ..errors import EtkitError  # noqa: E402
 #: Verb modules, in help order.
 VERB_MODULES = (
     "info", "validate", "json_twin", "demo", "collect", "link", "convert", "generate", "analyze", "diff",
-    "timeline", "graph", "report", "simulate", "calibrate", "replay",
+    "timeline", "graph", "report", "simulate", "calibrate", "replay", "anonymize", "scale",
 )
 
 
