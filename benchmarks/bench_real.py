@@ -1,0 +1,265 @@
+"""etkit on real data, side by side with the reference tools (issue 15): whole processes, CPU time and peak RSS.
+
+Inputs (read from ../shared/data; larger ones made in a temporary folder by ``real_shapes.py``):
+
+- every upstream ET vector of >= 10,000 nodes (Chakra's own converter output, full attributes and IOInfo),
+  and a 1M-node real-shaped ET that repeats the largest of them with fresh ids;
+- param's PyTorch host traces (resnet, schemas 1.0.3 and 1.1.0) and a 1M-node real-shaped host trace;
+- STAGE's 8-rank jobs, and a generated 1,024-rank Llama-3-70B job (``etkit generate llm``).
+
+Per verb, against its target (CPU time of the whole process, the same input, runs of the two tools
+alternating, medians): ``to-json`` vs ``chakra_jsonizer``; ``from-json``; ``convert pytorch`` vs
+``chakra_converter PyTorch`` (and the orjson parse of the same JSON, the floor); ``validate``, ``info``,
+``analyze``; whole jobs (``info``, ``validate``, the simulator's loading); ``--help`` start-up.
+The reference tools come from ``$ETKIT_REF_VENV`` (``make refenv``; default ``.venv-ref``); without them
+etkit's side is measured alone.
+
+    python benchmarks/bench_real.py [--runs 3] [--large-runs 1] [--nodes 1000000] [--skip-large-ref]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import orjson  # noqa: E402
+from real_shapes import repeat_et, repeat_host_trace  # noqa: E402
+
+from etkit.format.stream import open_trace  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data"
+UPSTREAM = DATA / "upstream"
+PARAM = UPSTREAM / "facebookresearch-param" / "et_replay" / "tests" / "inputs"
+HOST_TRACES = (PARAM / "1.0.3-chakra.0.0.4" / "resnet_1gpu_et.json.gz", PARAM / "1.1.0-chakra.0.0.4" / "resnet_2gpu_et.json.gz")
+STAGE = UPSTREAM / "generated-by-stage-3a7f49c"
+REF_BIN = Path(os.environ.get("ETKIT_REF_VENV", REPO / ".venv-ref")) / "bin"
+ETKIT = [sys.executable, "-m", "etkit"]
+VERBS = ("info", "validate", "to-json", "from-json", "link", "convert", "generate", "analyze", "diff", "timeline",
+         "graph", "report", "simulate", "calibrate", "replay", "collect", "demo")
+
+# Targets (issue 15)
+TO_JSON_RATIO, CONVERT_RATIO = 10.0, 8.0
+FROM_JSON_RATE, CHECK_RATE, JOB_RATE, JOB_SECONDS = 500_000, 500_000, 1_000_000, 3.0
+CONVERT_MB_PER_100K, HELP_CPU = 300.0, 0.15
+
+
+@dataclass
+class Run:
+    cpu: float  # user + system seconds of the process (and the children it waited for)
+    peak_mb: float  # its peak resident set
+    wall: float
+
+
+_TIME = Path("/usr/bin/time")
+
+
+def measure(cmd: list[str], cwd: Path, ok: tuple[int, ...] = (0,)) -> Run:
+    """Run ``cmd`` to completion (stdout discarded): its CPU time and peak RSS.
+
+    Through ``/usr/bin/time`` where there is one: a child's peak RSS starts at its parent's (Linux keeps
+    the high-water mark across exec), and that parent is then ``time``, not this process.
+    """
+    with tempfile.TemporaryDirectory() as scratch:
+        report = Path(scratch) / "time"
+        wrapped = [str(_TIME), "-f", "%U %S %M", "-o", str(report), *cmd] if _TIME.exists() else cmd
+        with open(Path(scratch) / "err", "w+b") as err:
+            start = time.perf_counter()
+            proc = subprocess.Popen(wrapped, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
+            _, status, usage = os.wait4(proc.pid, 0)
+            wall = time.perf_counter() - start
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            if proc.returncode not in ok:
+                err.seek(0)
+                raise RuntimeError(f"{' '.join(map(str, cmd))} exited {proc.returncode}: {err.read().decode()[-2000:]}")
+        if _TIME.exists():
+            user, system, peak_kb = report.read_text().split()[-3:]
+            return Run(float(user) + float(system), int(peak_kb) / 1024, wall)
+    return Run(usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, wall)
+
+
+def alternate(commands: dict[str, list[str]], runs: int, cwd: Path, ok: tuple[int, ...] = (0,)) -> dict[str, Run]:
+    """Each command ``runs`` times, the commands taking turns; the median of each figure per command."""
+    seen: dict[str, list[Run]] = {name: [] for name in commands}
+    for _ in range(runs):
+        for name, cmd in commands.items():
+            seen[name].append(measure(cmd, cwd, ok))
+    return {name: Run(statistics.median(r.cpu for r in rs), statistics.median(r.peak_mb for r in rs),
+                      statistics.median(r.wall for r in rs)) for name, rs in seen.items()}
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
+def node_count(path: Path) -> int:
+    with open_trace(path) as reader:
+        return sum(1 for _ in reader.records())
+
+
+def ref(tool: str) -> list[str] | None:
+    exe = REF_BIN / tool
+    return [str(exe)] if exe.exists() else None
+
+
+def plain_copy(src: Path, folder: Path) -> Path:
+    """``src`` decompressed into ``folder`` (chakra_converter reads plain JSON only)."""
+    dst = folder / src.name.removesuffix(".gz")
+    with gzip.open(src) if src.suffix == ".gz" else open(src, "rb") as fin, open(dst, "wb") as fout:
+        shutil.copyfileobj(fin, fout)
+    return dst
+
+
+# -- sections ----------------------------------------------------------------------------------------
+
+def bench_startup(runs: int, tmp: Path) -> None:
+    print("== start-up: CPU of `etkit --help` and `etkit VERB --help` (target < 0.15 s each)")
+    commands = {"--help": ETKIT + ["--help"]} | {verb: ETKIT + [verb, "--help"] for verb in VERBS}
+    results = alternate(commands, runs, tmp)
+    worst = max(results.values(), key=lambda r: r.cpu).cpu
+    for name, r in results.items():
+        print(f"  etkit {name:10s} {r.cpu:5.2f} s CPU, {r.peak_mb:4.0f} MB  {verdict(r.cpu < HELP_CPU)}")
+    print(f"  slowest {worst:.2f} s: {verdict(worst < HELP_CPU)}")
+
+
+def bench_to_json(vectors: list[tuple[Path, int]], runs: int, large_runs: int, tmp: Path, large_ref: bool) -> None:
+    jsonizer = ref("chakra_jsonizer")
+    print("== to-json vs chakra_jsonizer (CPU >= 10x, peak memory <= jsonizer's)")
+    for path, nodes in vectors:
+        large = nodes > 100_000
+        commands = {"etkit": ETKIT + ["to-json", str(path), "-o", str(tmp / "twin.json")]}
+        if jsonizer and (large_ref or not large):
+            commands["jsonizer"] = jsonizer + ["--input_filename", str(path), "--output_filename", str(tmp / "j.txt")]
+        r = alternate(commands, large_runs if large else runs, tmp)
+        e = r["etkit"]
+        line = f"  {path.name} ({nodes:,} nodes): etkit {e.cpu:.2f} s {e.peak_mb:.0f} MB"
+        if "jsonizer" in r:
+            j = r["jsonizer"]
+            ratio, memory = j.cpu / e.cpu, e.peak_mb / j.peak_mb
+            line += (f" | jsonizer {j.cpu:.2f} s {j.peak_mb:.0f} MB | {ratio:.1f}x CPU ({verdict(ratio >= TO_JSON_RATIO)}),"
+                     f" memory {memory:.2f}x jsonizer's ({verdict(memory <= 1)})")
+        else:
+            line += f" | {nodes / e.cpu:,.0f} nodes/s (no reference run)"
+        print(line)
+
+
+def bench_from_json(et: Path, nodes: int, runs: int, tmp: Path) -> None:
+    print("== from-json (>= 500,000 nodes/s)")
+    twin = tmp / "big.json"
+    measure(ETKIT + ["to-json", str(et), "-o", str(twin)], tmp)
+    r = alternate({"etkit": ETKIT + ["from-json", str(twin), "-o", str(tmp / "back.et")]}, runs, tmp)["etkit"]
+    same = (tmp / "back.et").read_bytes() == et.read_bytes()
+    rate = nodes / r.cpu
+    print(f"  {twin.name} ({nodes:,} nodes): {r.cpu:.2f} s, {r.peak_mb:.0f} MB, {rate:,.0f} nodes/s "
+          f"({verdict(rate >= FROM_JSON_RATE)}); bytes restored exactly: {same}")
+
+
+def bench_convert(hosts: list[tuple[Path, int]], runs: int, large_runs: int, tmp: Path, large_ref: bool) -> None:
+    converter = ref("chakra_converter")
+    print("== convert pytorch vs chakra_converter PyTorch (CPU >= 8x, <= 300 MB per 100k nodes; "
+          "floor: orjson parse of the same JSON)")
+    parse = [sys.executable, "-c", "import orjson, sys; orjson.loads(open(sys.argv[1], 'rb').read())"]
+    for path, nodes in hosts:
+        large = nodes > 100_000
+        commands = {"etkit": ETKIT + ["convert", "pytorch", str(path), "-o", str(tmp / "conv"), "-j", "1", "-q"],
+                    "parse": parse + [str(path)]}
+        if converter and (large_ref or not large):
+            commands["converter"] = converter + ["PyTorch", "--input", str(path), "--output", str(tmp / "ref.et")]
+        r = alternate(commands, large_runs if large else runs, tmp)
+        e, p = r["etkit"], r["parse"]
+        per100k = e.peak_mb / (nodes / 100_000)
+        line = (f"  {path.name} ({nodes:,} host nodes): etkit {e.cpu:.2f} s {e.peak_mb:.0f} MB "
+                f"({per100k:.0f} MB per 100k nodes: {verdict(per100k <= CONVERT_MB_PER_100K)}); "
+                f"orjson parse {p.cpu:.2f} s, convert/parse {e.cpu / p.cpu:.1f}")
+        if "converter" in r:
+            c = r["converter"]
+            ratio = c.cpu / e.cpu
+            line += f" | chakra_converter {c.cpu:.2f} s {c.peak_mb:.0f} MB | {ratio:.1f}x CPU ({verdict(ratio >= CONVERT_RATIO)})"
+        print(line)
+
+
+def bench_checks(prefix: Path, nodes: int, runs: int, tmp: Path) -> None:
+    print("== validate, info, analyze on the real-shaped trace (>= 500,000 nodes/s, info the fastest)")
+    commands = {verb: ETKIT + [verb, str(prefix), "-q", "-j", "1"] for verb in ("validate", "info", "analyze")}
+    r = alternate(commands, runs, tmp, ok=(0, 1))
+    for verb, run in r.items():
+        rate = nodes / run.cpu
+        print(f"  {verb:9s} {run.cpu:6.2f} s {run.peak_mb:5.0f} MB {rate:12,.0f} nodes/s ({verdict(rate >= CHECK_RATE)})")
+    fastest = min(r, key=lambda verb: r[verb].cpu)
+    print(f"  fastest: {fastest} ({verdict(fastest == 'info')})")
+
+
+_LOADER = ("import sys\nfrom etkit.model.job import discover\nfrom etkit.simulate.loader import load_columns\n"
+           "for f in discover(sys.argv[1])[0]:\n    load_columns(f.path)\n")
+
+
+def bench_job(prefix: Path, nodes: int, runs: int, tmp: Path, label: str, *, targets: bool = True) -> None:
+    """``targets=False`` for small jobs, whose figures are start-up: printed, not judged."""
+    commands = {verb: ETKIT + [verb, str(prefix), "-q", "-j", "1"] for verb in ("info", "validate")}
+    commands["simulate's loading"] = [sys.executable, "-c", _LOADER, str(prefix)]
+    r = alternate(commands, runs, tmp, ok=(0, 1))  # validate exits 1 on a job with errors: still measured
+    for verb, run in r.items():
+        rate = nodes / run.cpu
+        judged = (f" ({verdict(rate >= JOB_RATE)}; {run.cpu:.1f} s vs <= {JOB_SECONDS:.0f} s: "
+                  f"{verdict(run.cpu <= JOB_SECONDS)})") if targets else ""
+        print(f"  {label}: {verb:18s} {run.cpu:6.2f} s {run.peak_mb:5.0f} MB {rate:12,.0f} nodes/s{judged}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3, help="runs per tool on the real inputs (medians)")
+    parser.add_argument("--large-runs", type=int, default=1, help="runs per tool on the 1M-node inputs")
+    parser.add_argument("--nodes", type=int, default=1_000_000, help="size of the real-shaped inputs")
+    parser.add_argument("--skip-large-ref", action="store_true",
+                        help="no reference runs on the 1M-node inputs (jsonizer ~3 min, chakra_converter ~5 min each)")
+    args = parser.parse_args()
+    if not UPSTREAM.is_dir():
+        print(f"skipped: {UPSTREAM} not found")
+        return 0
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; reference tools: "
+          f"{REF_BIN if ref('chakra_jsonizer') else 'missing (make refenv)'}")
+    with tempfile.TemporaryDirectory(prefix="etkit-bench-real-") as name:
+        tmp = Path(name)
+        bench_startup(args.runs, tmp)
+
+        vectors = [(p, node_count(p)) for p in sorted(UPSTREAM.rglob("*")) if p.name.endswith((".et", ".et.gz"))]
+        vectors = [(p, n) for p, n in vectors if n >= 10_000]
+        largest = max(vectors, key=lambda v: v[1])[0]
+        big = tmp / "real1m.0.et"
+        big_nodes = repeat_et(largest, big, args.nodes)
+        bench_to_json([*vectors, (big, big_nodes)], args.runs, args.large_runs, tmp, not args.skip_large_ref)
+        bench_from_json(big, big_nodes, args.large_runs, tmp)
+
+        hosts = [(plain, len(orjson.loads(plain.read_bytes())["nodes"])) for plain in (plain_copy(p, tmp) for p in HOST_TRACES)]
+        big_host = tmp / "real1m_host.json"
+        hosts.append((big_host, repeat_host_trace(hosts[0][0], big_host, args.nodes)))
+        bench_convert(hosts, args.runs, args.large_runs, tmp, not args.skip_large_ref)
+        big_host.unlink()
+
+        bench_checks(tmp / "real1m", big_nodes, args.large_runs, tmp)
+
+        print("== whole jobs (info, validate, the simulator's loading: >= 1,000,000 nodes/s, the 1,024-rank job in <= 3 s)")
+        for job in sorted(p for p in STAGE.iterdir() if p.is_dir()):
+            files = sorted(job.glob("*.et"))
+            bench_job(job / "workload", sum(map(node_count, files)), args.runs, tmp, f"STAGE {job.name}", targets=False)
+        llama = tmp / "llama" / "l70"
+        measure(ETKIT + ["generate", "llm", "--model", "llama3-70b", "--dp", "64", "--tp", "4", "--pp", "4",
+                         "-o", str(llama), "-q"], tmp)
+        llama_nodes = sum(node_count(p) for p in llama.parent.glob("l70.*.et"))
+        bench_job(llama, llama_nodes, args.large_runs, tmp, "Llama-3-70B, 1,024 ranks")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
