@@ -40,6 +40,11 @@ def _rebuild_format_error(path: str, message: str, record: int | None, offset: i
     return TraceFormatError(path, message, record=record, offset=offset)
 
 
+class EtkitWarning(UserWarning):
+    """Something etkit accepted but that is probably not what the user meant (an unknown config key, an
+    option that had no effect): the CLI prints it as one line on stderr and goes on."""
+
+
 class Interrupted(KeyboardInterrupt):
     """SIGTERM or SIGHUP arrived while the CLI ran (Ctrl-C raises :class:`KeyboardInterrupt` itself):
     raised like Ctrl-C so that every ``with`` block on the way out removes its temporary files."""

@@ -1,0 +1,200 @@
+"""What a file is, from its first bytes: so that a file given in the wrong place is named for what it is.
+
+Users hold many kinds of files beside their ``.et`` files: PyTorch host execution traces, Kineto traces,
+etkit's linked traces and JSON twins, ``chakra_jsonizer`` output, comm-group files, ASTRA-sim network and
+system configurations, text workloads. Every reader that expects one kind asks :func:`require` first, which
+turns "a Kineto trace given to ``from-json``" into one line saying what the file is and which verb reads it,
+instead of a decoding error deep inside the reader. Only the head of the file is read (gunzipped when it
+is gzip), so sniffing costs a few KiB whatever the file's size.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import zlib
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import UsageError
+from .fileio import GZIP_MAGIC
+
+__all__ = ["FileKind", "KINDS", "sniff", "sniff_bytes", "require", "read_head", "is_kineto", "is_host_trace"]
+
+#: Bytes of (decompressed) head that decide: enough for every header we look at (a Kineto header with
+#: hundreds of devices and process groups is still well under this).
+HEAD_BYTES = 64 << 10
+
+
+@dataclass(frozen=True)
+class FileKind:
+    """One kind of file: its ``name``, how a message calls it and the verb that reads it."""
+
+    name: str
+    label: str
+    hint: str = ""
+
+    def describe(self, path: str | os.PathLike[str]) -> str:
+        """``<path> is <label>: <hint>`` (one line)."""
+        return f"{path} is {self.label}" + (f": {self.hint}" if self.hint else "")
+
+
+_ALL = (
+    FileKind("chakra-et", "a Chakra execution trace (.et)",
+             "it needs no conversion: read it with `etkit info`, `etkit analyze` or `etkit simulate`"),
+    FileKind("host-et", "a PyTorch host execution trace", "convert it with `etkit convert pytorch`"),
+    FileKind("linked", "an etkit linked trace (host execution trace + Kineto)", "convert it with `etkit convert pytorch`"),
+    FileKind("kineto", "a Kineto (PyTorch profiler) trace",
+             "convert it with `etkit convert pytorch` together with its host execution trace"),
+    FileKind("json-twin", "etkit's JSON twin of an .et file", "turn it back into an .et with `etkit from-json`"),
+    FileKind("jsonizer", "chakra_jsonizer output (an .et file as JSON)", "turn it back into an .et with `etkit from-json`"),
+    FileKind("comm-groups", "a comm-groups file ({\"<pg_name>\": [ranks]})", "give it with --comm-groups"),
+    FileKind("astra-system", "an ASTRA-sim system configuration", "give it with --system"),
+    FileKind("astra-network", "an ASTRA-sim network configuration", "give it with --network"),
+    FileKind("etkit-system", "an etkit system file (device + network + system)", "give it with --system"),
+    FileKind("text-workload", "an ASTRA-sim 1.0 text workload", "convert it with `etkit convert text`"),
+    FileKind("json", "a JSON file of no kind etkit knows"),
+    FileKind("yaml", "a YAML or text file of no kind etkit knows"),
+    FileKind("binary", "a binary file of no kind etkit knows"),
+    FileKind("empty", "empty"),
+    FileKind("directory", "a directory"),
+    FileKind("missing", "missing (no such file)"),
+)
+#: Every kind by name.
+KINDS: dict[str, FileKind] = {k.name: k for k in _ALL}
+
+#: First words of ASTRA-sim 1.0 text workloads (the parallelism line).
+_TEXT_WORKLOADS = ("DATA", "MODEL", "HYBRID_DATA_MODEL", "HYBRID_MODEL_DATA", "HYBRID_TRANSFORMER",
+                   "HYBRID_TRANSFORMER_FWD_IN_BCKWD", "HYBRID_DLRM", "HYBRID_DLRM_ENHANCED", "HYBRID_CUSTOMIZED",
+                   "MICRO", "DISTRIBUTED_INFERENCE")
+_KEY = re.compile(rb'"((?:[^"\\]|\\.)*)"\s*:')
+_GROUPS = re.compile(rb'^\{\s*"[^"]*"\s*:\s*\[\s*(?:\d+\s*(?:,\s*\d+\s*)*)?\]\s*[,}]')
+_SYSTEM_KEYS = {b"scheduling-policy", b"endpoint-delay", b"active-chunks-per-dimension", b"preferred-dataset-splits",
+                b"all-reduce-implementation", b"all-gather-implementation", b"reduce-scatter-implementation",
+                b"all-to-all-implementation", b"collective-optimization", b"local-mem-bw", b"roofline-enabled"}
+_YAML_KEY = re.compile(rb"^([A-Za-z_][\w-]*)\s*:", re.MULTILINE)
+
+
+def read_head(path: str | os.PathLike[str], limit: int = HEAD_BYTES) -> bytes:
+    """The first ``limit`` bytes of ``path``, gunzipped when it is gzip."""
+    with open(path, "rb") as raw:
+        head = raw.read(limit)
+    if head.startswith(GZIP_MAGIC):
+        try:
+            return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, limit)
+        except zlib.error:
+            try:  # a gzip member split oddly: fall back to the gzip module
+                with gzip.open(path, "rb") as zipped:
+                    return zipped.read(limit)
+            except (OSError, EOFError):
+                return head
+    return head
+
+
+def _is_text(head: bytes) -> bool:
+    sample = head[:4096]
+    if b"\x00" in sample:
+        return False
+    return not any(b < 32 and b not in (9, 10, 12, 13) for b in sample)
+
+
+def _looks_like_et(head: bytes) -> bool:
+    """A varint length, then a GlobalMetadata message (field 1 ``version`` or 2 ``attr``) or an empty one."""
+    length, shift, pos = 0, 0, 0
+    while pos < min(len(head), 5):
+        byte = head[pos]
+        length |= (byte & 0x7F) << shift
+        pos += 1
+        if not byte & 0x80:
+            break
+        shift += 7
+    else:
+        return False
+    if length == 0:
+        return True
+    return pos < len(head) and head[pos] in (0x0A, 0x12)
+
+
+def sniff_bytes(head: bytes) -> FileKind:
+    """The kind of a file whose first (decompressed) bytes are ``head``."""
+    if not head:
+        return KINDS["empty"]
+    if not _is_text(head):
+        return KINDS["chakra-et" if _looks_like_et(head) else "binary"]
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text.startswith(b"{"):
+        return _json_kind(text)
+    if text.startswith(b"["):
+        return KINDS["kineto" if re.match(rb'\[\s*\{\s*"(?:ph|name|pid|cat)"', text) else "json"]
+    first = text.split(None, 1)[0].decode("ascii", "replace") if text.split(None, 1) else ""
+    if first in _TEXT_WORKLOADS:
+        return KINDS["text-workload"]
+    keys = set(_YAML_KEY.findall(text))
+    if {b"topology", b"npus_count"} & keys:
+        return KINDS["astra-network"]
+    if b"preset" in keys or (b"network" in keys and ({b"device", b"system"} & keys)):
+        return KINDS["etkit-system"]
+    return KINDS["yaml"]
+
+
+def _json_kind(text: bytes) -> FileKind:
+    keys = [m.group(1) for m in _KEY.finditer(text[:HEAD_BYTES])]
+    first = keys[0] if keys else b""
+    if re.match(rb'\{\s*"format"\s*:\s*"etkit-et-json"', text):
+        return KINDS["json-twin"]
+    if first in (b"schemaVersion", b"traceEvents", b"displayTimeUnit", b"deviceProperties", b"distributedInfo",
+                 b"traceName"):
+        return KINDS["kineto"]
+    if first == b"schema" or (b"schema" in keys[:4] and b"nodes" in keys):
+        top = keys[:keys.index(b"nodes")] if b"nodes" in keys else keys
+        return KINDS["linked" if b"finish_ts" in top else "host-et"]
+    if first in (b"attr", b"version"):
+        return KINDS["jsonizer"]
+    if first in (b"id", b"name") and b"type" in keys[:12] and (b"ctrlDeps" in keys or b"dataDeps" in keys
+                                                               or b"durationMicros" in keys):
+        return KINDS["jsonizer"]
+    if _GROUPS.match(text):
+        return KINDS["comm-groups"]
+    if _SYSTEM_KEYS & set(keys):
+        return KINDS["astra-system"]
+    if b"traceEvents" in keys:
+        return KINDS["kineto"]
+    return KINDS["json"]
+
+
+def sniff(path: str | os.PathLike[str]) -> FileKind:
+    """The kind of the file at ``path``, from its head (see :data:`KINDS`)."""
+    p = Path(path)
+    if p.is_dir():
+        return KINDS["directory"]
+    if p.exists() and not p.is_file():  # a FIFO or <(...): reading its head would take it from the reader
+        return KINDS["binary"]
+    try:
+        return sniff_bytes(read_head(p))
+    except FileNotFoundError:
+        return KINDS["missing"]
+    except OSError:
+        return KINDS["binary"]  # unreadable here: the reader says why
+
+
+def require(path: str | os.PathLike[str], accepted: Collection[str], *, wanted: str) -> FileKind:
+    """The kind of ``path``; raises :class:`UsageError` ``"<path> is <what it is>, not <wanted>: <hint>"`` when
+    it is a kind etkit knows that is not in ``accepted`` (a file of no known kind is left to the reader)."""
+    kind = sniff(path)
+    if kind.name in accepted or kind.name in ("binary", "missing"):
+        return kind
+    if kind.name == "empty":
+        raise UsageError(f"{path}: the file is empty, not {wanted}")
+    raise UsageError(f"{path} is {kind.label}, not {wanted}" + (f": {kind.hint}" if kind.hint else ""))
+
+
+def is_kineto(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` is a Kineto (PyTorch profiler / Chrome) trace."""
+    return sniff(path).name == "kineto"
+
+
+def is_host_trace(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` is a PyTorch host execution trace or an etkit linked trace."""
+    return sniff(path).name in ("host-et", "linked")
