@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from ..errors import UsageError
-from ..model.job import load_job
+from ..model.job import load_job, require_whole_job
 from ..simulate import SimulationBlocked, simulate
 from ..simulate.config import SystemConfig
 from ..simulate.whatif import load_system_file, parse_sweeps, plot_sweep, sweep, with_device
@@ -52,6 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    require_whole_job(args.prefix)
     axes = parse_sweeps(args.sweep)
     if args.plot and not axes:
         raise UsageError("--plot draws a sweep: give --sweep KEY=V1,V2,... too")

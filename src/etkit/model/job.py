@@ -18,8 +18,8 @@ from ..format.schema import NodeType
 from .groups import ProcessGroups, parse_process_group_init
 from .trace import Trace, load_trace
 
-__all__ = ["Job", "RankFile", "discover", "load_job", "groups_from_trace", "groups_from_traces",
-           "comm_groups_path", "load_groups", "remove_stale_files"]
+__all__ = ["Job", "RankFile", "discover", "jobs_in", "require_whole_job", "load_job", "groups_from_trace",
+           "groups_from_traces", "comm_groups_path", "groups_file", "load_groups", "remove_stale_files"]
 
 _RANK_SUFFIX = RANK_FILE
 
@@ -33,21 +33,27 @@ class RankFile:
 def discover(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> tuple[list[RankFile], str | None]:
     """Per-rank files of a job and its prefix (when there is one).
 
-    ``spec`` is a prefix (``out/job`` finds ``out/job.0.et``, ``out/job.1.et.gz``, ...), a single
-    ``.et`` file, or a list of files (rank from the ``.<rank>.et`` suffix, else list position).
+    ``spec`` is a prefix (``out/job`` finds ``out/job.0.et``, ``out/job.1.et.gz``, ...; ``out/job.`` is the
+    same prefix), a folder holding one job (that job; a folder of several lists their prefixes), a single
+    ``.et`` file, or a list of files (rank from the ``.<rank>.et`` suffix, else list position). A file that is
+    not a Chakra ET (a PyTorch trace, a JSON twin, a config file) is named for what it is.
     """
     if isinstance(spec, (str, os.PathLike)):
         spec_path = Path(spec)
         if spec_path.is_file():
+            _require_et(spec_path)
             return [_rank_file(spec_path, 0)], _prefix_of(spec_path)
-        prefix = str(spec)
+        if spec_path.is_dir():
+            prefix = _only_job_in(spec_path)
+        else:
+            prefix = str(spec).rstrip(".") if str(spec).rstrip(".") else str(spec)
         found: dict[int, Path] = {}
         for rank, candidate in _rank_candidates(prefix):
             if rank in found:
                 raise UsageError(f"{prefix}: rank {rank} has two files, {found[rank].name} and {candidate.name}")
             found[rank] = candidate
         if not found:
-            raise UsageError(f"{prefix}: no file {prefix}.<rank>.et (or .et.gz) found")
+            raise UsageError(f"{prefix}: no file {prefix}.<rank>.et (or .et.gz) found{_nearby_jobs(prefix)}")
         return [RankFile(r, found[r]) for r in sorted(found)], prefix
     files = [Path(p) for p in spec]
     if not files:
@@ -55,11 +61,68 @@ def discover(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) ->
     for f in files:
         if not f.is_file():
             raise UsageError(f"{f}: no such file")
+        _require_et(f)
     ranked = [_rank_file(f, i) for i, f in enumerate(files)]
     if len({r.rank for r in ranked}) != len(ranked):
         ranked = [RankFile(i, f) for i, f in enumerate(files)]
     prefixes = {_prefix_of(f) for f in files}
     return sorted(ranked, key=lambda r: r.rank), prefixes.pop() if len(prefixes) == 1 else None
+
+
+def _require_et(path: Path) -> None:
+    from ..filekind import require
+
+    require(path, {"chakra-et"}, wanted="a Chakra ET (.et) file")
+
+
+def jobs_in(folder: str | os.PathLike[str]) -> list[str]:
+    """The prefixes of the jobs in ``folder`` (every ``<prefix>.<rank>.et[.gz]`` name), sorted."""
+    root = Path(folder)
+    prefixes = {str(root / m.group("prefix")) for p in root.iterdir() if (m := _RANK_SUFFIX.match(p.name)) and p.is_file()}
+    return sorted(prefixes)
+
+
+def _only_job_in(folder: Path) -> str:
+    """The prefix of the one job in ``folder``; a clear error listing them when there are several or none."""
+    prefixes = jobs_in(folder)
+    if len(prefixes) == 1:
+        return prefixes[0]
+    if prefixes:
+        shown = ", ".join(prefixes[:12]) + (f", ... ({len(prefixes)} jobs)" if len(prefixes) > 12 else "")
+        raise UsageError(f"{folder} is a folder of {len(prefixes)} jobs: give one of their prefixes: {shown}")
+    from ..filekind import sniff
+
+    kinds = {sniff(p).name for p in sorted(folder.iterdir())[:64] if p.is_file()}
+    hint = (": its PyTorch traces convert with `etkit convert pytorch`" if kinds & {"host-et", "kineto", "linked"}
+            else "")
+    raise UsageError(f"{folder} is a folder with no job in it (no PREFIX.<rank>.et files){hint}")
+
+
+def _nearby_jobs(prefix: str) -> str:
+    """`` (did you mean ...?)`` naming the jobs beside a prefix that matches none."""
+    parent = Path(prefix).parent
+    if not parent.is_dir():
+        return ""
+    from ..suggest import did_you_mean
+
+    names = jobs_in(parent)
+    hint = did_you_mean(prefix, names)
+    if hint:
+        return hint
+    return f"; jobs there: {', '.join(names[:8])}" if 0 < len(names) <= 8 else ""
+
+
+def require_whole_job(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> None:
+    """A clear error when ``spec`` is one rank file of a multi-rank job (``et/tp.1.et`` beside ``et/tp.0.et``,
+    ...): what needs every rank (a simulation) is given the job's prefix instead."""
+    if not isinstance(spec, (str, os.PathLike)) or not Path(spec).is_file():
+        return
+    prefix = _prefix_of(Path(spec))
+    ranks = [r for r, _ in _rank_candidates(prefix)] if prefix else []
+    if len(ranks) > 1:
+        rank = _rank_file(Path(spec), 0).rank
+        raise UsageError(f"{spec} is rank {rank} of the {len(ranks)}-rank job {prefix}: its collectives wait for the "
+                         f"other ranks; give the prefix {prefix} to simulate the job")
 
 
 def _rank_candidates(prefix: str) -> list[tuple[int, Path]]:
@@ -162,13 +225,41 @@ def load_job(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
     # so a remote executor loads in this machine's pool instead (etkit.executor.in_client)
     traces = in_client(executor).map(load_trace, [f.path for f in files], desc="load")
     by_rank = {f.rank: t for f, t in zip(files, traces)}
-    return Job(by_rank, load_groups(groups_from_traces(by_rank), prefix, comm_groups), prefix)
+    groups = load_groups(groups_from_traces(by_rank), prefix, comm_groups, world_size=max(by_rank) + 1)
+    return Job(by_rank, groups, prefix)
+
+
+def groups_file(prefix: str | os.PathLike[str] | None) -> Path | None:
+    """The comm-groups file beside the job ``prefix``: ``<prefix>.comm_groups.json``, else ``<prefix>.json`` when it
+    is one (STAGE writes ``workload.json`` beside ``workload.<rank>.et``); None when there is neither."""
+    if prefix is None:
+        return None
+    ours = comm_groups_path(prefix)
+    if ours.is_file():
+        return ours
+    theirs = Path(f"{prefix}.json")
+    if theirs.is_file():
+        from ..filekind import sniff
+
+        if sniff(theirs).name == "comm-groups":
+            return theirs
+    return None
 
 
 def load_groups(declared: ProcessGroups, prefix: str | None,
-                comm_groups: str | os.PathLike[str] | None = None) -> ProcessGroups:
-    """``declared`` groups overlaid with ``comm_groups`` (or ``<prefix>.comm_groups.json`` if it exists)."""
-    groups_file = Path(comm_groups) if comm_groups else (comm_groups_path(prefix) if prefix else None)
-    if groups_file is not None and (comm_groups or groups_file.is_file()):
-        return declared.merged(ProcessGroups.load(groups_file))
-    return declared
+                comm_groups: str | os.PathLike[str] | None = None, *, world_size: int | None = None) -> ProcessGroups:
+    """``declared`` groups overlaid with ``comm_groups`` (or the comm-groups file beside ``prefix``, see
+    :func:`groups_file`). With ``world_size``, a group in the file naming a rank the job does not have is an
+    error (the job being all ranks under ``prefix``, even when fewer were loaded)."""
+    path = Path(comm_groups) if comm_groups else groups_file(prefix)
+    if path is None:
+        return declared
+    from_file = ProcessGroups.load(path)
+    if world_size is not None:
+        world = max([world_size, *(r + 1 for r, _ in (_rank_candidates(prefix) if prefix else []))])
+        for name, ranks in from_file.groups.items():
+            beyond = [r for r in ranks if r >= world]
+            if beyond:
+                raise UsageError(f"{path}: group {name!r} names rank {beyond[0]} but the job has {world} rank(s) "
+                                 f"(0..{world - 1})")
+    return declared.merged(from_file)

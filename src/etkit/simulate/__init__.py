@@ -85,7 +85,7 @@ class _Ranks:
         for shape, groups in found:
             self.shapes[shape.rank] = shape
             declared = declared.merged(groups)
-        self.groups = load_groups(declared, prefix, comm_groups)
+        self.groups = load_groups(declared, prefix, comm_groups, world_size=max(self.shapes) + 1)
 
     @property
     def world_size(self) -> int:

@@ -44,8 +44,8 @@ def _assemble(results: dict[int, tuple[int, list[Finding], CommRecord, ProcessGr
     declared = ProcessGroups()
     for _, _, _, g in results.values():
         declared = declared.merged(g)
-    groups = load_groups(declared, prefix, comm_groups).merged(groups or ProcessGroups())
     world = max(results) + 1 if results else 0
+    groups = load_groups(declared, prefix, comm_groups, world_size=world).merged(groups or ProcessGroups())
     findings: list[Finding] = []
     for rank in sorted(results):
         findings.extend(results[rank][1])
