@@ -47,6 +47,7 @@ from .config import PRESETS, Knobs, NetworkConfig, SystemConfig, load_config, lo
 from .engine import BlockedReport, SimulationBlocked, run_engine
 from .result import RankFigures, SimulationResult, build_schedule, figures_for
 from .loader import load_columns
+from .notes import gpu_notes, input_notes
 from .workload import RankShape, build_classes, rank_shape
 
 __all__ = ["simulate", "prepare", "PreparedJob", "SimulationResult", "RankFigures", "SimulationBlocked", "BlockedReport", "Knobs",
@@ -159,6 +160,7 @@ def simulate(job: PreparedJob | Job | str | os.PathLike[str] | Sequence[str], ne
     if congestion is not None:
         knobs = replace(knobs, congestion=congestion)
     world = ranks.world_size
+    notes = input_notes(network, world, knobs)
     network = network.with_npus(world)
     if network.npus < world:
         raise UsageError(f"{network.source}: the network has {network.npus} NPUs but the job has {world} ranks")
@@ -196,7 +198,8 @@ def simulate(job: PreparedJob | Job | str | os.PathLike[str] | Sequence[str], ne
               "scale_latency": knobs.scale_latency, "collective_overhead_ns": dict(system.collective_overhead_ns),
               "stragglers": knobs.stragglers, "samples": runs, "seed": knobs.seed, "device": knobs.device.name if knobs.device else None}
     return SimulationResult(figures, build_schedule(classes, out.start, out.end), out.events, nodes, simulated,
-                            len(classes), time.perf_counter() - began, out.warnings, config, steps)
+                            len(classes), time.perf_counter() - began, notes + gpu_notes(classes, knobs) + out.warnings,
+                            config, steps)
 
 
 def _run_step(classes, out) -> float:

@@ -19,8 +19,10 @@ from typing import Any
 import yaml
 
 from ..errors import EtkitError, UsageError
+from ..filekind import require
 from ..format.schema import CommType
 from ..generate.devices import DEVICES, Device, get_device
+from ..suggest import warn_unknown_keys
 
 __all__ = ["Dimension", "NetworkConfig", "SystemConfig", "Knobs", "SimConfig", "PRESETS", "TOPOLOGIES",
            "ALGORITHMS", "BYTES_PER_NS_PER_GBPS", "load_network", "load_system", "load_etkit_system",
@@ -243,8 +245,16 @@ def _read_mapping(path: Path, kind: str) -> dict[str, Any]:
         raise EtkitError(f"{path}: cannot read {kind} ({exc.strerror})") from None
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise EtkitError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'} ({exc})".replace("\n", " ")) from None
+    except json.JSONDecodeError as exc:
+        raise EtkitError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        context, opened = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+        if context and opened is not None and getattr(exc, "problem", None):
+            problem += f" ({context} at line {opened.line + 1}, column {opened.column + 1})"
+        raise EtkitError(f"{path}{where}: not valid YAML: {problem}") from None
     if not isinstance(data, dict):
         raise EtkitError(f"{path}: a {kind} must be a mapping of keys to values")
     return data
@@ -258,6 +268,7 @@ def network_from_dict(data: dict[str, Any], source: str) -> NetworkConfig:
             raise EtkitError(f"{source}: network needs '{key}' (one entry per dimension)")
         return list(value) if isinstance(value, (list, tuple)) else [value]
 
+    warn_unknown_keys(data, NETWORK_KEYS, source, "network")
     topo, npus, bw, lat = (listed(k) for k in ("topology", "npus_count", "bandwidth", "latency"))
     if not len(topo) == len(npus) == len(bw) == len(lat):
         raise EtkitError(f"{source}: topology, npus_count, bandwidth and latency must have one entry per dimension")
@@ -280,6 +291,7 @@ def network_from_dict(data: dict[str, Any], source: str) -> NetworkConfig:
 def load_network(path: str | Path) -> NetworkConfig:
     """Read an ASTRA-sim analytical network YAML."""
     path = Path(path)
+    require(path, {"astra-network", "yaml", "json", "missing"}, wanted="a network configuration")
     return network_from_dict(_read_mapping(path, "network configuration"), str(path))
 
 
@@ -294,11 +306,26 @@ def _algorithms(value: Any, source: str, key: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+#: Keys of ASTRA-sim's analytical network YAML.
+NETWORK_KEYS = ("topology", "npus_count", "bandwidth", "latency")
+#: System JSON keys ASTRA-sim reads (astra-sim ``Sys.cc``, 518bd51) or its examples still carry; any other key is
+#: ignored there too, so etkit warns about it with the closest known key (a typo such as
+#: ``preferred-dataset-split`` would otherwise change nothing, silently).
+ASTRA_SYSTEM_KEYS = (
+    "scheduling-policy", "collective-optimization", "local-reduction-delay", "active-chunks-per-dimension", "L", "o",
+    "g", "G", "endpoint-delay", "model-shared-bus", "preferred-dataset-splits", "peak-perf", "local-mem-bw",
+    "roofline-enabled", "trace-enabled", "replay-only", "track-local-mem", "local-mem-trace-filename", "logical-dims",
+    "all-reduce-implementation", "all-gather-implementation", "reduce-scatter-implementation",
+    "all-to-all-implementation", "all-reduce-implementation-custom", "all-gather-implementation-custom",
+    "reduce-scatter-implementation-custom", "all-to-all-implementation-custom", "per-node-custom-implementation",
+    "boost-mode", "intra-dimension-scheduling", "inter-dimension-scheduling")
+
 #: System JSON key of the etkit per-call overheads (ASTRA-sim ignores unknown keys, so files stay shared).
 OVERHEAD_KEY = "etkit-collective-overhead"
 OVERHEAD_KINDS = tuple(c.name for c in CommType) + ("P2P",)
 #: System JSON key of the recorded cost residuals: ``{"ALL_GATHER": {"2": [[ns, ns], ...]}, ...}``.
 RESIDUALS_KEY = "etkit-collective-residuals"
+SYSTEM_KEYS = (*ASTRA_SYSTEM_KEYS, OVERHEAD_KEY, RESIDUALS_KEY)
 
 
 def _overheads(value: Any, source: str) -> tuple[tuple[str, float], ...]:
@@ -343,6 +370,7 @@ def _residuals(value: Any, source: str) -> tuple[tuple[str, int, tuple[tuple[flo
 def system_from_dict(data: dict[str, Any], source: str, base: SystemConfig | None = None) -> SystemConfig:
     """ASTRA-sim system JSON keys over ``base`` (defaults when None); unknown keys are ignored like ASTRA-sim does."""
     cfg = base or SystemConfig()
+    warn_unknown_keys(data, SYSTEM_KEYS, source, "system", "ignored (ASTRA-sim ignores it too)")
     updates: dict[str, Any] = {"source": source}
     numeric = {"endpoint-delay": ("endpoint_delay_ns", float), "active-chunks-per-dimension": ("active_chunks_per_dimension", int),
                "preferred-dataset-splits": ("preferred_dataset_splits", int), "local-mem-bw": ("local_mem_bw_gbps", float),
@@ -373,6 +401,7 @@ def system_from_dict(data: dict[str, Any], source: str, base: SystemConfig | Non
 def load_system(path: str | Path) -> SystemConfig:
     """Read an ASTRA-sim system JSON."""
     path = Path(path)
+    require(path, {"astra-system", "yaml", "json", "missing"}, wanted="a system configuration")
     return system_from_dict(_read_mapping(path, "system configuration"), str(path))
 
 
@@ -397,6 +426,7 @@ def load_etkit_system(path: str | Path | None = None, *, preset: str | None = No
     if path is not None:
         source = str(path)
         data = _read_mapping(Path(path), "etkit system file")
+        warn_unknown_keys(data, ("preset", "device", "network", "system", "description"), source, "etkit system file")
         preset = data.get("preset", preset)
     base: dict[str, Any] = {}
     if preset is not None:

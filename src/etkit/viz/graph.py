@@ -1,4 +1,4 @@
-"""Draw a readable piece of one rank's dependency graph: dot, svg, png or graphml.
+"""Draw a readable piece of one rank's dependency graph: dot, svg, png, pdf or graphml.
 
 Big traces have far too many nodes to draw, so a graph is a selection: ``around`` a node id within
 ``depth`` dependency hops (both directions), narrowed by ``filters``. Nodes a filter drops are bridged
@@ -9,7 +9,7 @@ edges between them are drawn red.
 Filters (all must hold): ``type=COMP,COMM_COLL`` (node types, ``_NODE`` optional), ``kind=comm``
 (compute, cpu, comm, memory, other), ``name~REGEX`` (search), ``dur>=US`` / ``dur<=US`` (microseconds).
 
-svg and png go through Graphviz ``dot`` when it is installed, else through a built-in layered layout
+svg, png and pdf go through Graphviz ``dot`` when it is installed, else through a built-in layered layout
 drawn with matplotlib (nodes in rows by dependency depth).
 """
 
@@ -35,7 +35,7 @@ from .svg import KIND_COLORS
 
 __all__ = ["SubGraph", "select_subgraph", "parse_filter", "write_graph", "FORMATS"]
 
-FORMATS = ("dot", "svg", "png", "graphml")
+FORMATS = ("dot", "svg", "png", "pdf", "graphml")
 _BRIDGE_FAN_IN = 8
 _FILTER = re.compile(r"^(?P<key>type|kind|name|dur)\s*(?P<op>=|~|>=|<=)\s*(?P<value>.+)$")
 

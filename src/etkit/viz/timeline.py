@@ -178,9 +178,19 @@ PROTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")
 
 
 def timeline_format(out: Path) -> str:
-    """"proto" for Perfetto protobuf names (``.pftrace``, ``.perfetto-trace``, ``.pb``, optionally ``.gz``), else "json"."""
+    """"proto" for Perfetto protobuf names (``.pftrace``, ``.perfetto-trace``, ``.pb``), "json" for ``.json``
+    (either optionally ``.gz``) or a name without suffix; any other name is refused rather than filled with
+    JSON it does not announce (``x.html``)."""
     name = out.name[:-3] if out.name.endswith(".gz") else out.name
-    return "proto" if name.endswith(PROTO_SUFFIXES) else "json"
+    if name.endswith(PROTO_SUFFIXES):
+        return "proto"
+    if name.endswith(".json") or not Path(name).suffix:
+        return "json"
+    from ..errors import UsageError
+
+    hint = "; for an HTML page use `etkit report`" if name.endswith((".html", ".htm")) else ""
+    raise UsageError(f"{out}: a timeline is Chrome JSON (.json, .json.gz) or Perfetto protobuf "
+                     f"({', '.join(PROTO_SUFFIXES)}); name the file so, or give --format{hint}")
 
 
 def write_timeline(job: Job, out: str | os.PathLike[str], *, schedule: Schedule | None = None,
