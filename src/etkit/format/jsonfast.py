@@ -33,7 +33,7 @@ import numpy as np
 import orjson
 from google.protobuf.message import DecodeError
 
-from .protojson import attr_json, io_to_dict
+from .protojson import attr_json, compact, io_to_dict
 from .schema import IOInfo, Node, NodeBatch, NodeType
 from .wire import WireFault, fixed, packed_varints, varints
 
@@ -247,7 +247,7 @@ class _JsonTexts:
 
 
 def _string_json(data: bytes) -> bytes:
-    return orjson.dumps(data.decode("utf-8"))
+    return compact(orjson.dumps(data.decode("utf-8")))
 
 
 def _io_json(data: bytes) -> bytes | None:
@@ -255,7 +255,7 @@ def _io_json(data: bytes) -> bytes | None:
     io.DiscardUnknownFields()
     if io.SerializeToString() != data:
         return None  # unknown fields: the node keeps its bytes in "_raw"
-    return orjson.dumps(io_to_dict(io))
+    return compact(orjson.dumps(io_to_dict(io)))
 
 
 _NAME_WORDS = 2  # attribute names of up to 16 bytes are keyed by their bytes; longer ones by a table index

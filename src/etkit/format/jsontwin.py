@@ -33,7 +33,7 @@ from ..errors import TraceFormatError
 from ..fileio import atomic_output, open_maybe_gzip
 from .jsonfast import FramingFault, JsonWriter, record_chunks
 from .protojson import (
-    KIND_JSON, NODE_TYPE_NAMES, WIDE_SCALARS, attr_to_dict, dict_to_metadata, dict_to_node, io_to_dict,
+    KIND_JSON, NODE_TYPE_NAMES, WIDE_SCALARS, attr_to_dict, compact, dict_to_metadata, dict_to_node, io_to_dict,
     metadata_to_dict, node_to_dict, raw_bytes,
 )
 from .schema import AttributeProto, GlobalMetadata, IOInfo, Node
@@ -57,7 +57,7 @@ class _Fragments:
         if hit is None:
             if len(self.table) >= self.limit:
                 self.table.clear()
-            hit = self.table[key] = orjson.dumps(make())
+            hit = self.table[key] = compact(orjson.dumps(make()))
         return hit
 
     def attr(self, attr: AttributeProto) -> bytes:
