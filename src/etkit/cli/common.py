@@ -11,6 +11,7 @@ import re
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -91,6 +92,28 @@ def reported_warnings(prog: str) -> Iterator[None]:
         warnings.simplefilter("always", EtkitWarning)
         warnings.showwarning = show
         yield
+
+
+def prefix_arg(text: str) -> str:
+    """argparse ``type=`` for an output job prefix: ``et/hy.`` means ``et/hy``; a folder or an ``.et`` name is
+    refused (they would give ``et/.0.et`` or ``job.et.0.et``)."""
+    prefix = text.rstrip(".") if not text.endswith("/.") else text
+    if not prefix or prefix.endswith(("/", os.sep)) or os.path.isdir(prefix):
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder: a prefix names the files, e.g. {os.path.join(text, 'job')} "
+                                         "writes job.<rank>.et there")
+    if re.search(r"\.et(\.gz)?$", prefix):
+        stem = re.sub(r"(\.\d+)?\.et(\.gz)?$", "", prefix)
+        raise argparse.ArgumentTypeError(f"{text!r} is a file name: give the prefix {stem!r}, which writes "
+                                         f"{stem}.<rank>.et")
+    return prefix
+
+
+def default_output(source: str, suffix: str) -> str:
+    """The default output name of a verb: ``source``'s name (a job prefix or a file, without ``.et[.gz]``)
+    plus ``suffix``, in the current folder: ``out/pp`` -> ``pp.trace.json``, ``out/pp.1.et`` -> ``pp.1.svg``."""
+    name = Path(source.rstrip("/" + os.sep)).name.rstrip(".")
+    name = re.sub(r"\.et(\.gz)?$", "", name)
+    return (name or "etkit") + suffix
 
 
 def add_quiet(parser: argparse.ArgumentParser) -> None:

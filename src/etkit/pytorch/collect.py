@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -224,13 +225,34 @@ def run_example(workload: str, ranks: int, out_dir: str | os.PathLike[str], *, s
                            + "; then ".join(lines))
     import torch
 
+    removed = remove_stale_rank_files(out, ranks, compress=compress)
     meta = {"workload": workload, "world_size": ranks, "backend": "gloo", "profiled_steps": steps,
             "schedule": {"wait": 1, "warmup": 1, "active": steps, "repeat": 1},
             "torch_version": torch.__version__, "collection_wall_s": round(time.perf_counter() - started, 3),
-            "rank_timings": {f"rank-{r}": t for r, t in sorted(timings.items())}, "compressed": compress}
+            "rank_timings": {f"rank-{r}": t for r, t in sorted(timings.items())}, "compressed": compress,
+            "removed": [p.name for p in removed]}
     with atomic_output(out / "meta.json", compress=False) as dst:
         dst.write(orjson.dumps(meta, option=orjson.OPT_INDENT_2) + b"\n")
     return out
+
+
+_RANK_FILE = re.compile(r"^rank-(?P<rank>\d+)\.(?:(?P<trace>et\.json|kineto\.json)(?P<gz>\.gz)?|log)$")
+
+
+def remove_stale_rank_files(out_dir: str | os.PathLike[str], ranks: int, *, compress: bool) -> list[Path]:
+    """After a collection of ``ranks`` ranks into ``out_dir``: delete what an earlier collection there left that
+    this one replaces (traces and logs of ranks ``>= ranks``, the other compression of a rank's traces), so that
+    the folder holds one run only. Returns the removed paths."""
+    removed = []
+    for path in sorted(Path(out_dir).iterdir()):
+        m = _RANK_FILE.match(path.name)
+        if m is None or not path.is_file():
+            continue
+        stale = int(m.group("rank")) >= ranks or (m.group("trace") is not None and bool(m.group("gz")) != compress)
+        if stale:
+            path.unlink()
+            removed.append(path)
+    return removed
 
 
 def _watch(procs: list[Any], queue: Any, total: int, desc: str, quiet: bool,

@@ -1,8 +1,10 @@
 """Converting a whole PyTorch job: find every rank's files, convert all ranks in parallel, write the groups.
 
-A job directory holds, per rank, a host execution trace and a Kineto trace under our names
-(``rank-<r>.et.json[.gz]`` + ``rank-<r>.kineto.json[.gz]``) or the reference tools' names
-(``host.<r>.json[.gz]`` + ``device.<r>.json[.gz]``). Ranks without a Kineto file are converted from the
+A job is, per rank, a host execution trace and (usually) a Kineto trace, in one directory or named by
+glob patterns, under any names (ours ``rank-<r>.et.json[.gz]`` + ``rank-<r>.kineto.json[.gz]``, the reference
+tools' ``host.<r>.json`` + ``device.<r>.json``, param's ``dlrm_eg_<r>.json`` + ``worker<r>_step_12.*.pt.trace.json``):
+:mod:`etkit.pytorch.pairing` tells host from Kineto traces by content, pairs them and finds each pair's rank,
+and refuses a job whose files come from different runs. Ranks without a Kineto file are converted from the
 host trace alone (durations unknown, reported). Each rank is one executor task.
 """
 
@@ -14,28 +16,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
 from ..executor import Executor, default_executor
 from ..model.groups import ProcessGroups
 from ..model.job import comm_groups_path, remove_stale_files
 from .convert import RankReport, convert_linked
 from .jsonio import paused_gc
 from .link import link_files
+from .pairing import Pairing, check_pair, job_files, pair_traces
 from .peers import match_p2p_peers
 
-__all__ = ["RankPair", "JobReport", "find_rank_pairs", "convert_job", "convert_rank", "convert_files"]
+__all__ = ["RankPair", "JobReport", "find_rank_pairs", "convert_job", "convert_traces", "convert_rank",
+           "convert_files"]
 
 _HOST = re.compile(r"^(?:rank-(?P<a>\d+)\.et|host\.(?P<b>\d+))\.json(?:\.gz)?$")
-_KINETO = re.compile(r"^(?:rank-(?P<a>\d+)\.kineto|device\.(?P<b>\d+))\.json(?:\.gz)?$")
 
-
-@dataclass(frozen=True)
-class RankPair:
-    """One rank's input files."""
-
-    rank: int
-    host: Path
-    kineto: Path | None
+#: One rank's input files and how they were paired (:class:`etkit.pytorch.pairing.Pairing`).
+RankPair = Pairing
 
 
 @dataclass
@@ -48,6 +44,7 @@ class JobReport:
     comm_groups: str | None
     groups: dict[str, list[int]] = field(default_factory=dict)
     removed: list[str] = field(default_factory=list)  # stale files of an older job under the prefix
+    pairs: list[Pairing] = field(default_factory=list)  # which files made each rank, and how they were paired
 
     @property
     def nodes(self) -> int:
@@ -55,7 +52,8 @@ class JobReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"prefix": self.prefix, "files": self.files, "comm_groups": self.comm_groups, "groups": self.groups,
-                "removed": self.removed, "nodes": self.nodes, "ranks": [r.to_json() for r in self.ranks]}
+                "removed": self.removed, "nodes": self.nodes, "pairs": [p.to_json() for p in self.pairs],
+                "ranks": [r.to_json() for r in self.ranks]}
 
 
 def _rank_of(m: re.Match[str]) -> int:
@@ -63,23 +61,8 @@ def _rank_of(m: re.Match[str]) -> int:
 
 
 def find_rank_pairs(job_dir: str | os.PathLike[str]) -> list[RankPair]:
-    """Every rank's (host, Kineto) files in ``job_dir``; a clear error when there is none."""
-    root = Path(job_dir)
-    if not root.is_dir():
-        raise UsageError(f"{root}: not a directory")
-    hosts: dict[int, Path] = {}
-    kinetos: dict[int, Path] = {}
-    for path in sorted(root.iterdir()):
-        if (m := _HOST.match(path.name)) is not None:
-            hosts.setdefault(_rank_of(m), path)
-        elif (m := _KINETO.match(path.name)) is not None:
-            kinetos.setdefault(_rank_of(m), path)
-    if not hosts:
-        raise UsageError(f"{root}: no host trace found (expected rank-<r>.et.json[.gz] or host.<r>.json[.gz])")
-    orphans = sorted(set(kinetos) - set(hosts))
-    if orphans:
-        raise UsageError(f"{root}: Kineto trace of rank {orphans[0]} has no host trace beside it")
-    return [RankPair(r, hosts[r], kinetos.get(r)) for r in sorted(hosts)]
+    """Every rank's (host, Kineto) files in ``job_dir``, found by content; a clear error when there is none."""
+    return pair_traces(*job_files(job_dir))
 
 
 def convert_rank(task: tuple[Any, ...]) -> RankReport:
@@ -110,16 +93,24 @@ def _pg_key(name: str) -> tuple[int, str]:
 
 def convert_job(job_dir: str | os.PathLike[str], prefix: str | os.PathLike[str], *,
                 executor: Executor | None = None, compress: bool = False) -> JobReport:
-    """Convert every rank of the PyTorch job in ``job_dir`` to ``<prefix>.<rank>.et`` (one task per rank)
-    and write ``<prefix>.comm_groups.json``. A send/recv whose process group its rank cannot tell is
-    settled against the other ranks' calls (:mod:`etkit.pytorch.peers`) and that rank converted again.
-    Returns a per-rank report (nodes, comm nodes by type, unlinked
-    ops, link statistics).
+    """Convert every rank of the PyTorch job in ``job_dir`` (see :func:`convert_traces`)."""
+    return convert_traces(*job_files(job_dir), prefix, executor=executor, compress=compress)
+
+
+def convert_traces(hosts: list[str | os.PathLike[str]] | list[Path], kinetos: list[str | os.PathLike[str]] | list[Path],
+                   prefix: str | os.PathLike[str], *, executor: Executor | None = None,
+                   compress: bool = False) -> JobReport:
+    """Convert a PyTorch job given as its host traces and Kineto traces (any names, paired by content:
+    :func:`etkit.pytorch.pairing.pair_traces`) to ``<prefix>.<rank>.et`` (one task per rank) and write
+    ``<prefix>.comm_groups.json``; ``JobReport.pairs`` says which files made each rank. A send/recv whose
+    process group its rank cannot tell is settled against the other ranks' calls (:mod:`etkit.pytorch.peers`)
+    and that rank converted again. Returns a per-rank report (nodes, comm nodes by type, unlinked ops, link
+    statistics).
 
     The prefix then holds this job only: rank files of an older job written there that this one lacks
     (extra ranks, the other compression of a rank) are deleted, and so is its comm-groups file when this
     job has no groups; ``JobReport.removed`` lists them."""
-    pairs = find_rank_pairs(job_dir)
+    pairs = pair_traces(hosts, kinetos)
     suffix = ".et.gz" if compress else ".et"
     tasks = [(p.rank, str(p.host), str(p.kineto) if p.kineto else None, f"{prefix}.{p.rank}{suffix}")
              for p in pairs]
@@ -134,6 +125,7 @@ def convert_job(job_dir: str | os.PathLike[str], prefix: str | os.PathLike[str],
     report = _finish(str(prefix), reports)
     removed = remove_stale_files(prefix, report.files, has_groups=report.comm_groups is not None)
     report.removed = [str(path) for path in removed]
+    report.pairs = pairs
     return report
 
 
@@ -144,6 +136,7 @@ def convert_files(host: str | os.PathLike[str], prefix: str | os.PathLike[str], 
 
     The rank is ``rank``, else the one in the host file's name; a Kineto trace of another rank is refused.
     Without either, the rank is the Kineto trace's (``distributedInfo``), else 0."""
+    check_pair(host, kineto)
     if rank is None:
         m = _HOST.match(Path(host).name)
         rank = _rank_of(m) if m else None
