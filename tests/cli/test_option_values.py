@@ -37,7 +37,7 @@ BAD = [
     (["calibrate", "-o", "n.yml", "--reps", "0"], "--reps", "'0' is not a whole number of at least 1"),
     (["simulate", "nope", "--scale-compute", "-1"], "--scale-compute", "'-1' is not a number above 0"),
     (["simulate", "nope", "--samples", "-1"], "--samples", "'-1' is not a whole number of at least 0"),
-    (["convert", "text", "w.txt", "-o", "t", "--npus", "0"], "--npus", "'0' is not a whole number of at least 1"),
+    (["convert", "text", "w.txt", "-o", "t", "--npus", "0"], "--ranks/--npus", "'0' is not a whole number of at least 1"),
 ]
 
 

@@ -14,9 +14,10 @@ import argparse
 from ..analyze import analyze_job
 from ..analyze.comm import ALGORITHMS
 from ..analyze.text import render_analysis
-from ..model.job import Job, load_job
+from ..model.job import Job, load_job, require_whole_job
 from ..model.schedule import Schedule
-from .common import add_quiet, add_workers, executor_from, non_negative_float, positive_int, write_json
+from .common import (add_json, add_quiet, add_simulation_inputs, add_workers, executor_from, non_negative_float,
+                     positive_int, simulation_from, text_wanted, wants_simulation, write_json)
 
 
 def add_job_arguments(parser: argparse.ArgumentParser, *, prefix_help: str = "job prefix (PREFIX.<rank>.et) or one .et file") -> None:
@@ -28,10 +29,7 @@ def add_job_arguments(parser: argparse.ArgumentParser, *, prefix_help: str = "jo
 def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--comm-groups", metavar="G.json",
                         help='comm groups JSON {"<pg_name>": [ranks]} (default PREFIX.comm_groups.json)')
-    parser.add_argument("--simulate", nargs=2, metavar=("NET.yml", "SYS.json"),
-                        help="take times from a simulation on this network and system instead of the traces")
-    parser.add_argument("--preset", metavar="NAME",
-                        help="simulate on this etkit system preset (alone, or under --simulate files; '-' skips a file)")
+    add_simulation_inputs(parser)  # with any of them, times come from a simulation instead of the traces
     add_quiet(parser)
     add_workers(parser)
 
@@ -39,19 +37,20 @@ def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
 def load_with_schedule(args: argparse.Namespace, prefix: str | None = None) -> tuple[Job, Schedule | None]:
     """Load the job named on the command line and, with ``--simulate``, simulate it."""
     job = load_job(prefix or args.prefix, comm_groups=args.comm_groups, executor=executor_from(args))
-    if not (args.simulate or args.preset):
+    if not wants_simulation(args):
         return job, None
+    require_whole_job(prefix or args.prefix)
     from ..analyze.timing import schedule_from_simulation
 
-    network, system = (None if v == "-" else v for v in (args.simulate or ("-", "-")))
-    return job, schedule_from_simulation(job, network, system, preset=args.preset)
+    network, system, knobs = simulation_from(args)
+    return job, schedule_from_simulation(job, network, system, knobs=knobs)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("analyze", help="time breakdown, top ops, comm matrix, critical path, stragglers",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_job_arguments(p)
-    p.add_argument("--json", metavar="OUT.json", help="also write every figure as JSON ('-' = stdout only)")
+    add_json(p, "every figure")
     p.add_argument("--algorithm", choices=ALGORITHMS, default="ring",
                    help="how collectives are expanded into rank-to-rank traffic (default ring)")
     p.add_argument("--straggler-threshold", type=non_negative_float, default=0.05, metavar="F",
@@ -64,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     job, schedule = load_with_schedule(args)
     analysis = analyze_job(job, schedule, algorithm=args.algorithm, straggler_threshold=args.straggler_threshold)
-    if args.json != "-":
+    if text_wanted(args):
         print(render_analysis(analysis, max_ranks=args.max_ranks, top=args.top), end="")
     if args.json:
         write_json(analysis.to_json(), args.json)

@@ -17,7 +17,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import add_quiet, add_workers, executor_from, write_json
+from ..simulate.config import PRESETS
+from .common import add_json, add_quiet, add_workers, default_output, executor_from, prefix_arg, text_wanted, write_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,8 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               "simulators and analyses need", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("prefix", nargs="?", help="job prefix (PREFIX.<rank>.et) or one .et file")
-    p.add_argument("-o", "--output", metavar="OUT", help="prefix of the anonymised job (OUT.<rank>.et, "
-                   "OUT.comm_groups.json); not the input's")
+    p.add_argument("-o", "--output", type=prefix_arg, metavar="OUT", help="prefix of the anonymised job (OUT.<rank>.et, "
+                   "OUT.comm_groups.json); not the input's (default: the job's name + -anon, in the current folder)")
     p.add_argument("--policy", metavar="POLICY.yml", help="YAML policy: any key of the default (--print-policy) to change")
     p.add_argument("--print-policy", action="store_true", help="print the policy in effect (the default, or with "
                    "--policy and the options below applied) and exit")
@@ -40,10 +41,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--comm-groups", metavar="G.json", help="comm groups JSON of the input (default PREFIX.comm_groups.json)")
     p.add_argument("--verify", action="store_true", help="also simulate and analyse the input and the output and compare "
                    "(identical with durations and sizes kept, within the jitter otherwise); loads both jobs")
-    p.add_argument("--preset", default="hgx-h100", help="system --verify simulates on (default hgx-h100)")
+    p.add_argument("--preset", default="hgx-h100", choices=sorted(PRESETS),
+                   help="system --verify simulates on (default hgx-h100)")
     p.add_argument("--network", metavar="NET.yml", help="network --verify simulates on instead of --preset")
-    p.add_argument("--system", metavar="SYS.json", help="system JSON for --network")
-    p.add_argument("--json", metavar="OUT.json", help="write the report as JSON ('-' = stdout)")
+    p.add_argument("--system", metavar="SYS", help="system JSON for --network")
+    add_json(p, "the report")
     add_quiet(p)
     add_workers(p)
     p.set_defaults(func=run)
@@ -68,21 +70,23 @@ def run(args: argparse.Namespace) -> int:
     if args.print_policy:
         sys.stdout.write(DEFAULT_POLICY_TEXT if policy == load_policy(None) else policy.to_yaml())
         return 0
-    if not args.prefix or not args.output:
-        raise UsageError("give the job's PREFIX and -o OUT (or --print-policy)")
+    if not args.prefix:
+        raise UsageError("give the job's PREFIX (or --print-policy)")
+    output = args.output or default_output(args.prefix, "-anon")
     executor = executor_from(args)
-    report = anonymize(args.prefix, args.output, policy=policy, comm_groups=args.comm_groups, executor=executor)
-    print("\n".join(report.lines()))
+    report = anonymize(args.prefix, output, policy=policy, comm_groups=args.comm_groups, executor=executor)
+    show = print if text_wanted(args) else (lambda *_: None)
+    show("\n".join(report.lines()))
     data = report.to_json()
     ok = report.ok
     if args.verify:
-        comparison = compare_jobs(args.prefix, args.output, network=args.network, system=args.system,
+        comparison = compare_jobs(args.prefix, output, network=args.network, system=args.system,
                                   preset=args.preset, executor=executor)
-        print("\n".join(comparison.lines()))
+        show("\n".join(comparison.lines()))
         bound = policy.jitter
         within = comparison.identical if bound == 0 and policy.comm_sizes == "keep" else \
             abs(comparison.makespan_change) <= bound + 1e-12
-        print("verify: " + ("identical" if comparison.identical else f"within {bound:.1%}" if within else "DIFFERENT"))
+        show("verify: " + ("identical" if comparison.identical else f"within {bound:.1%}" if within else "DIFFERENT"))
         data["verify"] = {"makespan_ns": comparison.makespan_ns, "identical": comparison.identical, "within": within}
         ok = ok and within
     if args.json:

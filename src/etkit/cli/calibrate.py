@@ -4,16 +4,17 @@ the simulator's network model (writes NET.yml and NET.system.json)."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ..simulate.calibrate import DEFAULT_SIZES, calibrate, write_calibration
-from .common import positive_int, sizes_arg
+from .common import add_quiet, add_ranks, positive_int, sizes_arg
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("calibrate", help="time real collectives here and fit the simulator's network model",
                               description=__doc__)
     p.add_argument("--backend", default="gloo", help="torch.distributed backend (default gloo)")
-    p.add_argument("--ranks", type=positive_int, default=2, help="processes to spawn on loopback (default 2)")
+    add_ranks(p, default=2, help="processes to spawn on loopback (default 2)")
     p.add_argument("--sizes", type=sizes_arg, default=DEFAULT_SIZES, metavar="S1,S2",
                    help="message sizes, e.g. 1KiB,64KiB,4MiB (default 1KiB..4MiB, 5 sizes)")
     p.add_argument("--reps", type=positive_int, default=5, help="timed repetitions per size (median; default 5)")
@@ -22,7 +23,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "latency, bandwidth, a fixed overhead per collective type and the recorded spread around it)")
     p.add_argument("--steps", metavar="N,M", help="with --from-trace: fit only the collectives of these profiled "
                    "steps (ProfilerStep#N), e.g. to check the prediction of the others out of sample")
-    p.add_argument("-o", "--output", required=True, metavar="NET.yml", help="network YAML to write")
+    p.add_argument("-o", "--output", metavar="NET.yml",
+                   help="network YAML to write, with NET.system.json beside it (default: PREFIX's name + "
+                        "-net.yml with --from-trace, else calibrated-net.yml)")
+    add_quiet(p)
     p.set_defaults(func=run)
 
 
@@ -36,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
         cal = calibrate_from_job(load_job(args.from_trace, executor=SerialExecutor()), steps=steps)
     else:
         cal = calibrate(args.ranks, backend=args.backend, sizes=args.sizes, reps=args.reps)
-    net_path, sys_path = write_calibration(cal, args.output)
+    output = args.output or (f"{Path(args.from_trace).name}-net.yml" if args.from_trace else "calibrated-net.yml")
+    net_path, sys_path = write_calibration(cal, output)
     print(f"{'collective':<11} {'bytes':>9} {'measured us':>12} {'fit error':>10}")
     for m, err in list(zip(cal.measurements, cal.errors))[:40]:
         print(f"{m.collective:<11} {m.size:>9} {m.seconds * 1e6:>12.1f} {err:>+10.1%}")

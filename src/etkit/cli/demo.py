@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_quiet, add_workers, executor_from, positive_int
+from .common import add_quiet, add_ranks, add_workers, executor_from, positive_int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,7 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("-o", "--output", default="demo-out", metavar="DIR", help="output folder (default demo-out)")
     parser.add_argument("--workload", default="tp", choices=("ddp", "tp", "pp", "moe", "fsdp", "cnn"),
                         help="example job to collect (default tp: tensor/sequence-parallel transformer block)")
-    parser.add_argument("--ranks", type=positive_int, default=4, metavar="N", help="CPU ranks (default 4)")
+    add_ranks(parser, default=4, help="CPU ranks (default 4)")
     parser.add_argument("--steps", type=positive_int, default=2, metavar="K", help="profiled training steps (default 2)")
     add_workers(parser)
     add_quiet(parser)

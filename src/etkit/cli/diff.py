@@ -12,7 +12,7 @@ import argparse
 from ..analyze import analyze_job, diff_analyses
 from ..analyze.text import render_diff
 from .analyze import add_schedule_arguments, load_with_schedule
-from .common import positive_int, write_json
+from .common import add_json, positive_int, text_wanted, write_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("a", metavar="A_PREFIX", help="the job before")
     p.add_argument("b", metavar="B_PREFIX", help="the job after")
     add_schedule_arguments(p)
-    p.add_argument("--json", metavar="OUT.json", help="also write the diff as JSON ('-' = stdout only)")
+    add_json(p, "the diff")
     p.add_argument("--top", type=positive_int, default=20, metavar="N", help="operators listed (default 20)")
     p.set_defaults(func=run)
 
@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     a_job, a_sched = load_with_schedule(args, args.a)
     b_job, b_sched = load_with_schedule(args, args.b)
     d = diff_analyses(analyze_job(a_job, a_sched), analyze_job(b_job, b_sched))
-    if args.json != "-":
+    if text_wanted(args):
         print(render_diff(d, top=args.top), end="")
     if args.json:
         write_json(d.to_json(), args.json)

@@ -1,12 +1,11 @@
-"""``etkit generate collective --type T --size S --npus N [--groups ...]``: one collective on a group layout."""
+"""``etkit generate collective --type T --size S --ranks N [--groups ...]``: one collective on a group layout."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 
 from ..generate.collective import COLLECTIVE_TYPES, write_collective
-from .common import add_quiet, add_workers, executor_from
+from .common import add_quiet, add_ranks, add_workers, executor_from, prefix_arg
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,8 +17,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--type", required=True, choices=COLLECTIVE_TYPES, dest="comm", help="the collective")
     parser.add_argument("--size", default="1MiB", help="comm_size in bytes, units B/KB/MB/GB (decimal) or "
                         "KiB/MiB/GiB (binary); default 1MiB")
-    parser.add_argument("--npus", type=int, required=True, metavar="N", help="number of ranks")
-    parser.add_argument("-o", "--output", required=True, metavar="PREFIX", help="output prefix")
+    add_ranks(parser, npus_alias=True, required=True, help="number of ranks (--npus: ASTRA-sim's name)")
+    parser.add_argument("-o", "--output", type=prefix_arg, metavar="PREFIX",
+                        help="output prefix (default: the collective's name, e.g. all_reduce, in the current folder)")
     layout = parser.add_mutually_exclusive_group()
     layout.add_argument("--groups", nargs="+", metavar="GROUP",
                         help="explicit groups, one argument each: comma-separated ranks and a-b ranges, "
@@ -35,9 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    paths = write_collective(args.output, args.comm, args.size, args.npus, groups=args.groups,
+    output = args.output or args.comm
+    paths = write_collective(output, args.comm, args.size, args.ranks, groups=args.groups,
                              group_size=args.group_size, stride=args.stride, root=args.root,
                              executor=executor_from(args))
-    if not args.quiet:
-        print(f"wrote {len(paths)} ranks to {args.output}.<rank>.et", file=sys.stderr)
+    print(f"wrote {len(paths)} ranks to {output}.<rank>.et")
     return 0

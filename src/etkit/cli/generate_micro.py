@@ -1,20 +1,19 @@
-"""``etkit generate micro --npus N -o DIR``: the 14 micro-benchmark cases, simulator-ready."""
+"""``etkit generate micro --ranks N -o DIR``: the 14 micro-benchmark cases, simulator-ready."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 
 from ..generate.micro import MICRO_CASES, write_micro
-from .common import add_quiet, add_workers, executor_from, non_negative_int, positive_int, size_arg
+from .common import add_quiet, add_ranks, add_workers, executor_from, non_negative_int, size_arg
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "micro", help="the reference generator's 14 micro-benchmark cases, runnable by a simulator",
         description="Write OUT_DIR/<case>.<rank>.et for every micro-benchmark case (see docs/guide/generate-micro-text.md).")
-    parser.add_argument("--npus", type=positive_int, required=True, metavar="N", help="number of ranks (at least 2)")
-    parser.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
+    add_ranks(parser, npus_alias=True, required=True, help="number of ranks, at least 2 (--npus: ASTRA-sim's name)")
+    parser.add_argument("-o", "--output", default="micro", metavar="DIR", help="output directory (default micro)")
     parser.add_argument("--case", action="append", choices=list(MICRO_CASES), metavar="CASE", dest="cases",
                         help="write only this case (repeatable; default: all 14)")
     parser.add_argument("--size", type=size_arg, default="64KiB", help="comm_size of the collective cases and the broadcast "
@@ -28,10 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    written = write_micro(args.output, args.npus, cases=args.cases, coll_size=args.size,
+    written = write_micro(args.output, args.ranks, cases=args.cases, coll_size=args.size,
                           p2p_size=args.p2p_size, mem_size=args.mem_size,
                           comp_us=args.comp_us, executor=executor_from(args))
-    if not args.quiet:
-        files = sum(len(paths) for paths in written.values())
-        print(f"wrote {len(written)} cases x {args.npus} ranks ({files} files) to {args.output}", file=sys.stderr)
+    files = sum(len(paths) for paths in written.values())
+    print(f"wrote {len(written)} cases x {args.ranks} ranks ({files} files) to {args.output}")
     return 0

@@ -7,7 +7,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from ..units import format_bytes
-from .common import add_quiet, add_workers, executor_from, write_json
+from .common import add_json, add_quiet, add_workers, executor_from, text_wanted, write_json
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -20,8 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description="Per-rank node counts by type, communication volume by collective, "
                                                "summed durations and the GlobalMetadata of each file.")
     parser.add_argument("inputs", nargs="+", metavar="PREFIX|FILE", help="job prefix (PREFIX.<rank>.et) or .et files")
-    parser.add_argument("--json", nargs="?", const="-", default=None, metavar="OUT",
-                        help="write the summary as JSON to OUT (stdout when OUT is omitted or '-')")
+    add_json(parser, "the summary")
     add_workers(parser)
     add_quiet(parser)
     parser.set_defaults(func=run)
@@ -65,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     summary = info(spec, executor=executor_from(args))
     if args.json is not None:
         write_json(summary.to_json(), args.json)
-        if args.json == "-":
+        if not text_wanted(args):
             return 0
     render(summary, Console())
     return 0

@@ -18,6 +18,7 @@ guard.install_startup_handlers()  # before the heavy imports: a Ctrl-C at start-
 
 from .. import __version__  # noqa: E402
 from ..errors import EtkitError  # noqa: E402
+from .common import VerbParser, reported_warnings  # noqa: E402
 
 #: Verb modules, in help order.
 VERB_MODULES = (
@@ -27,7 +28,7 @@ VERB_MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = VerbParser(
         prog="etkit", description="Chakra execution traces: collect, convert, check, analyse, simulate, replay.")
     parser.add_argument("--version", action="version", version=f"etkit {__version__}")
     subparsers = parser.add_subparsers(dest="verb", metavar="VERB")
@@ -49,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        with guard.running(args):
+        with guard.running(args), reported_warnings(f"etkit {args.verb}"):
             return int(args.func(args) or 0)
     except EtkitError as exc:
         print(f"etkit {args.verb}: {exc}", file=sys.stderr)

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from .common import add_quiet, non_negative_int, positive_float, positive_int, size_arg, write_json
+from .common import add_json, add_quiet, add_ranks, non_negative_int, positive_float, positive_int, size_arg, text_wanted, write_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -16,8 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "groups, walk every rank's graph in dependency order issuing the recorded communication and "
                     "running the recorded compute, then report replayed vs trace time (see docs/guide/replay.md).")
     parser.add_argument("prefix", metavar="PREFIX", help="job prefix (PREFIX.<rank>.et) or a single .et file")
-    parser.add_argument("--ranks", type=positive_int, default=None, metavar="N",
-                        help="number of ranks to spawn; must equal the job's rank count (default: that count)")
+    add_ranks(parser, default=None, help="number of ranks to spawn; must equal the job's rank count (default: that count)")
     parser.add_argument("--mode", choices=("comm", "compute", "full"), default="full",
                         help="comm: only communication; compute: only compute; full: both (default)")
     parser.add_argument("--iters", type=positive_int, default=3, metavar="K", help="measured iterations (default 3)")
@@ -37,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "this host's available memory, or the GPU's free memory, over the ranks sharing it); "
                              "a larger message stops the replay before any rank starts")
     parser.add_argument("--threads", type=positive_int, default=1, metavar="T", help="intra-op CPU threads per rank (default 1)")
-    parser.add_argument("--json", default=None, metavar="OUT.json", help="write the full report as JSON ('-' = stdout)")
+    add_json(parser, "the full report")
     parser.add_argument("--timeline", default=None, metavar="OUT.json",
                         help="write the last measured iteration as a Chrome trace (open in Perfetto)")
     add_quiet(parser)
@@ -58,6 +57,6 @@ def run(args: argparse.Namespace) -> int:
         report.write_timeline(args.timeline)
     if args.json:
         write_json(report.to_json(), args.json)
-    if args.json != "-":
+    if text_wanted(args):
         sys.stdout.write(report.render_text())
     return 0

@@ -11,14 +11,17 @@ import argparse
 
 from ..analyze.comm import ALGORITHMS
 from ..viz.report import write_report
+from ..errors import UsageError
 from .analyze import add_job_arguments, load_with_schedule
+from .common import default_output
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("report", help="write a self-contained HTML report of a job (and a diff)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_job_arguments(p)
-    p.add_argument("-o", "--output", required=True, metavar="OUT.html", help="the page to write")
+    p.add_argument("-o", "--output", metavar="OUT.html",
+                   help="the page to write (.html; default: the job's name + .report.html, in the current folder)")
     p.add_argument("--baseline", metavar="PREFIX", help="a job to compare against (shown as baseline -> this job)")
     p.add_argument("--iteration", type=int, metavar="N", help="index of the ProfilerStep# drawn (default: the last)")
     p.add_argument("--title", help="page title")
@@ -27,9 +30,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    output = args.output or default_output(args.prefix, ".report.html")
+    if not output.endswith((".html", ".htm")):
+        raise UsageError(f"{output}: the report is an HTML page: name it .html")
     job, schedule = load_with_schedule(args)
     baseline, baseline_schedule = load_with_schedule(args, args.baseline) if args.baseline else (None, None)
-    path = write_report(job, args.output, schedule=schedule, baseline=baseline, baseline_schedule=baseline_schedule,
+    path = write_report(job, output, schedule=schedule, baseline=baseline, baseline_schedule=baseline_schedule,
                         iteration=args.iteration, title=args.title, algorithm=args.algorithm)
     print(f"wrote {path}")
     return 0

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_quiet, add_workers, executor_from, positive_int, write_json
+from .common import add_json, add_quiet, add_workers, default_output, executor_from, positive_int, prefix_arg, text_wanted, write_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,8 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     which.add_argument("--tp", type=positive_int, metavar="M", help="new tensor-parallel degree")
     which.add_argument("--pp", type=positive_int, metavar="M", help="new pipeline degree (must divide the old: stages merge)")
     which.add_argument("--ranks", type=positive_int, metavar="M", help="new world size, reached by scaling dp")
-    p.add_argument("-o", "--output", metavar="OUT", help="prefix of the new job (OUT.<rank>.et, OUT.comm_groups.json); "
-                   "not the input's (required unless --dry-run)")
+    p.add_argument("-o", "--output", type=prefix_arg, metavar="OUT", help="prefix of the new job (OUT.<rank>.et, "
+                   "OUT.comm_groups.json); not the input's (default: the job's name + -<dim><M>, e.g. llm-dp16, "
+                   "in the current folder)")
     p.add_argument("--keep", choices=("per-rank-batch", "global-batch"), default="per-rank-batch",
                    help="--dp/--ranks: keep each rank's batch (default) or the global batch (per-rank compute and "
                         "activation messages scaled by old/new)")
@@ -38,14 +39,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--comm-groups", metavar="G.json", help="comm groups JSON of the input (default PREFIX.comm_groups.json)")
     p.add_argument("--dry-run", action="store_true", help="print the layouts and the new groups' count; write nothing")
     p.add_argument("--no-validate", action="store_true", help="do not validate the new job across ranks")
-    p.add_argument("--json", metavar="OUT.json", help="write the report as JSON ('-' = stdout)")
+    add_json(p, "the report")
     add_quiet(p)
     add_workers(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import UsageError
     from ..scale import plan_scale, scale
 
     degrees = {"dp": args.dp, "tp": args.tp, "pp": args.pp, "ranks": args.ranks}
@@ -55,11 +55,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"layout {plan.old.text()} ({plan.old.world_size} ranks) -> {plan.new.text()} "
               f"({plan.new.world_size:,} ranks), {len(plan.groups.groups):,} process group(s)")
         return 0
-    if not args.output:
-        raise UsageError("give -o OUT (the new job's prefix), or --dry-run")
-    report = scale(args.prefix, args.output, **degrees, keep=args.keep, layout=args.layout,
+    dim = next(k for k, v in degrees.items() if v is not None)
+    output = args.output or default_output(args.prefix, f"-{dim}{degrees[dim]}")
+    report = scale(args.prefix, output, **degrees, keep=args.keep, layout=args.layout,
                    comm_groups=args.comm_groups, validate=not args.no_validate, executor=executor_from(args))
-    print("\n".join(report.lines()))
+    if text_wanted(args):
+        print("\n".join(report.lines()))
     if args.json:
         write_json(report.to_json(), args.json)
     return 0 if report.valid is not False else 1

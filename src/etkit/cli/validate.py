@@ -6,7 +6,7 @@ import argparse
 
 from typing import TYPE_CHECKING
 
-from .common import add_quiet, add_workers, executor_from, non_negative_int, write_json
+from .common import add_json, add_quiet, add_workers, executor_from, non_negative_int, text_wanted, write_json
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -23,8 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("inputs", nargs="+", metavar="PREFIX|FILE", help="job prefix (PREFIX.<rank>.et) or .et files")
     parser.add_argument("--comm-groups", metavar="JSON", default=None,
                         help="process groups {pg_name: [ranks]} (default: PREFIX.comm_groups.json when present)")
-    parser.add_argument("--json", nargs="?", const="-", default=None, metavar="OUT",
-                        help="write findings as JSON to OUT (stdout when OUT is omitted or '-')")
+    add_json(parser, "the findings")
     parser.add_argument("--max-findings", type=non_negative_int, default=200, metavar="N",
                         help="print at most N findings (all go to --json); default 200")
     add_workers(parser)
@@ -54,6 +53,6 @@ def run(args: argparse.Namespace) -> int:
     report = validate(spec, comm_groups=args.comm_groups, executor=executor_from(args))
     if args.json is not None:
         write_json(report.to_json(), args.json)
-    if args.json != "-":
+    if text_wanted(args):
         render(report, Console(highlight=False, soft_wrap=True), args.max_findings)
     return 0 if report.ok else 1
