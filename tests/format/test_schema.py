@@ -60,3 +60,23 @@ def test_global_metadata_fields() -> None:
 
 def test_uses_fast_runtime() -> None:
     assert protobuf_backend() in {"upb", "cpp", "python"}
+
+
+@pytest.mark.shared_data
+def test_every_etkit_writer_stamps_the_schema_version(converted_job, upstream, tmp_path) -> None:  # noqa: ANN001
+    """Converted and generated ETs say which Chakra schema they follow (Chakra's converters leave it empty)."""
+    from etkit.executor import SerialExecutor
+    from etkit.format.schema import SCHEMA_VERSION
+    from etkit.format.stream import open_trace
+    from etkit.generate.collective import write_collective
+    from etkit.text.convert import write_text
+
+    serial = SerialExecutor()
+    text = upstream / "mlcommons-chakra" / "eg_converter" / "input_files" / "Text" / "MLP_ModelParallel.txt"
+    written = [converted_job("cnn_single").with_name("cnn_single.0.et"),
+               *write_text(text, tmp_path / "mlp", 2, executor=serial),
+               *write_collective(tmp_path / "ar", "all_reduce", 1024, 2, executor=serial)]
+    for path in written:
+        with open_trace(path) as reader:
+            assert reader.metadata.version == SCHEMA_VERSION, path
+    assert SCHEMA_VERSION == "1.0.0"  # as mlc-chakra 1.0.0's generator labels et_def.proto

@@ -10,10 +10,15 @@ from .common import add_quiet
 def register(subparsers: argparse._SubParsersAction) -> None:
     to = subparsers.add_parser("to-json", help="write the JSON twin of an .et file",
                                description="Write one JSON document (metadata + nodes, one node per line, 64-bit "
-                                           "integers as strings) that from-json turns back into the same bytes.")
+                                           "integers as strings) that from-json turns back into the same bytes; "
+                                           "or, with --format jsonizer, exactly what Chakra's chakra_jsonizer writes.")
     to.add_argument("input", metavar="X.et", help=".et file (plain or gzip)")
     to.add_argument("-o", "--output", metavar="X.json", default=None,
-                    help="output path (default: the input with .json instead of .et; '.gz' suffix = gzip)")
+                    help="output path (default: the input with .json instead of .et, .jsonized.txt with "
+                         "--format jsonizer; '.gz' suffix = gzip)")
+    to.add_argument("--format", choices=("twin", "jsonizer"), default="twin",
+                    help="twin (default): etkit's lossless JSON twin; jsonizer: chakra_jsonizer's output byte for "
+                         "byte (concatenated pretty-printed objects; unknown fields and non-canonical bytes are lost)")
     add_quiet(to)
     to.set_defaults(func=run_to_json)
     back = subparsers.add_parser("from-json", help="write the .et file of a JSON twin (or jsonizer output)",
@@ -28,11 +33,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_to_json(args: argparse.Namespace) -> int:
     from ..filekind import require
+    from ..format.jsonizer import to_jsonizer
     from ..format.jsontwin import default_json_path, to_json
 
     require(args.input, {"chakra-et"}, wanted="a Chakra ET (.et) file")
-    out = args.output or str(default_json_path(args.input))
-    count = to_json(args.input, out)
+    jsonizer = args.format == "jsonizer"
+    out = args.output or str(default_json_path(args.input, ".jsonized.txt" if jsonizer else ".json"))
+    count = (to_jsonizer if jsonizer else to_json)(args.input, out)
     print(f"{count:,} nodes -> {out}")
     return 0
 

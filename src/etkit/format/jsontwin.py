@@ -32,6 +32,7 @@ from google.protobuf.message import DecodeError
 from ..errors import TraceFormatError
 from ..fileio import atomic_output, open_maybe_gzip
 from .jsonfast import FramingFault, JsonWriter, record_chunks
+from .jsonizer import split_objects
 from .protojson import (
     KIND_JSON, NODE_TYPE_NAMES, WIDE_SCALARS, attr_to_dict, compact, dict_to_metadata, dict_to_node, io_to_dict,
     metadata_to_dict, node_to_dict, raw_bytes,
@@ -210,11 +211,33 @@ def _iter_dicts(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
         if first_line.startswith(b'{"format":"' + FORMAT_NAME.encode()) and first_line.rstrip().endswith(b'"nodes":['):
             yield from _iter_line_layout(path, first_line, stream)
             return
+        if first_line.rstrip(b"\r\n") == b"{" or first_line.startswith(b"{}{"):  # jsonizer's layout: streamed
+            objects = _parsed_pieces(path, split_objects(first_line, stream))
+            try:
+                first = next(objects, None)
+            except TraceFormatError:
+                first = None  # pretty-printed, but not cut as the jsonizer cuts: read as a whole below
+            else:
+                if first is not None:
+                    yield from _iter_parsed(path, itertools.chain([first], objects))
+                    return
+            stream = open_maybe_gzip(path)
+            first_line = b""
         try:
             text = (first_line + stream.read()).decode("utf-8")
         except (UnicodeDecodeError, OSError, EOFError) as exc:
             raise _bad(path, f"not UTF-8 JSON text ({exc})") from None
-    yield from _iter_documents(path, text)
+        finally:
+            stream.close()
+    yield from _iter_parsed(path, _raw_decoded(path, text))
+
+
+def _parsed_pieces(path: str | os.PathLike[str], pieces: Iterator[bytes]) -> Iterator[Any]:
+    for index, piece in enumerate(pieces):
+        try:
+            yield orjson.loads(piece)
+        except orjson.JSONDecodeError as exc:
+            raise _bad(path, f"invalid JSON ({exc})", index) from None
 
 
 def _iter_line_layout(path: str | os.PathLike[str], first_line: bytes, stream: Any) -> Iterator[tuple[int, Any]]:
@@ -243,20 +266,27 @@ def _iter_line_layout(path: str | os.PathLike[str], first_line: bytes, stream: A
         raise _bad(path, "truncated document (no closing ]})")
 
 
-def _iter_documents(path: str | os.PathLike[str], text: str) -> Iterator[tuple[int, Any]]:
-    """Either one JSON twin document, or concatenated jsonizer objects."""
+def _raw_decoded(path: str | os.PathLike[str], text: str) -> Iterator[Any]:
+    """The JSON values of ``text``, one after the other (any formatting, any separating whitespace)."""
     decoder = json.JSONDecoder()
-    pos = 0
-    index = 0
+    pos = index = 0
     while True:
         while pos < len(text) and text[pos].isspace():
             pos += 1
         if pos >= len(text):
-            break
+            return
         try:
             data, pos = decoder.raw_decode(text, pos)
         except (json.JSONDecodeError, RecursionError) as exc:
             raise _bad(path, f"invalid JSON ({exc})", index) from None
+        yield data
+        index += 1
+
+
+def _iter_parsed(path: str | os.PathLike[str], objects: Iterator[Any]) -> Iterator[tuple[int, Any]]:
+    """Either one JSON twin document, or concatenated jsonizer objects (metadata first)."""
+    index = 0
+    for data in objects:
         if index == 0 and isinstance(data, dict) and data.get("format") == FORMAT_NAME:
             yield 0, data.get("metadata", {})
             nodes = data.get("nodes", [])
@@ -323,9 +353,10 @@ def from_json(json_path: str | os.PathLike[str], et_path: str | os.PathLike[str]
     return count
 
 
-def default_json_path(et_path: str | os.PathLike[str]) -> Path:
+def default_json_path(et_path: str | os.PathLike[str], suffix: str = ".json") -> Path:
+    """``x.et`` (or ``x.et.gz``) -> ``x`` + ``suffix`` (``.json``; ``.jsonized.txt`` for the jsonizer layout)."""
     name = Path(et_path).name
-    for suffix in (".et.gz", ".et"):
-        if name.endswith(suffix):
-            return Path(et_path).with_name(name[: -len(suffix)] + ".json")
-    return Path(et_path).with_name(name + ".json")
+    for ending in (".et.gz", ".et"):
+        if name.endswith(ending):
+            return Path(et_path).with_name(name[: -len(ending)] + suffix)
+    return Path(et_path).with_name(name + suffix)

@@ -22,10 +22,15 @@ __all__ = [
     "Tensor",
     "ATTR_KINDS",
     "LIST_KINDS",
+    "SCHEMA_VERSION",
     "protobuf_backend",
 ]
 
 PACKAGE = "ChakraProtoMsg"
+#: ``GlobalMetadata.version`` of the files etkit writes: the Chakra schema they follow, ``et_def.proto`` as
+#: mlc-chakra 1.0.0 ships it and as its generator labels it (the same proto that older files call "0.0.4";
+#: Chakra's PyTorch and text converters leave the field empty).
+SCHEMA_VERSION = "1.0.0"
 _FDP = descriptor_pb2.FieldDescriptorProto
 
 

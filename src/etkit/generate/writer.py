@@ -37,7 +37,7 @@ from .. import __version__
 from ..executor import Executor, SerialExecutor
 from ..fileio import JobOutput, atomic_output, check_writable, job_output
 from ..format.attrs import CANONICAL_KINDS, make_attr
-from ..format.schema import CommType, GlobalMetadata, Node, NodeType
+from ..format.schema import SCHEMA_VERSION, CommType, GlobalMetadata, Node, NodeType
 from ..format.stream import encode_varint, frame
 from ..model.groups import ProcessGroups
 from ..model.job import Job, comm_groups_path
@@ -107,8 +107,9 @@ def attr_field(name: str, value: int | str | bool, kind: str | None = None) -> b
 
 
 def synthetic_metadata(source: str, **attrs: int | str) -> GlobalMetadata:
-    """GlobalMetadata for a generated trace: version ``1.0.0`` and attrs ``producer``, ``source``, extras."""
-    meta = GlobalMetadata(version="1.0.0")
+    """GlobalMetadata for a generated trace: version :data:`~etkit.format.schema.SCHEMA_VERSION` and attrs
+    ``producer``, ``source``, extras."""
+    meta = GlobalMetadata(version=SCHEMA_VERSION)
     meta.attr.append(make_attr("producer", f"etkit {__version__}"))
     meta.attr.append(make_attr("source", source))
     for name, value in attrs.items():
