@@ -97,13 +97,16 @@ class DaskExecutor:
     same exception here (an :class:`~etkit.errors.EtkitError` keeps its one-line message naming rank and
     file), and the tasks not yet done are cancelled. The progress bar advances as futures complete.
 
+    Items go to the cluster in chunks (``chunk`` items per task; default: about four tasks per worker
+    thread), so that a job of many small ranks does not pay the scheduler's round trip per rank; a chunk
+    fails with its first failing item's exception, and a dead worker's chunks are re-run whole.
     ``local_workers`` sizes the local pool of :func:`in_client` (work whose results are whole traces).
     """
 
     remote = True
 
     def __init__(self, address: Any, *, quiet: bool = True, local_workers: int | None = None,
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, chunk: int | None = None) -> None:
         if isinstance(address, str):
             self.address = _dask_address(address)
             self._client: Any = None
@@ -114,6 +117,7 @@ class DaskExecutor:
         self.quiet = quiet
         self.local_workers = local_workers
         self.timeout = timeout
+        self.chunk = chunk
 
     def __repr__(self) -> str:
         return f"DaskExecutor({self.address!r})"
@@ -137,20 +141,24 @@ class DaskExecutor:
         from distributed import as_completed as dask_completed
 
         client = self.client
+        size = self.chunk or max(1, len(seq) // (4 * max(1, sum(client.nthreads().values()))))
+        chunks = [seq[i:i + size] for i in range(0, len(seq), size)]
         tag = f"{desc or getattr(fn, '__name__', 'task')}-{uuid.uuid4().hex[:12]}"
-        futures = client.map(fn, seq, key=[f"etkit-{tag}-{i}" for i in range(len(seq))], pure=False)
+        futures = client.map(_chunk_task, [(fn, chunk) for chunk in chunks],
+                             key=[f"etkit-{tag}-{i}" for i in range(len(chunks))], pure=False)
         where = {f.key: i for i, f in enumerate(futures)}
-        results: list[Any] = [None] * len(seq)
+        results: list[Any] = [None] * len(chunks)
         try:
             with Progress(total=len(seq), desc=desc, quiet=self.quiet) as bar:
                 for future in dask_completed(futures, loop=client.loop):
-                    results[where[future.key]] = _result(future, fn, seq[where[future.key]])
+                    i = where[future.key]
+                    results[i] = _result(future, fn, chunks[i])
                     future.release()
-                    bar.advance()
+                    bar.advance(len(chunks[i]))
         except BaseException:
             client.cancel(futures)
             raise
-        return results
+        return [r for chunk in results for r in chunk]
 
     def close(self) -> None:
         """Close the connection this executor opened (a caller's ``Client`` is left open)."""
@@ -163,6 +171,12 @@ class DaskExecutor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _chunk_task(task: tuple[Callable[[Any], Any], list[Any]]) -> list[Any]:
+    """One cluster task: ``fn`` over a chunk of items, in order (the first item that fails fails the chunk)."""
+    fn, chunk = task
+    return [fn(item) for item in chunk]
 
 
 def _result(future: Any, fn: Callable, item: Any) -> Any:
