@@ -17,6 +17,7 @@ into a :class:`ScalePlan`:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -94,51 +95,56 @@ class ScalePlan:
     def axis(self) -> int:
         return self.new.index(self.dim)
 
+    @cached_property
+    def _arrays(self) -> tuple[list[int], np.ndarray, list[int], list[int], int]:
+        """Per new rank its coordinate along the dimension and its source rank(s); per old rank its
+        coordinate along the dimension and its new rank without that coordinate's term; the new stride."""
+        a, k = self.axis, self.merge
+        old_layout = self.old.with_dim(self.dim)
+        new_coords = self.new.coords(np.arange(self.new.world_size, dtype=np.int64))
+        along = new_coords[:, a].copy()
+        old_strides, new_strides = old_layout.strides(), self.new.strides()
+        others = (new_coords * old_strides[None, :]).sum(axis=1) - along * old_strides[a]
+        if k > 1:
+            sources = others[:, None] + (along[:, None] * k + np.arange(k)[None, :]) * old_strides[a]
+        else:
+            sources = (others + (along % old_layout.size(self.dim)) * old_strides[a])[:, None]
+        old_coords = old_layout.coords(np.arange(old_layout.world_size, dtype=np.int64))
+        old_along = old_coords[:, a]
+        base = (old_coords * new_strides[None, :]).sum(axis=1) - old_along * new_strides[a]
+        if k > 1:
+            base = base + (old_along // k) * new_strides[a]
+        return along.tolist(), sources, old_along.tolist(), base.tolist(), int(new_strides[a])
+
     def sources(self, new_rank: int) -> list[int]:
         """The old rank(s) whose nodes new rank ``new_rank`` runs (several: merged pipeline stages)."""
-        c = self.new.coords([new_rank])[0].copy()
-        a = self.axis
-        old_layout = self.old.with_dim(self.dim)
-        if self.merge > 1:
-            k = self.merge
-            out = []
-            for j in range(k):
-                c2 = c.copy()
-                c2[a] = c[a] * k + j
-                out.append(int(old_layout.ranks(c2[None, :])[0]))
-            return out
-        c[a] = c[a] % old_layout.size(self.dim)
-        return [int(old_layout.ranks(c[None, :])[0])]
+        return self._arrays[1][new_rank].tolist()
 
     def targets_by_source(self) -> dict[int, list[int]]:
         """For each old rank, the new ranks that copy it (pp merges: keyed by the first stage's rank)."""
-        out: dict[int, list[int]] = {}
-        for r in range(self.new.world_size):
-            out.setdefault(self.sources(r)[0], []).append(r)
-        return out
+        first = self._arrays[1][:, 0]
+        order = np.argsort(first, kind="stable")
+        keys, starts = np.unique(first[order], return_index=True)
+        groups = np.split(order, starts[1:])
+        return {int(k): g.tolist() for k, g in zip(keys.tolist(), groups)}
 
     def pg_name(self, old_name: str, new_rank: int) -> str:
         if self.merge > 1:
             return self.merged_names.get(old_name, old_name)
         if self.placement.get(old_name, "along") == "along":
             return old_name
-        c = int(self.new.coords([new_rank])[0][self.axis])
-        return self.copies[old_name][c]
+        return self.copies[old_name][self._arrays[0][new_rank]]
 
     def peer(self, old_peer: int, new_rank: int) -> int:
         """The new rank of an old rank's point-to-point peer, seen from ``new_rank``."""
-        old_layout, a = self.old.with_dim(self.dim), self.axis
-        pc = old_layout.coords([old_peer])[0]
+        along, sources, old_along, base, stride = self._arrays
         if self.merge > 1:
-            pc[a] //= self.merge
-            return int(self.new.ranks(pc[None, :])[0])
-        mine = self.new.coords([new_rank])[0]
-        src = self.sources(new_rank)[0]
-        if pc[a] != old_layout.coords([src])[0][a]:
+            return base[old_peer]
+        src = int(sources[new_rank, 0])
+        if old_along[old_peer] != old_along[src]:
             raise UsageError(f"rank {src} exchanges point-to-point messages with rank {old_peer} along {self.dim}: "
                              f"etkit scale cannot resize a dimension whose ranks send to each other (only pp merges)")
-        pc[a] = mine[a]
-        return int(self.new.ranks(pc[None, :])[0])
+        return base[old_peer] + along[new_rank] * stride
 
     def collective_factor(self, old_name: str | None, comm_type: int) -> float:
         if self.merge > 1:

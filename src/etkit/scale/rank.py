@@ -7,7 +7,8 @@ copy's ``pg_name`` / ``comm_src`` / ``comm_dst`` appended (:func:`etkit.generate
 stamping of etkit's generators: ``attr`` is the last field of a Node, so the message is the same). A
 copy whose values are the source's own gets the source's bytes, so scaling a job to its own degree
 writes it back byte for byte. Merged pipeline stages (:func:`merge_stages`) are re-encoded node by node.
-Everything goes through :class:`~etkit.format.stream.TraceWriter`.
+Records are framed by :func:`etkit.format.stream.frame` (runs that no copy changes once per source, as the
+generators' templates do) and merged ranks written by :class:`~etkit.format.stream.TraceWriter`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import numpy as np
 
 from ..format.attrs import attr_kind, make_attr
 from ..format.schema import Node, NodeType
-from ..format.stream import TraceWriter
+from ..fileio import atomic_output
+from ..format.stream import TraceWriter, frame
 from ..generate.writer import attr_field
 from ..model.job import groups_from_trace
 from ..model.trace import MISSING, Trace, load_trace
@@ -43,7 +45,7 @@ class RankSurvey:
 def survey_rank(item: tuple[int, str]) -> RankSurvey:
     """Executor task: groups, peers and node counts of one rank file (columns only)."""
     rank, path = item
-    trace = load_trace(path)
+    trace = load_trace(path, names=False)  # node names are not needed: the name table is the costliest column
     names = frozenset(trace.strings[i] for i in np.unique(trace.pg_idx[trace.pg_idx >= 0]).tolist())
     p2p = np.isin(trace.types, _P2P)
     peers = np.concatenate([trace.comm_src[p2p], trace.comm_dst[p2p]])
@@ -114,10 +116,11 @@ class _Stamped:
     """A record that differs per copy: its fixed bytes and what to append."""
 
     fixed: bytes
-    original: bytes
+    original: bytes  # framed: what a copy whose values are the source's own gets
     rescaled: bool
     pg: str | None  # old pg_name (None: the node has none)
     ranks: tuple[tuple[str, str, int], ...]  # (attr name, kind, old rank) of comm_src / comm_dst
+    old_ranks: list[int] = field(default_factory=list)
 
 
 def _group_init(declared: dict[str, tuple[int, ...]]) -> str:
@@ -166,45 +169,83 @@ def _template(trace: Trace, task: SourceTask) -> list:  # noqa: C901 - one pass 
             continue
         del node.attr[:]
         node.attr.extend(keep)
-        items[row] = _Stamped(node.SerializeToString(), record, rescaled, pg_old, tuple(holes))
+        items[row] = _Stamped(node.SerializeToString(), frame(record), rescaled, pg_old, tuple(holes),
+                              [old for _, _, old in holes])
     return items
 
 
-def _stamp(item: _Stamped, target: Target) -> bytes:
-    pg = target.pg.get(item.pg, item.pg) if item.pg is not None else None
-    ranks = [(name, kind, target.peers.get(old, old)) for name, kind, old in item.ranks]
-    if not item.rescaled and pg == item.pg and all(new == old for (_, _, new), (_, _, old) in zip(ranks, item.ranks)):
-        return item.original
-    parts = [item.fixed]
-    parts.extend(attr_field(name, value, kind) for name, kind, value in ranks)
-    if pg is not None:
-        parts.append(attr_field("pg_name", pg, "string_val"))
-    return b"".join(parts)
+class _Copy:
+    """One copy's values and their encodings (each attribute value encoded once per copy)."""
+
+    def __init__(self, target: Target) -> None:
+        self.pg, self.peers = target.pg, target.peers
+        self.encoded: dict[tuple[str, str, object], bytes] = {}
+
+    def attr(self, name: str, kind: str, value: object) -> bytes:
+        key = (name, kind, value)
+        out = self.encoded.get(key)
+        if out is None:
+            out = self.encoded[key] = attr_field(name, value, kind)  # type: ignore[arg-type]
+        return out
+
+    def stamp(self, item: _Stamped) -> bytes:
+        """The framed record of ``item`` for this copy."""
+        old_pg = item.pg
+        pg = None if old_pg is None else self.pg.get(old_pg, old_pg)
+        peers = self.peers
+        ranks = [peers.get(old, old) for old in item.old_ranks]
+        if pg == old_pg and ranks == item.old_ranks and not item.rescaled:
+            return item.original
+        parts = [item.fixed]
+        parts.extend(self.attr(name, kind, value) for (name, kind, _), value in zip(item.ranks, ranks))
+        if pg is not None:
+            parts.append(self.attr("pg_name", "string_val", pg))
+        return frame(b"".join(parts))
+
+
+def _compiled(items: list) -> list:
+    """``items`` with every run of records the same for all copies framed and joined into one byte string."""
+    out: list = []
+    run: list[bytes] = []
+    for item in items:
+        if type(item) is bytes:
+            run.append(frame(item))
+            continue
+        if run:
+            out.append(b"".join(run))
+            run = []
+        out.append(item)
+    if run:
+        out.append(b"".join(run))
+    return out
 
 
 def write_copies(task: SourceTask) -> int:
-    """Executor task: write every target of a single-source task; returns the nodes written."""
+    """Executor task: write every target of a single-source task; returns the nodes written.
+
+    Like the generators' :class:`~etkit.generate.writer.TraceTemplate`, runs of records that no copy changes
+    are framed once and written as one byte string per copy; each file is written atomically."""
     trace = load_trace(task.sources[0])
-    items = _template(trace, task)
+    items = _compiled(_template(trace, task))
     meta = trace.metadata_record if trace.metadata_record is not None else trace.metadata.SerializeToString()
-    written = 0
+    head = frame(meta)
     for target in task.targets:
-        out = []
+        parts = [head]
+        stamp = _Copy(target).stamp
         for item in items:
             if type(item) is bytes:
-                out.append(item)
+                parts.append(item)
             elif type(item) is _Stamped:
-                out.append(_stamp(item, target))
+                parts.append(stamp(item))
             else:
                 node = Node()
                 node.CopyFrom(item[1])
                 if target.declared is not None:
                     node.inputs.values = _group_init(target.declared)
-                out.append(node.SerializeToString())
-        with TraceWriter(target.path, meta, compress=False) as writer:
-            writer.write_records(out)
-        written += len(out)
-    return written
+                parts.append(frame(node.SerializeToString()))
+        with atomic_output(target.path, compress=False) as out:
+            out.write(b"".join(parts))
+    return len(trace) * len(task.targets)
 
 
 def _p2p_key(node: Node) -> tuple[int, int, int]:
