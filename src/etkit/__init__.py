@@ -3,21 +3,44 @@
 Layers, each importing only those before it: ``format`` (wire format) -> ``model`` (columnar traces,
 jobs) -> tools (``validate``, ``pytorch``, ``text``, ``generate``, ``analyze``, ``simulate``, ``viz``,
 ``replay``) -> ``cli``.
+
+The names below are imported when first used, so that ``import etkit`` (and every ``etkit VERB --help``)
+costs no numpy, protobuf or simulator import.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-from .errors import EtkitError, TraceFormatError  # noqa: E402
-from .format.stream import open_trace, write_trace  # noqa: E402
-from .model import Job, ProcessGroups, Trace, load_job, load_trace  # noqa: E402
+from .errors import EtkitError, TraceFormatError  # noqa: E402 - light: no third-party imports
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .format.stream import open_trace, write_trace
+    from .model import Job, ProcessGroups, Trace, load_job, load_trace
+    from .pytorch.job import convert_job
+
+#: Public names that live in heavier modules: name -> module that defines it.
+_LAZY = {
+    "open_trace": ".format.stream", "write_trace": ".format.stream",
+    "Job": ".model", "ProcessGroups": ".model", "Trace": ".model", "load_job": ".model", "load_trace": ".model",
+    "convert_job": ".pytorch.job",
+}
 
 __all__ = ["EtkitError", "Job", "ProcessGroups", "Trace", "TraceFormatError", "load_job", "load_trace",
            "open_trace", "write_trace", "__version__"]
 
 
-def __getattr__(name: str):  # noqa: ANN202 - lazy entry points that pull in heavier tool packages
-    if name == "convert_job":
-        from .pytorch.job import convert_job
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'etkit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
 
-        return convert_job
-    raise AttributeError(f"module 'etkit' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
-import uuid
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Protocol, TypeVar
 
 from .errors import EtkitError, UsageError
@@ -78,6 +76,8 @@ class ProcessExecutor:
         if len(seq) <= 1 or self.workers <= 1:
             return SerialExecutor(quiet=self.quiet).map(fn, seq, desc=desc)
         results: list[Any] = [None] * len(seq)
+        from concurrent.futures import ProcessPoolExecutor, as_completed  # here: costly to import
+
         with ProcessPoolExecutor(max_workers=min(self.workers, len(seq))) as pool, \
                 Progress(total=len(seq), desc=desc, quiet=self.quiet) as bar:
             futures = {pool.submit(fn, item): i for i, item in enumerate(seq)}
@@ -143,6 +143,8 @@ class DaskExecutor:
         client = self.client
         size = self.chunk or max(1, len(seq) // (4 * max(1, sum(client.nthreads().values()))))
         chunks = [seq[i:i + size] for i in range(0, len(seq), size)]
+        import uuid
+
         tag = f"{desc or getattr(fn, '__name__', 'task')}-{uuid.uuid4().hex[:12]}"
         futures = client.map(_chunk_task, [(fn, chunk) for chunk in chunks],
                              key=[f"etkit-{tag}-{i}" for i in range(len(chunks))], pure=False)

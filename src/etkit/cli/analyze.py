@@ -10,14 +10,15 @@ simulation with ``--simulate NET.yml SYS.json``, else from node durations; the o
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from ..analyze import analyze_job
-from ..analyze.comm import ALGORITHMS
-from ..analyze.text import render_analysis
-from ..model.job import Job, load_job, require_whole_job
-from ..model.schedule import Schedule
+from ..vocab import ANALYZE_ALGORITHMS
 from .common import (add_json, add_quiet, add_simulation_inputs, add_workers, executor_from, non_negative_float,
                      positive_int, simulation_from, text_wanted, wants_simulation, write_json)
+
+if TYPE_CHECKING:
+    from ..model.job import Job
+    from ..model.schedule import Schedule
 
 
 def add_job_arguments(parser: argparse.ArgumentParser, *, prefix_help: str = "job prefix (PREFIX.<rank>.et) or one .et file") -> None:
@@ -36,6 +37,8 @@ def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_with_schedule(args: argparse.Namespace, prefix: str | None = None) -> tuple[Job, Schedule | None]:
     """Load the job named on the command line and, with ``--simulate``, simulate it."""
+    from ..model.job import load_job, require_whole_job
+
     job = load_job(prefix or args.prefix, comm_groups=args.comm_groups, executor=executor_from(args))
     if not wants_simulation(args):
         return job, None
@@ -51,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_job_arguments(p)
     add_json(p, "every figure")
-    p.add_argument("--algorithm", choices=ALGORITHMS, default="ring",
+    p.add_argument("--algorithm", choices=ANALYZE_ALGORITHMS, default="ring",
                    help="how collectives are expanded into rank-to-rank traffic (default ring)")
     p.add_argument("--straggler-threshold", type=non_negative_float, default=0.05, metavar="F",
                    help="a rank is a straggler when its busy or finish time exceeds the median by F (default 0.05)")
@@ -61,6 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..analyze import analyze_job
+    from ..analyze.text import render_analysis
+
     job, schedule = load_with_schedule(args)
     analysis = analyze_job(job, schedule, algorithm=args.algorithm, straggler_threshold=args.straggler_threshold)
     if text_wanted(args):

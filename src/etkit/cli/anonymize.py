@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..simulate.config import PRESETS
+from ..vocab import PRESETS
 from .common import add_json, add_quiet, add_workers, default_output, executor_from, prefix_arg, text_wanted, write_json
 
 
@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--comm-groups", metavar="G.json", help="comm groups JSON of the input (default PREFIX.comm_groups.json)")
     p.add_argument("--verify", action="store_true", help="also simulate and analyse the input and the output and compare "
                    "(identical with durations and sizes kept, within the jitter otherwise); loads both jobs")
-    p.add_argument("--preset", default="hgx-h100", choices=sorted(PRESETS),
+    p.add_argument("--preset", default="hgx-h100", choices=PRESETS,
                    help="system --verify simulates on (default hgx-h100)")
     p.add_argument("--network", metavar="NET.yml", help="network --verify simulates on instead of --preset")
     p.add_argument("--system", metavar="SYS", help="system JSON for --network")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..simulate.calibrate import DEFAULT_SIZES, calibrate, write_calibration
+from ..vocab import CALIBRATION_SIZES
 from .common import add_quiet, add_ranks, positive_int, sizes_arg
 
 
@@ -15,7 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description=__doc__)
     p.add_argument("--backend", default="gloo", help="torch.distributed backend (default gloo)")
     add_ranks(p, default=2, help="processes to spawn on loopback (default 2)")
-    p.add_argument("--sizes", type=sizes_arg, default=DEFAULT_SIZES, metavar="S1,S2",
+    p.add_argument("--sizes", type=sizes_arg, default=CALIBRATION_SIZES, metavar="S1,S2",
                    help="message sizes, e.g. 1KiB,64KiB,4MiB (default 1KiB..4MiB, 5 sizes)")
     p.add_argument("--reps", type=positive_int, default=5, help="timed repetitions per size (median; default 5)")
     p.add_argument("--from-trace", metavar="PREFIX", help="instead of measuring, fit the communication recorded in a "
@@ -31,6 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..simulate.calibrate import calibrate, write_calibration
+
     if args.from_trace:
         from ..executor import SerialExecutor
         from ..model.job import load_job

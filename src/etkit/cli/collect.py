@@ -5,14 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-import orjson
-
+from ..vocab import WORKLOADS
 from .common import add_quiet, add_ranks, positive_float, positive_int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from ..pytorch.collect import WORKLOADS
-
     parser = subparsers.add_parser("collect", help="record real PyTorch jobs (host ET + Kineto per rank)",
                                    description="Record PyTorch execution traces. In your own code use "
                                                "etkit.collect.profile(); 'example' runs a built-in job.")
@@ -36,6 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import orjson
+
     from ..pytorch.collect import run_example
 
     out = run_example(args.workload, args.ranks, args.output or f"traces/{args.workload}", steps=args.steps, quiet=args.quiet,

@@ -14,8 +14,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from ..executor import EXECUTOR_ENV, Executor, check_executor_spec, executor_from_spec
 
 
@@ -142,12 +140,12 @@ def add_ranks(parser: argparse.ArgumentParser, *, npus_alias: bool = False, **kw
 def add_simulation_inputs(parser: argparse.ArgumentParser, *, whatif: bool = True) -> None:
     """The simulation inputs every verb that simulates names alike (``--network``/``--system``/``--preset``,
     ``--congestion``) and, with ``whatif``, the what-if knobs (``--scale-*``, ``--straggler``, ``--device``)."""
-    from ..simulate.config import PRESETS
+    from ..vocab import PRESETS
 
     sim = parser.add_argument_group("simulation inputs")
     sim.add_argument("--network", metavar="NET.yml", help="ASTRA-sim analytical network YAML (or an etkit system YAML)")
     sim.add_argument("--system", metavar="SYS", help="ASTRA-sim system JSON, or an etkit system YAML (device + network + system)")
-    sim.add_argument("--preset", choices=sorted(PRESETS), help="etkit system preset instead of / under the files")
+    sim.add_argument("--preset", choices=PRESETS, help="etkit system preset instead of / under the files")
     sim.add_argument("--congestion", choices=("unaware", "aware"), default="unaware",
                      help="aware: concurrent flows share links (default: unaware, like ASTRA-sim's analytical backend)")
     if not whatif:
@@ -253,6 +251,8 @@ def explicit_executor(args: argparse.Namespace) -> Executor | None:
 
 def write_json(data: Any, path: str | None) -> None:
     """Pretty JSON to ``path`` (atomically) or to stdout when ``path`` is ``-`` or ``None``."""
+    import orjson
+
     payload = orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS) + b"\n"
     if path in (None, "-"):
         sys.stdout.buffer.write(payload)

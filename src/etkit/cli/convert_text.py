@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..text.convert import write_text
 from .common import add_quiet, add_ranks, add_workers, executor_from, positive_int, prefix_arg
 
 
@@ -30,6 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..filekind import require
+    from ..text.convert import write_text
 
     require(args.input, {"text-workload", "yaml"}, wanted="an ASTRA-sim 1.0 text workload")
     output = args.output or Path(args.input).name.removesuffix(".txt")

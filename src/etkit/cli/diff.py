@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import argparse
 
-from ..analyze import analyze_job, diff_analyses
-from ..analyze.text import render_diff
 from .analyze import add_schedule_arguments, load_with_schedule
 from .common import add_json, positive_int, text_wanted, write_json
 
@@ -27,6 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..analyze import analyze_job, diff_analyses
+    from ..analyze.text import render_diff
+
     a_job, a_sched = load_with_schedule(args, args.a)
     b_job, b_sched = load_with_schedule(args, args.b)
     d = diff_analyses(analyze_job(a_job, a_sched), analyze_job(b_job, b_sched))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..generate.collective import COLLECTIVE_TYPES, write_collective
+from ..vocab import COLLECTIVE_TYPES
 from .common import add_quiet, add_ranks, add_workers, executor_from, prefix_arg
 
 
@@ -35,6 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..generate.collective import write_collective
+
     output = args.output or args.comm
     paths = write_collective(output, args.comm, args.size, args.ranks, groups=args.groups,
                              group_size=args.group_size, stride=args.stride, root=args.root,

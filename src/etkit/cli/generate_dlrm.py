@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..generate.dlrm import DLRM_MODELS, write_dlrm
-from ..generate.training import DTYPE_BYTES
+from ..vocab import DLRM_MODELS, DTYPES
 from .common import add_ranks, explicit_executor, prefix_arg
 from .generate_llm import add_common_options, print_summary
 
@@ -30,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "gradients, bottom/top MLPs with bucketed gradient all-reduce overlapping backward.")
     parser.add_argument("-o", "--output", type=prefix_arg, metavar="PREFIX",
                         help="output prefix (default: the model's name, in the current folder)")
-    parser.add_argument("--model", default="dlrm-mlperf", choices=sorted(DLRM_MODELS),
+    parser.add_argument("--model", default="dlrm-mlperf", choices=DLRM_MODELS,
                         help="preset (default dlrm-mlperf)")
     add_ranks(parser, npus_alias=True, default=8, help="ranks (default 8; --npus: ASTRA-sim's name)")
     parser.add_argument("--batch", type=int, default=2048, help="samples per rank per step (default 2048)")
@@ -42,11 +41,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="bottom MLP widths; the last must equal the embedding dim (default: preset)")
     parser.add_argument("--top-mlp", type=_widths, default=None, metavar="W-W-...",
                         help="top MLP widths (default: preset)")
-    parser.add_argument("--dtype", default="fp32", choices=sorted(DTYPE_BYTES), help="default fp32")
+    parser.add_argument("--dtype", default="fp32", choices=DTYPES, help="default fp32")
     add_common_options(parser, parser.add_argument_group("training"), run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..generate.dlrm import write_dlrm
+
     started = time.perf_counter()
     output = args.output or args.model
     summary = write_dlrm(

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import TYPE_CHECKING
 
-from ..generate.devices import DEVICES
-from ..generate.layout import RECOMPUTE_MODES, SCHEDULES
-from ..generate.llm import MODELS, write_llm
-from ..generate.training import DTYPE_BYTES, JobSummary
+from ..vocab import DEVICES, DTYPES, LLM_MODELS, RECOMPUTE_MODES, SCHEDULES
 from .common import add_quiet, add_workers, explicit_executor, prefix_arg
+
+if TYPE_CHECKING:
+    from ..generate.training import JobSummary
 
 #: Model fields that may override the preset: (option, field, type, help).
 _MODEL_FIELDS = (
@@ -35,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("-o", "--output", type=prefix_arg, metavar="PREFIX",
                         help="output prefix (default: the model's name, in the current folder)")
     model = parser.add_argument_group("model")
-    model.add_argument("--model", default="llama3-8b", choices=sorted(MODELS), help="preset (default llama3-8b)")
+    model.add_argument("--model", default="llama3-8b", choices=LLM_MODELS, help="preset (default llama3-8b)")
     for option, dest, kind, text in _MODEL_FIELDS:
         model.add_argument(option, dest=dest, type=kind, default=None, help=f"{text} (default: preset)")
     model.add_argument("--ffn-kind", choices=("swiglu", "gelu"), default=None,
@@ -51,8 +52,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          help="micro-batches per step on each data-parallel rank (default 8)")
     batches.add_argument("--global-batch", type=int, default=None,
                          help="sequences per step over the job (= micro-batch x micro-batches x dp)")
-    train.add_argument("--dtype", default="bf16", choices=sorted(DTYPE_BYTES), help="activations and weights")
-    train.add_argument("--grad-dtype", default="fp32", choices=sorted(DTYPE_BYTES),
+    train.add_argument("--dtype", default="bf16", choices=DTYPES, help="activations and weights")
+    train.add_argument("--grad-dtype", default="fp32", choices=DTYPES,
                        help="gradient reduction dtype (default fp32, as Megatron with bf16)")
     layout = parser.add_argument_group("parallel layout")
     for name, text in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("ep", "expert")):
@@ -70,7 +71,7 @@ def add_common_options(parser: argparse.ArgumentParser, layout: argparse._Argume
     """Gradient buckets, device, workers, quiet: the options every training-job generator shares."""
     layout.add_argument("--bucket-mb", type=float, default=25.0, help="gradient bucket size in MB (default 25)")
     device = parser.add_argument_group("device")
-    device.add_argument("--device", default="H100", choices=sorted(DEVICES), help="roofline preset (default H100)")
+    device.add_argument("--device", default="H100", choices=DEVICES, help="roofline preset (default H100)")
     device.add_argument("--efficiency", type=float, default=None,
                         help="fraction of the roofline kernels reach (default 0.5)")
     add_workers(parser)
@@ -89,6 +90,8 @@ def print_summary(output: str, summary: JobSummary, started: float) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..generate.llm import write_llm
+
     started = time.perf_counter()
     fields = {dest: getattr(args, dest) for _, dest, _, _ in _MODEL_FIELDS}
     fields["ffn_kind"] = args.ffn_kind

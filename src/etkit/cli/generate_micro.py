@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..generate.micro import MICRO_CASES, write_micro
+from ..vocab import MICRO_CASES
 from .common import add_quiet, add_ranks, add_workers, executor_from, non_negative_int, size_arg
 
 
@@ -14,7 +14,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Write OUT_DIR/<case>.<rank>.et for every micro-benchmark case (see docs/guide/generate-micro-text.md).")
     add_ranks(parser, npus_alias=True, required=True, help="number of ranks, at least 2 (--npus: ASTRA-sim's name)")
     parser.add_argument("-o", "--output", default="micro", metavar="DIR", help="output directory (default micro)")
-    parser.add_argument("--case", action="append", choices=list(MICRO_CASES), metavar="CASE", dest="cases",
+    parser.add_argument("--case", action="append", choices=MICRO_CASES, metavar="CASE", dest="cases",
                         help="write only this case (repeatable; default: all 14)")
     parser.add_argument("--size", type=size_arg, default="64KiB", help="comm_size of the collective cases and the broadcast "
                         "(default 64KiB)")
@@ -27,6 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..generate.micro import write_micro
+
     written = write_micro(args.output, args.ranks, cases=args.cases, coll_size=args.size,
                           p2p_size=args.p2p_size, mem_size=args.mem_size,
                           comp_us=args.comp_us, executor=executor_from(args))

@@ -11,10 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..analyze import critical_path
 from ..errors import UsageError
-from ..model.job import load_job
-from ..viz.graph import FORMATS, write_graph
 from .common import add_quiet, default_output, non_negative_int, positive_int
 
 
@@ -35,7 +32,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..analyze import critical_path
     from ..executor import SerialExecutor
+    from ..model.job import load_job
+    from ..viz.graph import FORMATS, write_graph
 
     output = args.output or default_output(args.file, ".svg")
     fmt = Path(output).suffix.lstrip(".").lower()

@@ -6,7 +6,6 @@ import argparse
 
 from typing import TYPE_CHECKING
 
-from ..units import format_bytes
 from .common import add_json, add_quiet, add_workers, executor_from, text_wanted, write_json
 
 if TYPE_CHECKING:
@@ -29,6 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def render(summary: JobInfo, console: Console) -> None:
     from rich.table import Table
+
+    from ..units import format_bytes
 
     types = sorted(summary.by_type)
     table = Table(title=f"{len(summary.ranks)} rank(s), {summary.nodes:,} nodes")

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..analyze.comm import ALGORITHMS
-from ..viz.report import write_report
 from ..errors import UsageError
+from ..vocab import ANALYZE_ALGORITHMS
 from .analyze import add_job_arguments, load_with_schedule
 from .common import default_output
 
@@ -25,11 +24,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--baseline", metavar="PREFIX", help="a job to compare against (shown as baseline -> this job)")
     p.add_argument("--iteration", type=int, metavar="N", help="index of the ProfilerStep# drawn (default: the last)")
     p.add_argument("--title", help="page title")
-    p.add_argument("--algorithm", choices=ALGORITHMS, default="ring", help="collective expansion for the matrix")
+    p.add_argument("--algorithm", choices=ANALYZE_ALGORITHMS, default="ring", help="collective expansion for the matrix")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..viz.report import write_report
+
     output = args.output or default_output(args.prefix, ".report.html")
     if not output.endswith((".html", ".htm")):
         raise UsageError(f"{output}: the report is an HTML page: name it .html")

@@ -13,13 +13,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from typing import TYPE_CHECKING
+
 from ..errors import UsageError
-from ..model.job import load_job, require_whole_job
-from ..simulate import SimulationBlocked, simulate
-from ..simulate.config import SystemConfig
-from ..simulate.whatif import load_system_file, parse_sweeps, plot_sweep, sweep, with_device
 from .common import (add_json, add_quiet, add_simulation_inputs, add_workers, executor_from, knobs_from,
                      non_negative_int, simulation_from, text_wanted, write_json)
+
+if TYPE_CHECKING:
+    from ..simulate import SimulationBlocked
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -52,6 +53,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..model.job import load_job, require_whole_job
+    from ..simulate import SimulationBlocked, simulate
+    from ..simulate.whatif import parse_sweeps
+
     require_whole_job(args.prefix)
     axes = parse_sweeps(args.sweep)
     if args.plot and not axes:
@@ -97,6 +102,10 @@ def _blocked(blocked: SimulationBlocked, args: argparse.Namespace) -> int:
 
 def _run_sweep(args: argparse.Namespace, axes: list) -> int:
     """``--sweep``: every point of the grid, the job read once; a table, a plot and (``--json``) every point."""
+    from ..simulate import SimulationBlocked
+    from ..simulate.config import SystemConfig
+    from ..simulate.whatif import load_system_file, plot_sweep, sweep, with_device
+
     try:
         network, system, knobs = simulation_from(args)
     except UsageError:  # no network given: the network axis names it, speed-ups are relative to its first point

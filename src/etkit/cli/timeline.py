@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..viz.timeline import timeline_format, write_timeline
 from .analyze import add_job_arguments, load_with_schedule
 from .common import default_output, positive_float
 
@@ -30,6 +29,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..viz.timeline import timeline_format, write_timeline
+
     output = args.output or default_output(args.prefix, ".trace.json")
     if args.format is None:
         timeline_format(Path(output))  # a name of another kind (x.html) stops here, before any loading
