@@ -136,12 +136,13 @@ def test_cli_simulate_and_simulated_timeline(tmp_path, capsys):
     from etkit.cli.main import main
 
     prefix = str(ASTRA / "workload/microbenchmarks/all_gather/4npus_1MB/all_gather")
-    sim = [str(ASTRA / "network/analytical/Ring_4npus.yml"), str(ASTRA / "system/native_collectives/Ring_4chunks.json")]
-    assert main(["analyze", prefix, "-q", "-j", "1", "--simulate", *sim]) == 0
+    sim = ["--network", str(ASTRA / "network/analytical/Ring_4npus.yml"),
+           "--system", str(ASTRA / "system/native_collectives/Ring_4chunks.json")]
+    assert main(["analyze", prefix, "-q", "-j", "1", *sim]) == 0
     out = capsys.readouterr().out
     assert "times from: simulation" in out and "makespan 64.7 us" in out  # ASTRA-sim: 64,744 ns
     trace = tmp_path / "t.json"
-    assert main(["timeline", prefix, "-q", "-j", "1", "--simulate", *sim, "-o", str(trace)]) == 0
+    assert main(["timeline", prefix, "-q", "-j", "1", *sim, "-o", str(trace)]) == 0
     events = json.loads(trace.read_text())["traceEvents"]
     threads = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
     assert threads == {"comm"}  # the simulator's resource

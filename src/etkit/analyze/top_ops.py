@@ -69,13 +69,15 @@ def top_ops(job: Job, schedule: Schedule | None = None, *, context: AnalysisCont
         dur = view.durations()
         excl = view.tracks.exclusive_ns(n)
         if ctx.schedule.source == "trace":
-            # rows with measured ns times (ts_ns/dur_ns) nest exactly: their exclusive time is the tracks'.
-            # Elsewhere the trace records self time as the duration: callers stretched over their callees
-            # (timing.schedule_from_trace) take it as measured, the others at most it.
+            # The trace records a host op's self time as the duration, as the profiler nested its thread
+            # (an async collective's range holds what ran meanwhile): host ops take it as written. Device rows
+            # with measured ns times (ts_ns/dur_ns) take the tracks' exclusive time, to the ns. Without ns
+            # times, callers stretched over their callees (timing.schedule_from_trace) take the recorded
+            # self time, the others at most it.
             recorded = trace.duration.astype(np.int64) * 1000
             precise = measured_times(trace)[2]
             self_time = recorded if ((dur > recorded) & ~precise).any() else np.minimum(excl, recorded)
-            excl = np.where(precise, excl, self_time)
+            excl = np.where(precise, np.where(trace.is_cpu_op == 1, recorded, excl), self_time)
             excl = np.where(ran, excl, 0)
         # key = (name index, kind): one operator name can appear as two kinds (e.g. cpu and compute)
         key = trace.name_idx.astype(np.int64) * len(KIND_NAMES) + view.kinds

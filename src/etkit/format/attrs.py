@@ -15,6 +15,7 @@ from .schema import ATTR_KINDS, LIST_KINDS, AttributeProto
 
 __all__ = [
     "CANONICAL_KINDS",
+    "PROFILER_CATEGORIES",
     "INT_KINDS",
     "make_attr",
     "attr_value",
@@ -51,8 +52,13 @@ CANONICAL_KINDS: dict[str, str] = {
     "stream": "int64_val",
     "ts_ns": "int64_val",
     "dur_ns": "int64_val",
+    "cat": "int64_val",
     "op_type": "string_val",
 }
+
+#: ``cat`` attribute codes: the profiler category (Kineto's ``cat``) of a node converted from a profile.
+PROFILER_CATEGORIES = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset",
+                       "gpu_user_annotation")
 
 #: Scalar kinds that hold an integer (bool included: feeders convert bool <-> int).
 INT_KINDS: frozenset[str] = frozenset(

@@ -30,7 +30,7 @@ __all__ = ["Columns", "decode_columns", "join_columns", "rows_with_repeated_deps
 MISSING = np.iinfo(np.int64).min
 #: Integer attributes kept as columns (any integer or bool kind accepted).
 HOT_INT_ATTRS = ("comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag", "comm_priority", "num_ops",
-                 "tensor_size", "tid", "stream", "ts_ns", "dur_ns")
+                 "tensor_size", "tid", "stream", "ts_ns", "dur_ns", "cat")
 _HOT_NAMES = HOT_INT_ATTRS + ("is_cpu_op", "pg_name")
 _CPU_NAME, _PG_NAME = len(HOT_INT_ATTRS), len(HOT_INT_ATTRS) + 1  # their indices in _HOT_NAMES
 #: Spare bytes the lock-step walk may read past the last record (word-wide reads).

@@ -87,6 +87,7 @@ class Trace:
     stream: np.ndarray
     ts_ns: np.ndarray  # measured start, Unix ns (converted profiles; MISSING elsewhere)
     dur_ns: np.ndarray  # measured wall duration in ns, callees included (converted profiles)
+    cat: np.ndarray  # profiler category of a converted node (format.attrs.PROFILER_CATEGORIES index)
     blob: bytes
     rec_off: np.ndarray
     rec_len: np.ndarray

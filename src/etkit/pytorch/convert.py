@@ -33,12 +33,14 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ..format.attrs import make_attr
-from ..format.schema import SCHEMA_VERSION, CommType, GlobalMetadata, NodeType
+from ..format.attrs import PROFILER_CATEGORIES, make_attr
+from ..format.schema import CommType, GlobalMetadata, NodeType
 from ..format.stream import TraceWriter
 from .comm import (CommArgumentError, CommKind, Family, classify_kernel, classify_op, group_name_arg, is_comm_kernel,
                    message_bytes, p2p_peer_and_tag, process_group_entries)
+from .device import DeviceWaits, device_waits, gpu_node_type
 from .host import KNOWN_SCHEMAS, HostOp, HostTraceError
+from .kineto import us_to_ns
 from .link import LinkedRank
 from .wire import INPUTS, OUTPUTS, AttrPieces, IoPieces, id_varints, node_record
 
@@ -106,6 +108,12 @@ class RankReport:
     metadata_added: int = 0  # + gpu_nodes + metadata_added; metadata_added: METADATA node built from Kineto)
     unknown_comm_kernels: dict[str, int] = field(default_factory=dict)  # NCCL kernels of no known kind
     peers_matched: int = 0   # send/recv peers settled against the other ranks (etkit.pytorch.peers)
+    gpu_events: int = 0      # GPU kernels, copies and sets of the Kineto window
+    gpu_time_kineto_ns: int = 0  # their measured time in Kineto ...
+    gpu_time_et_ns: int = 0      # ... and in the ET (GPU nodes, and COMM nodes that ran as a kernel): equal
+    gpu_memory_nodes: int = 0    # copies and sets, written as MEM_LOAD/MEM_STORE nodes
+    runtime_ops: int = 0     # CUDA runtime calls kept as host ops (launch statistics, host syncs)
+    device_waits: int = 0    # cross-stream and host-device waits written as dependencies
     p2p: list[P2PCall] = field(default_factory=list)  # every send/recv with its possible peers (not in JSON)
     warnings: list[str] = field(default_factory=list)
 
@@ -200,6 +208,7 @@ class _Converter:
         self.ids: list[bytes] = []  # varint of every node id (wire.id_varints)
         self.counts: Counter[str] = Counter()  # COMM nodes written, by kind
         self.groups = GroupInfo()
+        self.kernel_chain: dict[int, int] = {}  # GPU activity -> the COMM chain head whose interval it is
 
     # Nodes are assembled from encoded pieces (etkit.pytorch.wire). Attributes are mostly repeated values
     # (scope 0, tid 1, the same op_schema): each distinct run of them is encoded once as a template.
@@ -307,19 +316,32 @@ class _Converter:
         # GPU activity: comm kernels fold into the chain of their launching op, the rest become nodes.
         gpu_by_op: dict[int, list[int]] = {}
         kernel_heads: list[int] = []
+        cats = linked.cat if linked.cat is not None else np.full(len(ops), -1, dtype=np.int8)
+        runtime = set(np.flatnonzero((cats == 2) | (cats == 3)).tolist())  # CUDA runtime calls
+        folded_kernel: set[int] = set()  # chains that already took a kernel's interval
+        parents = linked.parent
         for g, act in enumerate(linked.gpu):
-            launch_head = head[act.op]
+            caller = int(parents[act.op]) if act.op in runtime else act.op  # a runtime call's caller
+            launch_head = head[caller] if caller >= 0 else -1
             kind = classify_kernel(act.name, kinds[launch_head] if launch_head >= 0 else None)
-            if kind is not None and launch_head >= 0:
+            if kind is not None and launch_head >= 0 and launch_head not in folded_kernel:
                 chains[launch_head].append(-(g + 1))
-            else:
+                folded_kernel.add(launch_head)
+                self.kernel_chain[g] = launch_head
+            else:  # (a chain's further kernels are nodes of their own: every measured kernel is in the ET)
                 gpu_by_op.setdefault(act.op, []).append(g)
                 if kind is not None:
                     kernel_heads.append(g)
                 elif is_comm_kernel(act.name):  # written as a compute kernel, and listed
                     unknown = report.unknown_comm_kernels
                     unknown[act.name] = unknown.get(act.name, 0) + 1
-        kernel_kind = {g: classify_kernel(linked.gpu[g].name) for g in kernel_heads}
+        kernel_kind = {g: classify_kernel(linked.gpu[g].name, kinds[head[int(parents[linked.gpu[g].op])]]
+                                          if linked.gpu[g].op in runtime and head[int(parents[linked.gpu[g].op])] >= 0
+                                          else None) for g in kernel_heads}
+        waits = device_waits(linked)
+        report.device_waits = waits.count
+        for i, producers in waits.host.items():  # a host call that waited for the device comes after that work
+            key[i] = max([key[i]] + [linked.gpu[g].ts for g in producers])
 
         # The written nodes, sorted by (time, depth-first position): an op without a time of its own took its
         # parent's, and its position keeps it after the parent and in call order among its siblings.
@@ -334,11 +356,14 @@ class _Converter:
             for g in gpu_by_op.get(i, ()):
                 refs.append(-(g + 1))
                 keys.append(max(linked.gpu[g].ts, key[i]))
+        for g in gpu_by_op.get(-1, ()):  # activity whose launch is not in the trace: by its own start
+            refs.append(-(g + 1))
+            keys.append(linked.gpu[g].ts)
         # a stable sort by key keeps depth-first position order among equal keys (numpy: 20x faster than tuples)
         items = [refs[k] for k in np.argsort(np.array(keys, dtype=np.float64), kind="stable").tolist()]
         new_id = {ref: n for n, ref in enumerate(items, 1)}
 
-        meta = GlobalMetadata(version=SCHEMA_VERSION)  # Chakra's converter leaves it empty
+        meta = GlobalMetadata()
         host = self.host
         meta.attr.extend([make_attr("schema", host.schema), make_attr("pid", host.pid, "uint64_val"),
                           make_attr("time", host.time), make_attr("start_ts", host.start_ts, "uint64_val"),
@@ -360,7 +385,7 @@ class _Converter:
                 write(self._metadata_node(0, "## process_group:init ##", pg_entries))
             for nid, ref in enumerate(items, 1):
                 if ref < 0:
-                    write(self._gpu_node(nid, -ref - 1, new_id, last_on_lane, kernel_kind))
+                    write(self._gpu_node(nid, -ref - 1, new_id, last_on_lane, kernel_kind, waits))
                     report.gpu_nodes += 1
                     continue
                 i = ref
@@ -379,6 +404,9 @@ class _Converter:
                     if prev_comm is not None and prev_comm not in deps:
                         deps.append(prev_comm)
                     last_comm_of_group[pg] = nid
+                    for m in chains[i]:  # it ran as this kernel: it also holds the kernel's place on its stream
+                        if m < 0:
+                            self._on_stream(nid, -m - 1, deps, new_id, last_on_lane, waits)
                     for k in op.reads + op.writes:
                         pending_wait[k] = nid
                     write(node_record(nid, name_field(op.name), node_type, ctrl_id, deps, start, duration,
@@ -392,9 +420,15 @@ class _Converter:
                     node_type, io = comp, io_of(op)
                 start = duration = 0
                 t = ts[i]
+                timing = b""
                 if t == t:
                     start = max(0, int(t + offset + 0.5))
                     duration = max(0, int(excl[i] + 0.5))
+                    timing = self._ns_attrs(t, linked.dur[i], int(cats[i]))
+                for g in waits.host.get(i, ()):  # the device work this host call waited for
+                    waited = new_id.get(-(g + 1))
+                    if waited is not None and waited not in deps and waited < nid:
+                        deps.append(waited)
                 last_on_lane[lane] = nid
                 if owner[i] < 0:
                     if pending_wait:
@@ -410,8 +444,14 @@ class _Converter:
                         writer_of[k] = (nid, lane)
                 # deps are unique by construction (each added only if not present)
                 write(node_record(nid, name_field(op.name), node_type, ctrl_id, deps, start, duration, io,
-                                  std_attrs(op, True), ids))
+                                  std_attrs(op, True) + timing, ids))
         report.metadata_added = 0 if wrote_metadata or not pg_entries else 1
+        report.gpu_events = len(linked.gpu)
+        report.gpu_time_kineto_ns = int(us_to_ns(np.array([a.dur for a in linked.gpu], dtype=np.float64)).sum())
+        report.runtime_ops = linked.report.runtime_ops
+        if report.gpu_time_et_ns != report.gpu_time_kineto_ns:
+            report.warnings.append(f"GPU time in the ET ({report.gpu_time_et_ns} ns) differs from Kineto's "
+                                   f"({report.gpu_time_kineto_ns} ns)")
         report.nodes = len(items) + report.metadata_added
         report.comm_nodes = dict(comm_counts)
         report.unlinked_ops = linked.report.unlinked_ops
@@ -464,24 +504,50 @@ class _Converter:
         return node_record(nid, self.io_pieces.name(name), int(NodeType.METADATA_NODE), None, [], 0, 0, io,
                            self.attr("is_cpu_op", True), [])
 
-    def _gpu_node(self, nid: int, g: int, new_id: dict[int, int], last_on_lane: dict[Any, int],
-                  kernel_kind: dict[int, CommKind | None]) -> bytes:
+    def _ns_attrs(self, ts_us: float, dur_us: float, cat: int) -> bytes:
+        """``ts_ns``/``dur_ns`` (the measured start in Unix ns and inclusive duration) and ``cat``."""
+        int64 = self.attr_pieces.int64
+        out = int64("ts_ns", self.linked.base_ns + int(us_to_ns(np.float64(ts_us)))) + \
+            int64("dur_ns", int(us_to_ns(np.float64(dur_us))))
+        return out + int64("cat", cat) if cat >= 0 else out
+
+    def _on_stream(self, nid: int, g: int, deps: list[int], new_id: dict[int, int], last_on_lane: dict[Any, int],
+                   waits: DeviceWaits) -> None:
+        """Node ``nid`` runs GPU activity ``g``: it follows the previous node of the activity's stream and the
+        work of other streams it waited for, and becomes the stream's last node."""
         act = self.linked.gpu[g]
-        launcher = new_id.get(act.op)
-        deps = []
         lane = ("gpu", act.stream)
-        if lane in last_on_lane:
-            deps.append(last_on_lane[lane])
+        prev = last_on_lane.get(lane)
+        if prev is not None and prev not in deps:
+            deps.append(prev)
+        for producer in waits.gpu.get(g, ()):
+            waited = new_id.get(-(producer + 1))
+            if waited is not None and waited not in deps and waited < nid:
+                deps.append(waited)
+        last_on_lane[lane] = nid
+        self.report.gpu_time_et_ns += int(us_to_ns(np.float64(act.dur)))
+
+    def _gpu_node(self, nid: int, g: int, new_id: dict[int, int], last_on_lane: dict[Any, int],
+                  kernel_kind: dict[int, CommKind | None], waits: DeviceWaits) -> bytes:
+        act = self.linked.gpu[g]
+        launcher = new_id.get(act.op) if act.op >= 0 else None
+        deps: list[int] = []
+        self._on_stream(nid, g, deps, new_id, last_on_lane, waits)
         if launcher is not None and launcher not in deps:
             deps.append(launcher)
-        last_on_lane[lane] = nid
         start = max(0, int(round(act.ts + self.linked.clock_offset_us)))
         duration = max(0, int(round(act.dur)))
         kind = kernel_kind.get(g)
         a = self.attr
-        attrs = [a("is_cpu_op", False), a("stream", act.stream)]
-        node_type = int(NodeType.COMP_NODE)
-        if kind is not None:
+        attrs = [a("is_cpu_op", False), a("stream", act.stream),
+                 self._ns_attrs(act.ts, act.dur, PROFILER_CATEGORIES.index(act.category)
+                                if act.category in PROFILER_CATEGORIES else -1)]
+        node_type = gpu_node_type(act.category, act.name)
+        if node_type != NodeType.COMP_NODE:
+            self.report.gpu_memory_nodes += 1
+            if act.nbytes >= 0:
+                attrs.append(a("tensor_size", act.nbytes))
+        elif kind is not None:
             node_type = int(kind.node_type)
             if kind.comm_type is not None:
                 attrs.append(a("comm_type", int(kind.comm_type)))
@@ -500,17 +566,18 @@ class _Converter:
         kind = kinds[h]
         assert kind is not None
         # execution interval: the deepest member with timing (GPU kernel, then backend, then the head)
-        exec_ts, exec_dur, best_depth = _NO_TIME, 0.0, -1
+        exec_ts, exec_dur, best_depth, exec_cat = _NO_TIME, 0.0, -1, -1
         pg: str | None = None
         thread_pg: str | None = None
         size_src = h
         for m in members:
             if m < 0:
                 act = linked.gpu[-m - 1]
-                depth, t, d = 5, act.ts, act.dur
+                depth, t, d, cat = 5, act.ts, act.dur, PROFILER_CATEGORIES.index("kernel")
                 if act.pg_name:
                     pg = pg or act.pg_name
             else:
+                cat = int(linked.cat[m]) if linked.cat is not None else -1
                 mk = kinds[m]
                 depth = _FAMILY_DEPTH.get(mk.family, 0) if mk is not None else -1
                 t, d = linked.ts[m], linked.dur[m]
@@ -522,11 +589,13 @@ class _Converter:
                 if mk is not None and mk.family == Family.DISPATCH and kind.family != Family.DISPATCH:
                     size_src = m  # dispatcher args say precisely which buffer is sent
             if t == t and depth > best_depth:
-                exec_ts, exec_dur, best_depth = t, d, depth
+                exec_ts, exec_dur, best_depth, exec_cat = t, d, depth, cat
         start = duration = 0
+        timing = b""
         if exec_ts == exec_ts:
             start = max(0, int(round(exec_ts + offset)))
             duration = max(0, int(round(exec_dur)))
+            timing = self._ns_attrs(exec_ts, exec_dur, exec_cat)
         if pg is None:
             pg = thread_pg
             if pg is not None:
@@ -571,7 +640,7 @@ class _Converter:
                      a("comm_size", size), a("pg_name", pg)]
         counts[_kind_label(kind)] += 1
         self.report.comm_bytes += size
-        return int(kind.node_type), start, duration, self._std_attrs(op, False) + b"".join(attrs), pg
+        return int(kind.node_type), start, duration, self._std_attrs(op, False) + b"".join(attrs) + timing, pg
 
 
     def _in_several_groups(self) -> bool:

@@ -1,9 +1,14 @@
-"""Reading Kineto (Chrome trace JSON) files as columns: CPU ops, GPU activity, launches, threads.
+"""Reading Kineto (Chrome trace JSON) files as columns: CPU ops, GPU activity, launches, syncs, threads.
 
 Only what linking and conversion use is kept, as numpy arrays (one row per event), read chunk by chunk
 (see :mod:`etkit.pytorch.jsonio`). Categories: ``cpu_op``/``user_annotation`` are host ops (matched to
 host ET nodes), ``kernel``/``gpu_memcpy``/``gpu_memset`` are GPU activity, ``cuda_runtime``/``cuda_driver``
-(and their HIP twins) are launches that tie a GPU activity to the CPU op that issued it by ``correlation``.
+(and their HIP twins) are runtime calls (launches tie a GPU activity to the CPU op that issued it by
+``correlation``), ``gpu_user_annotation`` are ranges on a GPU stream, ``cuda_sync`` are the device-side
+waits (a stream waiting for an event another stream records, a host waiting for the device).
+
+Times: ``*_ts``/``*_dur`` are µs as written (float); ``*_ts_ns``/``*_dur_ns`` the same as exact integer
+nanoseconds (a µs value's fraction rounded to the ns it was written with; add ``base_time_ns`` for Unix time).
 """
 
 from __future__ import annotations
@@ -18,12 +23,25 @@ import numpy as np
 from ..errors import EtkitError
 from .jsonio import read_array_document
 
-__all__ = ["KinetoTrace", "KinetoTraceError", "load_kineto", "CPU_CATEGORIES", "GPU_CATEGORIES"]
+__all__ = ["KinetoTrace", "KinetoTraceError", "load_kineto", "CPU_CATEGORIES", "GPU_CATEGORIES", "us_to_ns",
+           "COMM_ARGS"]
 
 CPU_CATEGORIES = frozenset({"cpu_op", "user_annotation"})
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
 _NO_ID = -1
+#: Event args that describe a collective (record_param_comms, nccl:*, NCCL kernels): kept per event.
+COMM_ARGS = ("Collective name", "In msg nelems", "Out msg nelems", "dtype", "Group size", "Process Group Name",
+             "Process Group Description", "Process Group Ranks", "In split size", "Out split size",
+             "Global rank start", "Global rank stride", "Rank")
+
+
+def us_to_ns(us: np.ndarray) -> np.ndarray:
+    """Exact integer ns of µs values (float64 holds a Kineto timestamp's µs exactly to the ns it was
+    written with; ``us * 1000`` in float64 would not: epoch ns need more bits than a float64 has)."""
+    us = np.asarray(us, dtype=np.float64)
+    whole = np.floor(us)
+    return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
 
 
 @dataclass
@@ -59,6 +77,52 @@ class KinetoTrace:
     launch_ext_id: np.ndarray
     thread_names: dict[int, str] = field(default_factory=dict)
     pids: set[int] = field(default_factory=set)  # process ids of the CPU ops (one process per rank)
+    cpu_cat: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int8))  # 0 cpu_op, 1 user_annotation
+    cpu_args: dict[int, dict[str, Any]] = field(default_factory=dict)  # row -> COMM_ARGS of collective ops
+    gpu_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # memcpy/memset bytes, -1
+    gpu_args: dict[int, dict[str, Any]] = field(default_factory=dict)  # row -> COMM_ARGS of NCCL kernels
+    launch_name: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    launch_dur: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    launch_driver: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # cuda_driver, not runtime
+    # GPU user annotations (ranges on a stream)
+    ann_name: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    ann_ts: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    ann_dur: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    ann_stream: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # device-side syncs: kind ("Stream Wait Event", "Event Sync", "Context Sync", ...), the stream that
+    # waits (-1: the host), the stream and event-record correlation it waits on, its own correlation
+    sync_name: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    sync_ts: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    sync_dur: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    sync_stream: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    sync_wait_stream: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    sync_wait_corr: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    sync_correlation: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    # exact integer ns (see the module docstring)
+    @property
+    def cpu_ts_ns(self) -> np.ndarray:
+        return us_to_ns(self.cpu_ts)
+
+    @property
+    def cpu_dur_ns(self) -> np.ndarray:
+        return us_to_ns(self.cpu_dur)
+
+    @property
+    def gpu_ts_ns(self) -> np.ndarray:
+        return us_to_ns(self.gpu_ts)
+
+    @property
+    def gpu_dur_ns(self) -> np.ndarray:
+        return us_to_ns(self.gpu_dur)
+
+    @property
+    def launch_ts_ns(self) -> np.ndarray:
+        return us_to_ns(self.launch_ts)
+
+    @property
+    def launch_dur_ns(self) -> np.ndarray:
+        return us_to_ns(self.launch_dur)
 
     @property
     def has_rf_ids(self) -> bool:
@@ -96,28 +160,35 @@ class KinetoTraceError(EtkitError):
     """A Kineto trace that cannot be read; the message names the file, the event and the field."""
 
 
+#: Largest magnitude of an id (int64) and of a time in µs (whose nanoseconds must fit an int64).
+_MAX_ID = (1 << 63) - 1
+_MAX_US = _MAX_ID / 1000
+
+
 def _id(value: Any, field_name: str) -> int:
-    """A strict integer id (int, integral float or digit string; absent = -1); anything else is malformed."""
+    """A strict integer id (int, integral float or digit string; absent = -1) of at most 64 bits; anything
+    else is malformed."""
     if value is None:
         return _NO_ID
-    if type(value) is int:
-        return value
     if type(value) is float and value.is_integer():
-        return int(value)
-    if type(value) is str and value.lstrip("-").isdigit():
-        return int(value)
-    raise _BadField(field_name, value, "an integer")
+        value = int(value)
+    elif type(value) is str and value.lstrip("-").isdigit() and len(value) < 24:
+        value = int(value)
+    if type(value) is int and -_MAX_ID <= value <= _MAX_ID:
+        return value
+    raise _BadField(field_name, value, "an integer of at most 64 bits")
 
 
 def _time(value: Any, field_name: str) -> float:
     """A finite number of µs (``ts``) or a finite non-negative one (``dur``); absent = 0."""
     if value is None:
         return 0.0
-    if (type(value) is float or type(value) is int) and math.isfinite(value):
+    if (type(value) is float or type(value) is int) and math.isfinite(value) and abs(value) <= _MAX_US:
         if field_name == "dur" and value < 0:
             raise _BadField(field_name, value, "a non-negative number")
         return float(value)
-    raise _BadField(field_name, value, "a number" if field_name == "ts" else "a non-negative number")
+    wanted = "a number" if field_name == "ts" else "a non-negative number"
+    raise _BadField(field_name, value, f"{wanted} of µs below {_MAX_US:.3g} (whose ns fit 64 bits)")
 
 
 def _args(ev: dict[str, Any]) -> dict[str, Any]:
@@ -196,8 +267,13 @@ def load_kineto(path: str | os.PathLike[str], *, rank: int | None = None) -> Kin
     dist_rank, world, pg_config, base_ns = _header_fields(header, label)
     names: dict[str, int] = {}
     cpu: list[tuple[int, float, float, int, int, int]] = []
-    gpu: tuple[list, ...] = ([], [], [], [], [], [], [], [])
-    launch: tuple[list, ...] = ([], [], [], [])
+    cpu_cat: list[int] = []
+    cpu_args: dict[int, dict[str, Any]] = {}
+    gpu: tuple[list, ...] = ([], [], [], [], [], [], [], [], [])
+    gpu_args: dict[int, dict[str, Any]] = {}
+    launch: tuple[list, ...] = ([], [], [], [], [], [], [])
+    ann: tuple[list, ...] = ([], [], [], [])
+    sync: tuple[list, ...] = ([], [], [], [], [], [], [])
     threads: dict[int, str] = {}
     pids: set[int] = set()
     add_cpu = cpu.append
@@ -218,17 +294,21 @@ def load_kineto(path: str | os.PathLike[str], *, rank: int | None = None) -> Kin
                             args = _args(ev)
                         tid, pid, ts, dur = ev.get("tid"), ev.get("pid"), ev.get("ts"), ev.get("dur")
                         rf, ext = args.get("Record function id", _NO_ID), args.get("External id", _NO_ID)
-                        if not (int is type(tid) is type(rf) is type(ext) is type(pid)):
+                        if not (int is type(tid) is type(rf) is type(ext) is type(pid)) \
+                                or max(tid, rf, ext, pid) > _MAX_ID or min(tid, rf, ext, pid) < -_MAX_ID:
                             tid, pid = _id(tid, "tid"), _id(pid, "pid")
                             rf, ext = _id(rf, "args.Record function id"), _id(ext, "args.External id")
-                        if not (float is type(ts) is type(dur)) or dur < 0:
+                        if not (float is type(ts) is type(dur)) or not (0 <= dur <= _MAX_US and -_MAX_US <= ts <= _MAX_US):
                             ts, dur = _time(ts, "ts"), _time(dur, "dur")
                         name = ev.get("name", "")
                         index = names.get(name) if type(name) is str else None
                         if index is None:
                             index = names[_name(ev)] = len(names)
                         pids.add(pid)
+                        if "Collective name" in args:
+                            cpu_args[len(cpu)] = {k: args[k] for k in COMM_ARGS if k in args}
                         add_cpu((index, ts, dur, tid, rf, ext))
+                        cpu_cat.append(0 if cat == "cpu_op" else 1)
                 elif cat in GPU_CATEGORIES:
                     args = _args(ev)
                     gpu[0].append(names.setdefault(_name(ev), len(names)))
@@ -241,12 +321,36 @@ def load_kineto(path: str | os.PathLike[str], *, rank: int | None = None) -> Kin
                     pg = args.get("Process Group Name")
                     gpu[6].append(str(pg) if pg is not None else None)
                     gpu[7].append(cat)
+                    gpu[8].append(_id(args.get("bytes"), "args.bytes") if cat != "kernel" else _NO_ID)
+                    if "Collective name" in args:
+                        gpu_args[len(gpu[0]) - 1] = {k: args[k] for k in COMM_ARGS if k in args}
                 elif cat in LAUNCH_CATEGORIES:
                     args = _args(ev)
                     launch[0].append(_time(ev.get("ts"), "ts"))
                     launch[1].append(_id(ev.get("tid"), "tid"))
                     launch[2].append(_id(args.get("correlation"), "args.correlation"))
                     launch[3].append(_id(args.get("External id"), "args.External id"))
+                    launch[4].append(names.setdefault(_name(ev), len(names)))
+                    launch[5].append(_time(ev.get("dur"), "dur"))
+                    launch[6].append(cat == "cuda_driver")
+                elif cat == "gpu_user_annotation":
+                    args = _args(ev)
+                    ann[0].append(names.setdefault(_name(ev), len(names)))
+                    ann[1].append(_time(ev.get("ts"), "ts"))
+                    ann[2].append(_time(ev.get("dur"), "dur"))
+                    stream = args.get("stream")
+                    ann[3].append(_num(ev.get("tid")) if stream is None else _id(stream, "args.stream"))
+                elif cat == "cuda_sync":
+                    args = _args(ev)
+                    sync[0].append(names.setdefault(_name(ev), len(names)))
+                    sync[1].append(_time(ev.get("ts"), "ts"))
+                    sync[2].append(_time(ev.get("dur"), "dur"))
+                    stream = args.get("stream")
+                    sync[3].append(_num(ev.get("tid")) if stream is None else _id(stream, "args.stream"))
+                    sync[4].append(_id(args.get("wait_on_stream"), "args.wait_on_stream"))
+                    sync[5].append(_id(args.get("wait_on_cuda_event_record_corr_id"),
+                                       "args.wait_on_cuda_event_record_corr_id"))
+                    sync[6].append(_id(args.get("correlation"), "args.correlation"))
                 elif ev.get("ph") == "M" and ev.get("name") == "thread_name":
                     tid = _num(ev.get("tid"))
                     label_name = str(_args(ev).get("name", ""))
@@ -265,7 +369,15 @@ def load_kineto(path: str | os.PathLike[str], *, rank: int | None = None) -> Kin
         np.array(gpu[0], dtype=i64), np.array(gpu[1], dtype=f64), np.array(gpu[2], dtype=f64),
         np.array(gpu[3], dtype=i64), np.array(gpu[4], dtype=i64), np.array(gpu[5], dtype=i64), gpu[6], gpu[7],
         np.array(launch[0], dtype=f64), np.array(launch[1], dtype=i64), np.array(launch[2], dtype=i64),
-        np.array(launch[3], dtype=i64), threads, pids)
+        np.array(launch[3], dtype=i64), threads, pids,
+        cpu_cat=np.array(cpu_cat, dtype=np.int8), cpu_args=cpu_args, gpu_bytes=np.array(gpu[8], dtype=i64),
+        gpu_args=gpu_args, launch_name=np.array(launch[4], dtype=i64), launch_dur=np.array(launch[5], dtype=f64),
+        launch_driver=np.array(launch[6], dtype=bool),
+        ann_name=np.array(ann[0], dtype=i64), ann_ts=np.array(ann[1], dtype=f64), ann_dur=np.array(ann[2], dtype=f64),
+        ann_stream=np.array(ann[3], dtype=i64), sync_name=np.array(sync[0], dtype=i64),
+        sync_ts=np.array(sync[1], dtype=f64), sync_dur=np.array(sync[2], dtype=f64),
+        sync_stream=np.array(sync[3], dtype=i64), sync_wait_stream=np.array(sync[4], dtype=i64),
+        sync_wait_corr=np.array(sync[5], dtype=i64), sync_correlation=np.array(sync[6], dtype=i64))
 
 
 def _event_error(label: str, chunk: list[Any], first: int, ev: Any, bad: _BadField) -> KinetoTraceError:

@@ -28,9 +28,10 @@ import numpy as np
 import orjson
 
 from ..errors import EtkitError
+from ..format.attrs import PROFILER_CATEGORIES
 from ..fileio import atomic_output
 from .comm import Family, classify_op, process_group_entries
-from .host import HostTrace, load_host_trace
+from .host import HostOp, HostTrace, load_host_trace
 from .jsonio import read_array_document
 from .kineto import KinetoTrace, load_kineto
 
@@ -39,6 +40,8 @@ __all__ = ["LinkedRank", "LinkReport", "GpuActivity", "LinkError", "link", "link
 
 #: Names of the synthetic roots of a host trace (no Kineto twin).
 ROOT_MARKERS = ("[pytorch|profiler|execution_trace|", "[pytorch|profiler|execution_graph|")
+#: Kineto categories of host calls into the CUDA runtime (kept as ops of their own).
+RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver")
 _NAN = float("nan")
 _NO_PID = -1
 
@@ -54,9 +57,11 @@ class LinkReport:
     name_mismatches: int = 0
     method: str = "none"           # "rf_id", "external-id", "name-order", "linked-json" or "none" (host alone)
     kineto_cpu_events: int = 0
-    kernels: int = 0
-    kernels_linked: int = 0
-    kernels_unlinked: int = 0
+    kernels: int = 0               # GPU kernels, copies and sets of the window (all in the ET)
+    kernels_linked: int = 0        # ... attached to their launch
+    kernels_unlinked: int = 0      # ... whose launch is not in the trace: nodes of their stream
+    kernels_outside: int = 0       # launched outside the host trace's window (other steps): not converted
+    runtime_ops: int = 0           # CUDA runtime calls of the window (cudaLaunchKernel, ...), kept as host ops
     roots: int = 0                 # synthetic root ops of the host trace (never in Kineto)
     tree_repairs: int = 0          # ops whose parent differs from the host trace's
     backend_ops_paired: int = 0    # gloo:*/nccl:* ops hung under their c10d op
@@ -68,7 +73,8 @@ class LinkReport:
 
 @dataclass
 class GpuActivity:
-    """One GPU kernel / memcpy / memset attached to the host op (index) that launched it."""
+    """One GPU kernel / memcpy / memset attached to the host op (index) that launched it: its CUDA runtime
+    call where the trace has it, else the innermost op around the launch (-1: no launch found)."""
 
     op: int
     name: str
@@ -77,6 +83,9 @@ class GpuActivity:
     dur: float
     stream: int
     pg_name: str | None
+    nbytes: int = -1  # memcpy / memset size
+    correlation: int = -1
+    row: int = -1  # its row in the Kineto trace (-1: from a linked JSON)
 
 
 @dataclass
@@ -97,6 +106,9 @@ class LinkedRank:
     report: LinkReport
     clock_offset_us: float = 0.0
     kineto: KinetoTrace | None = None
+    base_ns: int = 0  # the Kineto clock's origin in Unix ns (clock_offset_us exactly)
+    runtime_rows: dict[int, int] = field(default_factory=dict)  # Kineto runtime-call row -> its op index
+    cat: np.ndarray | None = None  # per op: its Kineto event's category (format.attrs.PROFILER_CATEGORIES), -1
 
     @property
     def has_timing(self) -> bool:
@@ -254,19 +266,21 @@ def _greedy_align(wanted: list[str], have: list[str], start: int, window: int = 
 # -- Kineto nesting ---------------------------------------------------------------------------------------
 
 
-def _kineto_nesting(kin: KinetoTrace) -> tuple[np.ndarray, np.ndarray]:
-    """Innermost enclosing CPU event on the same thread (-1 = none) and exclusive duration of every event."""
-    n = len(kin.cpu_ts)
-    parent = np.full(n, -1, dtype=np.int64)
-    child_sum = np.zeros(n, dtype=np.float64)
-    order = np.lexsort((-kin.cpu_dur, kin.cpu_ts, kin.cpu_tid))
-    ts = kin.cpu_ts.tolist()
-    end = (kin.cpu_ts + kin.cpu_dur).tolist()
-    tid = kin.cpu_tid.tolist()
-    dur = kin.cpu_dur.tolist()
+def _kineto_nesting(kin: KinetoTrace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Innermost enclosing CPU event on the same thread (-1 = none) and exclusive duration of every CPU
+    event, and the enclosing CPU event of every runtime call (``cudaLaunchKernel``...). Runtime calls hold
+    nothing, but their time is their caller's callee time, not its self time."""
+    n, m = len(kin.cpu_ts), len(kin.launch_ts)
+    ts = np.concatenate((kin.cpu_ts, kin.launch_ts)).tolist()
+    dur_all = np.concatenate((kin.cpu_dur, kin.launch_dur if len(kin.launch_dur) == m else np.zeros(m)))
+    end = (np.concatenate((kin.cpu_ts, kin.launch_ts)) + dur_all).tolist()
+    tid_all = np.concatenate((kin.cpu_tid, kin.launch_tid))
+    order = np.lexsort((np.arange(n + m) >= n, -dur_all, np.asarray(ts), tid_all))  # a call before a launch it holds
+    tid = tid_all.tolist()
+    dur = dur_all.tolist()
     stack: list[int] = []
     current_tid = None
-    par = [-1] * n
+    par = [-1] * (n + m)
     sums = [0.0] * n
     for row in order.tolist():
         if tid[row] != current_tid:
@@ -280,11 +294,11 @@ def _kineto_nesting(kin: KinetoTrace) -> tuple[np.ndarray, np.ndarray]:
             top = stack[-1]
             par[row] = top
             sums[top] += min(dur[row], end[top] - t)
-        stack.append(row)
-    parent[:] = par
-    child_sum[:] = sums
-    excl = np.maximum(kin.cpu_dur - child_sum, 0.0)
-    return parent, excl
+        if row < n:
+            stack.append(row)
+    parent = np.asarray(par, dtype=np.int64)
+    excl = np.maximum(kin.cpu_dur - np.asarray(sums, dtype=np.float64), 0.0)
+    return parent[:n], excl, parent[n:]
 
 
 # -- tree repair -----------------------------------------------------------------------------------------
@@ -445,9 +459,50 @@ def _break_cycles(parent: np.ndarray, host: HostTrace, index_of: dict[int, int])
 # -- GPU activity ----------------------------------------------------------------------------------------
 
 
-def _attach_gpu(kin: KinetoTrace, rows: np.ndarray, k_parent: np.ndarray, report: LinkReport) -> list[GpuActivity]:
+def _window(ts: np.ndarray, dur: np.ndarray) -> tuple[float, float]:
+    """The Kineto-clock interval the linked host ops cover (µs; empty when none is linked)."""
+    known = ~np.isnan(ts)
+    if not known.any():
+        return math.inf, -math.inf
+    return float(ts[known].min()), float((ts[known] + dur[known]).max())
+
+
+def _owner_op(row: int, k_parent: np.ndarray, host_of_row: dict[int, int]) -> int:
+    """The linked host op of Kineto CPU row ``row`` or of its nearest linked ancestor (-1: none)."""
+    while row >= 0 and row not in host_of_row:
+        row = int(k_parent[row])
+    return host_of_row.get(row, -1) if row >= 0 else -1
+
+
+def _add_runtime_ops(host: HostTrace, kin: KinetoTrace, rows: np.ndarray, k_parent: np.ndarray,
+                     rt_parent: np.ndarray, window: tuple[float, float]) -> dict[int, int]:
+    """Append a host op for every CUDA runtime call of the window (launches, copies, syncs), under the
+    linked op that made it; returns Kineto runtime row -> op index."""
+    sel = np.flatnonzero((kin.launch_ts >= window[0]) & (kin.launch_ts <= window[1]))
+    if not len(sel) or not len(kin.launch_name):
+        return {}
+    host_of_row = {int(r): i for i, r in enumerate(rows.tolist()) if r >= 0}
+    ops = host.ops
+    next_id = max(op.id for op in ops) + 1
+    empty_io = ("[]", "[]", "[]", "[]", "[]", "[]")
+    out: dict[int, int] = {}
+    for j in sel.tolist():
+        owner = _owner_op(int(rt_parent[j]), k_parent, host_of_row)
+        op_id = next_id
+        next_id += 1
+        parent_op = ops[owner] if owner >= 0 else None
+        ops.append(HostOp(op_id, kin.names[int(kin.launch_name[j])], parent_op.id if parent_op else op_id, 0, 0, -1,
+                          0, parent_op.tid if parent_op else int(kin.launch_tid[j]), 0, "", empty_io, (), ()))
+        out[j] = len(ops) - 1
+    return out
+
+
+def _attach_gpu(kin: KinetoTrace, rows: np.ndarray, k_parent: np.ndarray, runtime_ops: dict[int, int],
+                window: tuple[float, float], report: LinkReport) -> list[GpuActivity]:
+    """Every GPU activity of the window: launched in it, or, when its launch is not in the trace, running
+    in it. It belongs to the runtime call that launched it (or, without one, the innermost linked op
+    enclosing the launch); one whose launch cannot be found is kept with ``op`` -1 (a node of its stream)."""
     n_gpu = len(kin.gpu_ts)
-    report.kernels = n_gpu
     if not n_gpu:
         return []
     host_of_row = {int(r): i for i, r in enumerate(rows.tolist()) if r >= 0}
@@ -459,12 +514,21 @@ def _attach_gpu(kin: KinetoTrace, rows: np.ndarray, k_parent: np.ndarray, report
         sel = sel[np.lexsort((-kin.cpu_dur[sel], kin.cpu_ts[sel]))]
         per_tid[tid] = (sel, kin.cpu_ts[sel])
     end = kin.cpu_ts + kin.cpu_dur
+    lo, hi = window
+    gpu_bytes = kin.gpu_bytes if len(kin.gpu_bytes) == n_gpu else np.full(n_gpu, -1)
     out: list[GpuActivity] = []
     for g in range(n_gpu):
         j = launch_of.get(int(kin.gpu_correlation[g]), -1)
-        owner = -1
         if j >= 0:
             t = float(kin.launch_ts[j])
+            if not lo <= t <= hi:
+                report.kernels_outside += 1
+                continue
+        elif not (kin.gpu_ts[g] < hi and kin.gpu_ts[g] + kin.gpu_dur[g] > lo):
+            report.kernels_outside += 1
+            continue
+        owner = runtime_ops.get(j, -1) if j >= 0 else -1
+        if owner < 0 and j >= 0:
             sel, starts = per_tid.get(int(kin.launch_tid[j]), (None, None))
             if sel is not None:
                 k = int(np.searchsorted(starts, t, side="right")) - 1
@@ -474,10 +538,12 @@ def _attach_gpu(kin: KinetoTrace, rows: np.ndarray, k_parent: np.ndarray, report
                 owner = host_of_row.get(row, -1) if row >= 0 else -1
         if owner < 0:
             report.kernels_unlinked += 1
-            continue
-        report.kernels_linked += 1
+        else:
+            report.kernels_linked += 1
         out.append(GpuActivity(owner, kin.names[kin.gpu_name[g]], kin.gpu_category[g], float(kin.gpu_ts[g]),
-                               float(kin.gpu_dur[g]), int(kin.gpu_stream[g]), kin.gpu_pg[g]))
+                               float(kin.gpu_dur[g]), int(kin.gpu_stream[g]), kin.gpu_pg[g],
+                               int(gpu_bytes[g]), int(kin.gpu_correlation[g]), g))
+    report.kernels = len(out)
     return out
 
 
@@ -510,7 +576,10 @@ def link(host: HostTrace, kineto: KinetoTrace | None) -> LinkedRank:
         _break_cycles(parent, host, index_of)
         _count_unlinked(host, ts, report)
         report.kernels = report.kernels_linked = len(gpu)
-        return LinkedRank(host, ts, dur, excl, np.full(n, -1, dtype=np.int64), parent, gpu, report)
+        cat = np.asarray([PROFILER_CATEGORIES.index(op.gpu[0]) if op.gpu is not None else -1 for op in host.ops],
+                         dtype=np.int8)
+        report.runtime_ops = int(((cat == 2) | (cat == 3)).sum())
+        return LinkedRank(host, ts, dur, excl, np.full(n, -1, dtype=np.int64), parent, gpu, report, cat=cat)
     check_same_job(host, kineto)
     report.kineto_cpu_events = len(kineto.cpu_ts)
     if host.has_rf_ids and kineto.has_rf_ids:
@@ -519,7 +588,14 @@ def link(host: HostTrace, kineto: KinetoTrace | None) -> LinkedRank:
         _match_by_external_id(host, kineto, rows, report)
     else:
         _match_by_name_order(host, kineto, rows, report)
-    k_parent, k_excl = _kineto_nesting(kineto)
+    return _link_rows(host, kineto, rows, report)
+
+
+def _link_rows(host: HostTrace, kineto: KinetoTrace, rows: np.ndarray, report: LinkReport) -> LinkedRank:
+    """The linked rank once each host op's Kineto row (``rows``, -1: none) is known."""
+    n = len(host.ops)
+    nan = np.full(n, _NAN)
+    k_parent, k_excl, rt_parent = _kineto_nesting(kineto)
     hit = rows >= 0
     ts, dur, excl = nan.copy(), nan.copy(), nan.copy()
     ts[hit] = kineto.cpu_ts[rows[hit]]
@@ -531,9 +607,28 @@ def link(host: HostTrace, kineto: KinetoTrace | None) -> LinkedRank:
     _count_unlinked(host, ts, report)
     _check_coverage(report, kineto)
     parent = _repair_parents(host, rows, k_parent, ts, report)
-    gpu = _attach_gpu(kineto, rows, k_parent, report)
+    window = _window(ts, dur)
+    runtime_ops = _add_runtime_ops(host, kineto, rows, k_parent, rt_parent, window)
+    if runtime_ops:  # their timing, thread and parent (the op that made the call)
+        j = np.fromiter(runtime_ops, dtype=np.int64, count=len(runtime_ops))
+        index_of = {op.id: i for i, op in enumerate(host.ops)}
+        extra_parent = np.asarray([index_of[host.ops[i].parent] if host.ops[i].parent != host.ops[i].id else -1
+                                   for i in runtime_ops.values()], dtype=np.int64)
+        ts = np.concatenate((ts, kineto.launch_ts[j]))
+        dur = np.concatenate((dur, kineto.launch_dur[j]))
+        excl = np.concatenate((excl, kineto.launch_dur[j]))
+        thread = np.concatenate((thread, kineto.launch_tid[j]))
+        parent = np.concatenate((parent, extra_parent))
+        report.runtime_ops = len(runtime_ops)
+    gpu = _attach_gpu(kineto, rows, k_parent, runtime_ops, window, report)
+    cat = np.full(len(host.ops), -1, dtype=np.int8)
+    if len(kineto.cpu_cat) == len(kineto.cpu_ts):
+        cat[:n][hit] = kineto.cpu_cat[rows[hit]]  # cpu_op 0, user_annotation 1
+    for j, i in runtime_ops.items():
+        cat[i] = 3 if len(kineto.launch_driver) and kineto.launch_driver[j] else 2
     offset = kineto.base_time_ns / 1000.0
-    return LinkedRank(host, ts, dur, excl, thread, parent, gpu, report, offset, kineto)
+    return LinkedRank(host, ts, dur, excl, thread, parent, gpu, report, offset, kineto, base_ns=kineto.base_time_ns,
+                      runtime_rows=runtime_ops, cat=cat)
 
 
 def _split_gpu_nodes(host: HostTrace) -> list[GpuActivity]:
@@ -541,11 +636,11 @@ def _split_gpu_nodes(host: HostTrace) -> list[GpuActivity]:
     their launching op and keep only host ops in ``host.ops``."""
     if not any(op.gpu is not None for op in host.ops):
         return []
-    cpu_ops = [op for op in host.ops if op.gpu is None]
+    cpu_ops = [op for op in host.ops if op.gpu is None or op.gpu[0] in RUNTIME_CATEGORIES]
     index_of = {op.id: i for i, op in enumerate(cpu_ops)}
     out = []
     for op in host.ops:
-        if op.gpu is None or op.parent not in index_of:
+        if op.gpu is None or op.gpu[0] in RUNTIME_CATEGORIES or op.parent not in index_of:
             continue
         ts, dur, _ = op.linked or (_NAN, 0.0, 0.0)
         out.append(GpuActivity(index_of[op.parent], op.name, op.gpu[0], ts, dur, op.gpu[1],
@@ -660,15 +755,30 @@ def write_linked_json(linked: LinkedRank, path: str | os.PathLike[str]) -> LinkR
             i = index_of[raw["id"]]
             _annotate(raw, linked, i, ids)
             parts.append(orjson.dumps(raw))
+    for i in range(len(host.ops) - linked.report.runtime_ops, len(host.ops)):  # the CUDA runtime calls link added
+        op = host.ops[i]
+        p = int(linked.parent[i])
+        cat = PROFILER_CATEGORIES[int(linked.cat[i])] if linked.cat is not None and linked.cat[i] >= 0 else "cuda_runtime"
+        node = {"id": op.id, "name": op.name, "cat": cat, "ph": "X", "ts": float(linked.ts[i]),
+                "inclusive_dur": float(linked.dur[i]), "exclusive_dur": float(linked.excl[i])}
+        parent_id = host.ops[p].id if p >= 0 else op.id
+        if flat:
+            node.update(parent=parent_id, tid=op.tid, inputs=[], input_shapes=[], input_types=[], outputs=[],
+                        output_shapes=[], output_types=[])
+        else:
+            node.update(ctrl_deps=parent_id, inputs={"values": [], "shapes": [], "types": []},
+                        outputs={"values": [], "shapes": [], "types": []},
+                        attrs=[{"name": "tid", "type": "int64", "value": op.tid}])
+        parts.append(orjson.dumps(node))
     for act in sorted(linked.gpu, key=lambda a: (a.op, a.ts)):
-        op = host.ops[act.op]
+        parent_id = host.ops[act.op].id if act.op >= 0 else next_id
         node: dict[str, Any] = {"id": next_id, "name": act.name, "cat": act.category, "ph": "X", "ts": act.ts,
                                 "inclusive_dur": act.dur, "exclusive_dur": act.dur, "stream": act.stream}
         if flat:  # schema 1.0.1 layout
-            node.update(parent=op.id, inputs=[], input_shapes=[], input_types=[], outputs=[], output_shapes=[],
+            node.update(parent=parent_id, inputs=[], input_shapes=[], input_types=[], outputs=[], output_shapes=[],
                         output_types=[])
         else:
-            node.update(ctrl_deps=op.id, inputs={"values": [], "shapes": [], "types": []},
+            node.update(ctrl_deps=parent_id, inputs={"values": [], "shapes": [], "types": []},
                         outputs={"values": [], "shapes": [], "types": []}, attrs=[])
         if act.pg_name is not None:
             node["pg_name"] = act.pg_name
