@@ -189,6 +189,7 @@ SAMPLES: dict[str, Callable[[dict[str, str], Path], list[str]]] = {
     "calibrate": lambda i, o: ["--from-trace", i["torch"], "-o", str(o / "n.yml")],
     "anonymize": lambda i, o: [i["job"], "-o", str(o / "anon")],
     "scale": lambda i, o: [i["job"], "--dp", "2", "-o", str(o / "half")],
+    "export astra-sim": lambda i, o: [i["job"], "-o", str(o / "astra")],
 }
 SPAWNING = {"collect example", "demo", "replay"}
 RUNNABLE = [v for v in VERBS if " ".join(v) in SAMPLES]

@@ -23,7 +23,7 @@ from .common import VerbParser, reported_warnings  # noqa: E402
 #: Verb modules, in help order.
 VERB_MODULES = (
     "info", "validate", "json_twin", "demo", "collect", "link", "convert", "generate", "analyze", "diff",
-    "timeline", "graph", "report", "simulate", "calibrate", "replay", "anonymize", "scale",
+    "timeline", "graph", "report", "simulate", "calibrate", "replay", "export", "anonymize", "scale",
 )
 
 

@@ -18,9 +18,14 @@ from ..errors import EtkitError
 from ..fileio import atomic_output
 from ..literal import LiteralError, parse_literal
 
-__all__ = ["ProcessGroups", "parse_process_group_init", "WORLD"]
+__all__ = ["ProcessGroups", "parse_process_group_init", "WORLD", "communicator_key"]
 
 WORLD = "0"
+
+
+def communicator_key(pg_name: str | None) -> str:
+    """The group a collective with ``pg_name`` runs on: :data:`WORLD` for a missing, "" or "0" name."""
+    return WORLD if pg_name in (None, "", WORLD) else pg_name
 
 
 @dataclass(frozen=True)
