@@ -19,7 +19,13 @@ EP, LAT, BW = 10.0, 500.0, 50.0
 
 
 def msg_time(nbytes: float, hops: int = 1, bw: float = BW) -> float:
-    return hops * LAT + math.floor(nbytes / (bw * GIB)) + EP
+    """A message on ASTRA-sim's congestion-unaware network: floor(hops * latency + bytes / bandwidth)."""
+    return math.floor(hops * LAT + nbytes / (bw * GIB))
+
+
+def bundle_step(nbytes: float, hops: int = 1) -> float:
+    """One collective step: the message, then a packet bundle (10 ns on a group's own ring)."""
+    return msg_time(nbytes, hops) + EP
 
 
 def test_send_recv_pair_time_and_schedule() -> None:
@@ -75,9 +81,13 @@ def test_subgroups_run_on_their_own_ring() -> None:
     ring8 = net(("Ring", 8, BW, LAT))
     near = simulate(chain_job(8, 1, 0, CommType.ALL_GATHER, 4096, pg_names=pg_of, groups=groups), ring8, system())
     apart = simulate(chain_job(8, 1, 0, CommType.ALL_GATHER, 4096, pg_names=stride, groups=groups), ring8, system())
-    # four members each: 3 ring steps; neighbours 1 hop apart vs 2 hops apart
-    assert near.makespan_ns == pytest.approx(1 + EP + 3 * msg_time(4096, hops=1))
-    assert apart.makespan_ns == pytest.approx(1 + EP + 3 * msg_time(4096, hops=2))
+    # four members each, one ring in the order the group lists them: 3 steps. 0, 2, 4, 6: every hop
+    # 2 links of the 8-ring. 0, 1, 2, 3: 1 link, but the ring closes from 3 back to 0 over 3 links, and
+    # the members behind that link finish later (ASTRA-sim: 1,769 and 2,769 ns)
+    assert {f.finish_ns for f in apart.ranks.values()} == {1 + EP + 3 * bundle_step(4096, hops=2)}
+    behind = 1 + EP + 2 * bundle_step(4096) + bundle_step(4096, hops=3)
+    assert sorted({f.finish_ns for f in near.ranks.values()}) == [1 + EP + 3 * bundle_step(4096), behind]
+    assert {r for r, f in near.ranks.items() if f.finish_ns == behind} == {0, 1, 2, 4, 5, 6}
 
 
 def test_groups_from_metadata_node() -> None:
@@ -95,26 +105,42 @@ def test_groups_from_metadata_node() -> None:
     assert result.makespan_ns < whole.makespan_ns  # two pairs, not one ring of four
 
 
-def test_irregular_group_uses_the_slowest_links() -> None:
+def test_a_message_crosses_only_the_first_dimension_its_npus_differ_in() -> None:
+    """ASTRA-sim's congestion-unaware network times a message by the first dimension in which source
+    and destination differ: group 0, 1, 5 on 4 x 2 is a ring 0 -> 1 (dim 0) -> 5 (dim 1) -> 0 (dim 0)."""
     two_dim = net(("Switch", 4, 400.0, 100.0), ("Switch", 2, 25.0, 2000.0))
-    j = job({r: [coll(1, CommType.ALL_REDUCE, 1 << 20, pg="7")] for r in range(8)}, {"7": [0, 1, 5]})
+    members = (0, 1, 5)
+    j = job({r: [coll(1, CommType.ALL_GATHER, 4096, pg="7")] for r in members} | {r: [] for r in (2, 3, 4, 6, 7)},
+            {"7": list(members)})
     result = simulate(j, two_dim, system())
-    inside = simulate(job({r: [coll(1, CommType.ALL_REDUCE, 1 << 20, pg="7")] for r in range(8)}, {"7": [0, 1, 2]}),
-                      two_dim, system())
-    assert result.makespan_ns > 3 * inside.makespan_ns
+    fast = math.floor(2 * 100.0 + 4096 / (400.0 * GIB)) + EP
+    slow = math.floor(2 * 2000.0 + 4096 / (25.0 * GIB)) + EP
+    # rank 1 hears from 0 over fast hops only; ranks 5 and 0 wait once for the slow hop 1 -> 5
+    assert result.ranks[1].finish_ns == EP + 2 * fast
+    assert result.ranks[5].finish_ns == result.ranks[0].finish_ns == EP + slow + fast
+
+
+def test_a_rank_outside_the_group_is_refused() -> None:
+    from etkit.simulate import SimulationBlocked
+
+    j = job({r: [coll(1, CommType.ALL_REDUCE, 4096, pg="7")] for r in range(4)}, {"7": [0, 1]})
+    with pytest.raises(SimulationBlocked, match="rank 2 is not in process group '7'"):
+        simulate(j, net(("Ring", 4, BW, LAT)), system())
 
 
 def test_congestion_aware_incast_shares_the_receiver_port() -> None:
+    """Two messages to one NPU through a Switch: each crosses its sender's link to the switch at once,
+    then the switch's link to the receiver sends one after the other (store and forward, FIFO)."""
     size = 1 << 22
     j = job({0: [p2p(1, "send", size, dst=2)], 1: [p2p(1, "send", size, dst=2)],
              2: [p2p(1, "recv", size, src=0), p2p(2, "recv", size, src=1)]})
     switch = net(("Switch", 3, BW, LAT))
-    alone = msg_time(size, hops=2)
     unaware = simulate(j, switch, system())
     aware = simulate(j, switch, system(), congestion="aware")
-    assert unaware.makespan_ns == pytest.approx(alone)
-    transfer = math.floor(size / (BW * GIB))
-    assert aware.makespan_ns == pytest.approx(alone + transfer, rel=1e-6)  # two flows at half rate each
+    assert unaware.makespan_ns == msg_time(size, hops=2)
+    hop, wire = math.floor(LAT + size / (BW * GIB)), math.floor(size / (BW * GIB))
+    assert aware.ranks[0].finish_ns == 2 * hop  # the first through the switch
+    assert aware.makespan_ns == hop + wire + hop  # the second waits for the first to leave the link
 
 
 def test_congestion_aware_in_two_dimensions() -> None:
@@ -132,9 +158,10 @@ def test_disjoint_flows_do_not_slow_each_other() -> None:
     size = 1 << 22
     j = job({0: [p2p(1, "send", size, dst=1)], 1: [p2p(1, "recv", size, src=0)],
              2: [p2p(1, "send", size, dst=3)], 3: [p2p(1, "recv", size, src=2)]})
-    ring = net(("Switch", 4, BW, LAT))
-    assert simulate(j, ring, system(), congestion="aware").makespan_ns == pytest.approx(
-        simulate(j, ring, system()).makespan_ns)
+    one = job({0: [p2p(1, "send", size, dst=1)], 1: [p2p(1, "recv", size, src=0)], 2: [], 3: []})
+    switch = net(("Switch", 4, BW, LAT))
+    assert simulate(j, switch, system(), congestion="aware").makespan_ns == \
+        simulate(one, switch, system(), congestion="aware").makespan_ns
 
 
 def test_symmetry_gives_the_same_schedule_as_walking_every_rank() -> None:

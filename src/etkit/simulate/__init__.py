@@ -44,7 +44,7 @@ from ..model.groups import ProcessGroups
 from ..model.job import Job, discover, load_groups
 from ..model.trace import Trace
 from .config import PRESETS, Knobs, NetworkConfig, SystemConfig, load_config, load_network, load_system
-from .engine import BlockedReport, SimulationBlocked, run_engine
+from .engine import BlockedReport, SimulationBlocked, SymmetryBroken, foldable, run_engine
 from .result import RankFigures, SimulationResult, build_schedule, figures_for
 from .loader import load_columns
 from .notes import gpu_notes, input_notes
@@ -174,17 +174,40 @@ def simulate(job: PreparedJob | Job | str | os.PathLike[str] | Sequence[str], ne
     began = time.perf_counter()
     runs = knobs.samples if system.collective_residuals_ns else 0
     # each member draws its own cost: ranks with identical graphs no longer run identically
-    classes = build_classes(ranks.shapes, ranks.groups, ranks.trace, system, replace(knobs, symmetry=False) if runs else knobs,
-                            network)
+    run_knobs = replace(knobs, symmetry=False) if runs else knobs
+    classes = build_classes(ranks.shapes, ranks.groups, ranks.trace, system, run_knobs, network)
+    folded = False
+    if knobs.congestion == "aware" and any(len(c.ranks) > 1 for c in classes):
+        folded = foldable(classes, ranks.groups, world, network, system)
+        if not folded:  # links are not the same from every member: simulate every rank
+            classes = build_classes(ranks.shapes, ranks.groups, ranks.trace, system, replace(run_knobs, symmetry=False), network)
+
+    def run(rng=None):
+        return run_engine(classes, ranks.groups, world, network, system, knobs.congestion, rng, folded)
+
+    try:
+        if runs:
+            import numpy as np
+
+            outs = [run(np.random.default_rng(knobs.seed + i)) for i in range(runs)]
+        else:
+            outs = [run()]
+    except SymmetryBroken:  # merged ranks would not run alike (a group that looks different from its members)
+        classes = build_classes(ranks.shapes, ranks.groups, ranks.trace, system, replace(run_knobs, symmetry=False), network)
+        folded = False
+        if runs:
+            import numpy as np
+
+            outs = [run(np.random.default_rng(knobs.seed + i)) for i in range(runs)]
+        else:
+            outs = [run()]
     if runs:
         import numpy as np
 
-        outs = [run_engine(classes, ranks.groups, world, network, system, knobs.congestion,
-                           np.random.default_rng(knobs.seed + i)) for i in range(runs)]
         steps = [_run_step(classes, o) for o in outs]
         out = outs[int(np.argsort(steps, kind="stable")[(runs - 1) // 2])]  # the run with the median step time
     else:
-        out = run_engine(classes, ranks.groups, world, network, system, knobs.congestion)
+        out = outs[0]
         steps = []
     figures = {}
     for cls, s, e, x in zip(classes, out.start, out.end, out.transfer):

@@ -26,15 +26,44 @@ from ..suggest import warn_unknown_keys
 
 __all__ = ["Dimension", "NetworkConfig", "SystemConfig", "Knobs", "SimConfig", "PRESETS", "TOPOLOGIES",
            "ALGORITHMS", "BYTES_PER_NS_PER_GBPS", "load_network", "load_system", "load_etkit_system",
-           "load_config"]
+           "load_config", "check_number", "MAX_SPLITS", "MAX_CONFIG_BYTES"]
 
 #: Link bytes per ns for 1 GB/s, as ASTRA-sim's analytical backend converts it (GiB-based).
 BYTES_PER_NS_PER_GBPS = 2 ** 30 / 1e9
 TOPOLOGIES = ("Ring", "FullyConnected", "Switch")
-ALGORITHMS = ("ring", "direct", "halvingDoubling", "doubleBinaryTree")
-_ALGORITHM_ALIASES = {"oneRing": "ring", "oneDirect": "direct", "oneHalvingDoubling": "halvingDoubling",
-                      "hierarchicalRing": "ring", "halvingdoubling": "halvingDoubling",
+#: ASTRA-sim's collective implementations (``direct`` and ``oneDirect`` also take a window: ``direct8``).
+ALGORITHMS = ("ring", "direct", "halvingDoubling", "doubleBinaryTree", "oneRing", "oneDirect", "oneHalvingDoubling")
+_ALGORITHM_ALIASES = {"hierarchicalRing": "ring", "halvingdoubling": "halvingDoubling",
                       "doublebinarytree": "doubleBinaryTree"}
+#: Most chunks a collective may be cut into (``preferred-dataset-splits``) or run at once per dimension:
+#: a simulation's cost grows with them, and no real system uses more.
+MAX_SPLITS = 4096
+#: Largest configuration file read (a network or system description is a few hundred bytes).
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def check_number(value: Any, what: str, *, minimum: float = 0.0, inclusive: bool = False, integer: bool = False,
+                 maximum: float | None = None) -> float:
+    """``value`` as a finite number above ``minimum`` (``inclusive``: at least it), a whole one when
+    ``integer``, at most ``maximum``; else an :class:`EtkitError` naming ``what`` (e.g. "net.yml:
+    bandwidth of dimension 0"). For every simulator input, and the sweeps of :mod:`etkit.simulate.whatif`."""
+    if isinstance(value, bool) or value is None:
+        raise EtkitError(f"{what} must be a number, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise EtkitError(f"{what} must be a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise EtkitError(f"{what} must be a finite number, got {value!r}")
+    low = number < minimum if inclusive else number <= minimum
+    if low:
+        bound = f"at least {minimum:g}" if inclusive else ("positive" if minimum == 0 else f"above {minimum:g}")
+        raise EtkitError(f"{what} must be {bound}, got {value!r}")
+    if integer and number != int(number):
+        raise EtkitError(f"{what} must be a whole number, got {value!r}")
+    if maximum is not None and number > maximum:
+        raise EtkitError(f"{what} must be at most {maximum:g}, got {value!r}")
+    return float(int(number)) if integer else number
 
 
 @dataclass(frozen=True)
@@ -178,8 +207,10 @@ class Knobs:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.scale_compute <= 0 or self.scale_bandwidth <= 0 or self.scale_latency < 0:
-            raise UsageError("--scale-compute and --scale-bandwidth must be positive, --scale-latency not negative")
+        if not all(math.isfinite(x) for x in (self.scale_compute, self.scale_bandwidth, self.scale_latency)) or \
+                self.scale_compute <= 0 or self.scale_bandwidth <= 0 or self.scale_latency < 0:
+            raise UsageError("--scale-compute and --scale-bandwidth must be positive finite numbers, --scale-latency "
+                             "a finite number not below 0")
         if self.congestion not in ("aware", "unaware"):
             raise UsageError(f"congestion mode must be 'aware' or 'unaware', not {self.congestion!r}")
         if self.samples < 0:
@@ -187,7 +218,7 @@ class Knobs:
         if self.deps not in ("both", "data"):
             raise UsageError(f"deps must be 'both' or 'data', not {self.deps!r}")
         for rank, factor in self.stragglers.items():
-            if factor <= 0:
+            if not math.isfinite(factor) or factor <= 0:
                 raise UsageError(f"straggler factor of rank {rank} must be positive")
 
 
@@ -238,13 +269,31 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 # -- readers -------------------------------------------------------------------------------------
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """YAML without aliases: a configuration has no use for them, and nested ones expand exponentially."""
+
+    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.YAMLError(f"line {event.start_mark.line + 1}: YAML aliases (*{event.anchor}) are not "
+                                 "allowed in a simulator configuration")
+        return super().compose_node(parent, index)
+
+
 def _read_mapping(path: Path, kind: str) -> dict[str, Any]:
     try:
-        text = path.read_text()
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise EtkitError(f"{path}: cannot read {kind} ({exc.strerror})") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise EtkitError(f"{path}: a {kind} larger than {MAX_CONFIG_BYTES >> 20} MiB is not a configuration")
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise EtkitError(f"{path}: a {kind} must be UTF-8 text (byte {exc.start} is not)") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_NoAliasLoader)
     except json.JSONDecodeError as exc:
         raise EtkitError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
     except yaml.YAMLError as exc:
@@ -277,14 +326,11 @@ def network_from_dict(data: dict[str, Any], source: str) -> NetworkConfig:
         name = next((k for k in TOPOLOGIES if k.lower() == str(t).lower()), None)
         if name is None:
             raise EtkitError(f"{source}: dimension {i} topology {t!r} is not one of {', '.join(TOPOLOGIES)}")
-        try:
-            dim = Dimension(name, int(n), float(b), float(l))
-        except (TypeError, ValueError):
-            raise EtkitError(f"{source}: dimension {i} has a non-numeric npus_count, bandwidth or latency") from None
-        if dim.npus < 0 or dim.bandwidth_gbps <= 0 or dim.latency_ns < 0 or (dim.npus == 0 and i != len(topo) - 1):
-            raise EtkitError(f"{source}: dimension {i} needs npus_count >= 1 (0 only in the last one), "
-                             "bandwidth > 0 and latency >= 0")
-        dims.append(dim)
+        last = i == len(topo) - 1
+        count = check_number(n, f"{source}: npus_count of dimension {i}", minimum=0 if last else 1, inclusive=True,
+                             integer=True, maximum=1 << 24)
+        dims.append(Dimension(name, int(count), check_number(b, f"{source}: bandwidth of dimension {i} (GB/s)"),
+                              check_number(l, f"{source}: latency of dimension {i} (ns)", inclusive=True)))
     return NetworkConfig(tuple(dims), source)
 
 
@@ -297,12 +343,21 @@ def load_network(path: str | Path) -> NetworkConfig:
 
 def _algorithms(value: Any, source: str, key: str) -> tuple[str, ...]:
     items = value if isinstance(value, list) else [value]
+    if not items:
+        raise EtkitError(f"{source}: {key} needs one implementation per network dimension")
     out = []
     for item in items:
         name = _ALGORITHM_ALIASES.get(str(item), str(item))
-        if name not in ALGORITHMS:
-            raise EtkitError(f"{source}: {key} {item!r} is not one of {', '.join(ALGORITHMS)}")
+        base, window = name, ""
+        for prefix in ("oneDirect", "direct"):
+            if name.startswith(prefix) and name[len(prefix):].isdigit():
+                base, window = prefix, name[len(prefix):]
+        if base not in ALGORITHMS or (window and int(window) < 1):
+            raise EtkitError(f"{source}: {key} {item!r} is not one of {', '.join(ALGORITHMS)} (direct and oneDirect "
+                             "take a window too, e.g. direct8)")
         out.append(name)
+    if key == "all-to-all-implementation" and any(a.endswith("alvingDoubling") for a in out):
+        raise EtkitError(f"{source}: {key}: halving-doubling has no all-to-all (ASTRA-sim exits on it)")
     return tuple(out)
 
 
@@ -336,13 +391,7 @@ def _overheads(value: Any, source: str) -> tuple[tuple[str, float], ...]:
         name = str(key).upper().replace("-", "_")
         if name not in OVERHEAD_KINDS:
             raise EtkitError(f"{source}: {OVERHEAD_KEY} key {key!r} is not one of {', '.join(OVERHEAD_KINDS)}")
-        try:
-            ns = float(ns)
-        except (TypeError, ValueError):
-            raise EtkitError(f"{source}: {OVERHEAD_KEY}[{key!r}] must be a number of ns, got {ns!r}") from None
-        if ns < 0:
-            raise EtkitError(f"{source}: {OVERHEAD_KEY}[{key!r}] must not be negative")
-        out.append((name, ns))
+        out.append((name, check_number(ns, f"{source}: {OVERHEAD_KEY}[{key!r}] (ns)", inclusive=True)))
     return tuple(out)
 
 
@@ -359,8 +408,10 @@ def _residuals(value: Any, source: str) -> tuple[tuple[str, int, tuple[tuple[flo
             try:
                 size = int(group)
                 vecs = tuple(tuple(float(x) for x in vec) for vec in vectors)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 raise bad from None
+            if not all(math.isfinite(x) for vec in vecs for x in vec):
+                raise EtkitError(f"{source}: {RESIDUALS_KEY}[{key!r}][{group!r}]: every residual must be a finite number of ns")
             if size < 1 or any(len(v) != size for v in vecs):
                 raise EtkitError(f"{source}: {RESIDUALS_KEY}[{key!r}][{group!r}]: every vector needs {group} entries")
             out.append((name, size, vecs))
@@ -372,30 +423,38 @@ def system_from_dict(data: dict[str, Any], source: str, base: SystemConfig | Non
     cfg = base or SystemConfig()
     warn_unknown_keys(data, SYSTEM_KEYS, source, "system", "ignored (ASTRA-sim ignores it too)")
     updates: dict[str, Any] = {"source": source}
-    numeric = {"endpoint-delay": ("endpoint_delay_ns", float), "active-chunks-per-dimension": ("active_chunks_per_dimension", int),
-               "preferred-dataset-splits": ("preferred_dataset_splits", int), "local-mem-bw": ("local_mem_bw_gbps", float),
-               "peak-perf": ("peak_perf_tflops", float), "roofline-enabled": ("roofline_enabled", lambda v: bool(int(v)))}
-    for key, (attr, conv) in numeric.items():
+    # (key, attribute, minimum, inclusive, integer, maximum)
+    numeric = {"endpoint-delay": ("endpoint_delay_ns", 0.0, True, False, None),
+               "active-chunks-per-dimension": ("active_chunks_per_dimension", 1.0, True, True, MAX_SPLITS),
+               "preferred-dataset-splits": ("preferred_dataset_splits", 1.0, True, True, MAX_SPLITS),
+               "local-mem-bw": ("local_mem_bw_gbps", 0.0, False, False, None),
+               "peak-perf": ("peak_perf_tflops", 0.0, False, False, None)}
+    for key, (attr, low, inclusive, integer, high) in numeric.items():
         if key in data:
-            try:
-                updates[attr] = conv(data[key])
-            except (TypeError, ValueError):
-                raise EtkitError(f"{source}: {key} must be a number, got {data[key]!r}") from None
+            number = check_number(data[key], f"{source}: {key}", minimum=low, inclusive=inclusive, integer=integer,
+                                  maximum=high)
+            updates[attr] = int(number) if integer else number
+    if "roofline-enabled" in data:
+        flag = data["roofline-enabled"]
+        if isinstance(flag, bool):
+            updates["roofline_enabled"] = flag
+        else:
+            updates["roofline_enabled"] = check_number(flag, f"{source}: roofline-enabled", inclusive=True) != 0
     for key, attr in (("all-reduce-implementation", "all_reduce"), ("all-gather-implementation", "all_gather"),
                       ("reduce-scatter-implementation", "reduce_scatter"), ("all-to-all-implementation", "all_to_all")):
         if key in data:
             updates[attr] = _algorithms(data[key], source, key)
-    for key, attr in (("scheduling-policy", "scheduling_policy"), ("collective-optimization", "collective_optimization")):
+    for key, attr, allowed in (("scheduling-policy", "scheduling_policy", ("LIFO", "FIFO", "EXPLICIT")),
+                               ("collective-optimization", "collective_optimization", ("localBWAware", "baseline"))):
         if key in data:
+            if str(data[key]) not in allowed:
+                raise EtkitError(f"{source}: {key} {data[key]!r} is not one of {', '.join(allowed)}")
             updates[attr] = str(data[key])
     if OVERHEAD_KEY in data:
         updates["collective_overhead_ns"] = _overheads(data[OVERHEAD_KEY], source)
     if RESIDUALS_KEY in data:
         updates["collective_residuals_ns"] = _residuals(data[RESIDUALS_KEY], source)
-    out = replace(cfg, **updates)
-    if out.preferred_dataset_splits < 1 or out.active_chunks_per_dimension < 1 or out.local_mem_bw_gbps <= 0:
-        raise EtkitError(f"{source}: preferred-dataset-splits and active-chunks-per-dimension must be >= 1, local-mem-bw > 0")
-    return out
+    return replace(cfg, **updates)
 
 
 def load_system(path: str | Path) -> SystemConfig:

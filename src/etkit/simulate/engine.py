@@ -1,13 +1,33 @@
-"""The discrete-event engine: walks every rank class's program, hands collectives and messages to the
-system and network layers, and reports blocked ranks instead of hanging.
+"""Workload layer: walks every rank class's program the way ASTRA-sim's ``Workload`` walks an ET, hands
+collectives to the system layer and messages to the network, and reports blocked ranks instead of hanging.
 
-Per NPU there are three resources (one CPU op, one GPU compute op and one GPU comm op in flight; RECV
-is exempt). A node becomes ready when its dependencies finished and issues, smallest node id first,
-when its resource is free. A collective starts when every member of its group has issued its k-th
-collective on that group and ends after the system layer's time; SEND and RECV are matched by
-(src, dst, tag) in order (a RECV without ``comm_src``/``comm_tag`` matches any) and both end when the
-message has arrived (rendezvous). When no event is left but nodes remain, the engine raises
+Per NPU there are three resources (one CPU op, one GPU compute op and one GPU communication op in
+flight: a collective or a SEND; RECV and memory nodes take none). Whenever one of a rank's nodes
+finishes, the rank issues, smallest node id first, every node whose dependencies are done and whose
+resource is free (ASTRA-sim's ``issue_dep_free_nodes``); METADATA and INVALID nodes finish at once
+and, as in ASTRA-sim, their children wait for the rank's next finish (etkit issues them at once when
+nothing else runs on the rank, where ASTRA-sim would stop). A compute node lasts ``duration_micros``
+(0 counts as 1 ns) or its roofline time.
+
+Collectives are not barriers: each member starts when it issues its node and finishes when its own
+part is done (ASTRA-sim's system layer, :mod:`etkit.simulate.system`). In the congestion-unaware mode
+a collective's members interact with nothing else, so each instance (the k-th collective on a
+communicator) is timed once all its members issued it, as a function of when each did
+(:func:`etkit.simulate.collectives.collective_times`, cached); no member can finish before the last
+one issued. In the congestion-aware mode members run live on the shared links.
+
+SEND and RECV meet on (source, destination, tag; a RECV without ``comm_src``/``comm_tag`` takes any)
+in order, preferring a message of the same size: the SEND ends when the message has arrived, the RECV
+when it has arrived and the RECV was posted. When no event is left but nodes remain, the engine raises
 :class:`SimulationBlocked` with a report naming each blocked node, its rank and what it waits for.
+
+Rank symmetry: the engine walks one representative per class of identical ranks
+(:mod:`etkit.simulate.workload`). A collective of a group whose members form one class and behave
+alike (:func:`etkit.simulate.system.symmetric_group`) is simulated for the representative alone
+(mirrored sends, and in the aware mode every member's links folded onto the representative's, see
+:class:`etkit.simulate.network.AwareNetwork`). Where members of one class would finish a collective
+at different times the classes were wrong: the engine raises :class:`SymmetryBroken` and the caller
+simulates again without merging ranks.
 """
 
 from __future__ import annotations
@@ -21,16 +41,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import EtkitError
+from ..format.schema import CommType
 from ..model.groups import ProcessGroups
 from ..model.trace import comm_type_name
-from .collectives import SUPPORTED, CollectivePlan, group_layout, p2p_time, plan_collective
+from .collectives import KIND, SUPPORTED, decompose, run_alone
 from .config import NetworkConfig, SystemConfig
-from .network import LinkSharing, collective_ports, p2p_ports
-from .workload import K_COLL, K_RECV, K_SEND, KIND_NAMES, RESOURCE_OF_KIND, RankClass
+from .events import EventQueue, RankTicks
+from .network import Transport, make_network
+from .system import GroupPlan, RankSys, SysParams, chunking, symmetric_group
+from .workload import K_COLL, K_INSTANT, K_RECV, K_SEND, KIND_NAMES, RESOURCE_OF_KIND, RankClass
 
-__all__ = ["BlockedNode", "BlockedReport", "SimulationBlocked", "EngineResult", "run_engine"]
-
-_DONE, _COLL_DONE, _P2P_DONE, _FLOW_DONE, _RELEASE = range(5)
+__all__ = ["BlockedNode", "BlockedReport", "SimulationBlocked", "SymmetryBroken", "EngineResult", "run_engine"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +97,10 @@ class SimulationBlocked(EtkitError):
         super().__init__("\n".join(report.lines()))
 
 
+class SymmetryBroken(Exception):
+    """Ranks merged into one class would not run alike (internal: the caller simulates them apart)."""
+
+
 @dataclass
 class EngineResult:
     start: list[np.ndarray]  # per class, ns per row (NaN = never ran)
@@ -92,9 +117,10 @@ class _Instance:
     needed: frozenset[int]
     comm_type: int
     size: float
+    serial: int
     arrived: dict[int, int] = field(default_factory=dict)  # class -> row
-    issued_at: float = 0.0
-    delays: dict[int, float] | None = None  # class -> release after the instance's end (recorded residuals)
+    at: dict[int, float] = field(default_factory=dict)  # class -> when it issued
+    delays: dict[int, float] | None = None  # class -> release after its finish (overheads, recorded residuals)
 
 
 @dataclass
@@ -112,7 +138,8 @@ class _Message:
 
 class _Engine:
     def __init__(self, classes: list[RankClass], groups: ProcessGroups, world: int, network: NetworkConfig,
-                 system: SystemConfig, congestion: str, rng: np.random.Generator | None = None) -> None:
+                 system: SystemConfig, congestion: str, rng: np.random.Generator | None = None,
+                 folded: bool = False) -> None:
         self.classes = classes
         self.rng = rng if system.collective_residuals_ns else None
         self.residual_cache: dict[tuple[int, int], tuple[tuple[tuple[float, ...], ...], bool, float]] = {}
@@ -120,37 +147,42 @@ class _Engine:
         self.world = world
         self.network = network
         self.system = system
+        self.params = SysParams.of(system, network)
         self.aware = congestion == "aware"
         self.class_of_rank = {r: i for i, c in enumerate(classes) for r in c.ranks}
-        self.heap: list[tuple] = []
-        self.seq = 0
-        self.now = 0.0
+        self.rep_of_class = [c.rank for c in classes]
+        self.queue = EventQueue()
         self.warnings: list[str] = []
         n = len(classes)
+        self.ticks = [RankTicks(self.queue) for _ in range(n)]
         self.indeg = [array("q", c.program.indegree) for c in classes]
-        self.ready = [[[], [], []] for _ in range(n)]
+        self.ready: list[list[list]] = [[[], [], []] for _ in range(n)]  # per resource: heap of (node id, row)
+        self.free_ready: list[list] = [[] for _ in range(n)]  # ready nodes that take no resource: (node id, row)
         self.busy = [[False, False, False] for _ in range(n)]
+        self.inflight = [0] * n
         # per row, ns (NaN = not yet): compact arrays, handed to the result as numpy views without a copy
         self.start = [_nans(len(c.program)) for c in classes]
         self.end = [_nans(len(c.program)) for c in classes]
         self.transfer = [_nans(len(c.program)) for c in classes]  # comm rows: when data could start moving
         self.coll_seq: list[dict[tuple, int]] = [{} for _ in range(n)]
         self.instances: dict[tuple, _Instance] = {}
-        self.running: dict[int, object] = {}
-        self.next_id = 0
+        self.serials = 0
         self.sends: dict[int, deque[_Message]] = {}  # unreceived messages by destination rank
         self.recvs: dict[int, deque[_Message]] = {}  # by receiving rank
         self.members_cache: dict[str | None, tuple[int, ...]] = {}
         self.needed_cache: dict[tuple[int, ...], frozenset[int]] = {}
-        self.plan_cache: dict[tuple, CollectivePlan] = {}
-        self.sharing = LinkSharing() if self.aware else None
-        self.events = 0
+        self.group_cache: dict[tuple[int, ...], GroupPlan] = {}
+        self.symmetric_cache: dict[tuple, bool] = {}
+        self.time_cache: dict[tuple, dict[int, float]] = {}
+        self.trees: dict = {}  # double-binary-tree alternation of the every-NPU group (the same on every rank)
+        self.folded = folded  # aware: every collective is one class's, simulated for its representative
+        canon = (lambda r: self.rep_of_class[self.class_of_rank.get(r, 0)]) if folded else None
+        self.net = make_network(network, self.queue, congestion, canon)
+        self.p2p_extra = system.overhead_ns("P2P")
+        self.coll_transport = Transport(self.net) if self.aware else None
+        self.rank_sys: list[RankSys | None] = [None] * n
 
     # -- helpers ------------------------------------------------------------------------------
-
-    def push(self, t: float, etype: int, a: int, b: int = 0) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (t, self.seq, etype, a, b))
 
     def members(self, pg: str | None) -> tuple[int, ...]:
         got = self.members_cache.get(pg)
@@ -159,49 +191,77 @@ class _Engine:
             self.members_cache[pg] = got
         return got
 
-    def plan(self, comm_type: int, size: float, members: tuple[int, ...]) -> CollectivePlan:
-        key = (comm_type, size, members)
-        plan = self.plan_cache.get(key)
+    def group_plan(self, members: tuple[int, ...]) -> GroupPlan:
+        plan = self.group_cache.get(members)
         if plan is None:
-            plan = plan_collective(comm_type, size, group_layout(members, self.network), self.system)
-            self.plan_cache[key] = plan
+            whole = len(members) == self.params.total_nodes
+            plan = self.group_cache[members] = GroupPlan(None if whole else members)
         return plan
 
-    # -- node life cycle ------------------------------------------------------------------------
+    def symmetric(self, kind: str, members: tuple[int, ...]) -> bool:
+        key = (kind, members)
+        got = self.symmetric_cache.get(key)
+        if got is None:
+            got = self.symmetric_cache[key] = symmetric_group(kind, self.group_plan(members), self.params,
+                                                              self.network, members[0], self.aware)
+        return got
+
+    # -- node life cycle (ASTRA-sim's Workload) ---------------------------------------------------
+
+    def issue_ready(self, c: int) -> None:
+        """Issue every ready node whose resource is free, smallest id first (``issue_dep_free_nodes``):
+        the nodes ready when it starts; those an instant node frees wait for the rank's next finish."""
+        busy, ready = self.busy[c], self.ready[c]
+        while True:
+            picks = self.free_ready[c]
+            self.free_ready[c] = []
+            for res in (0, 1, 2):
+                if not busy[res] and ready[res]:
+                    picks.append(heapq.heappop(ready[res]))
+                    busy[res] = True
+            if not picks:
+                return
+            if len(picks) > 1:
+                picks.sort()
+            deferred = False
+            for _, row in picks:
+                if self.issue(c, row):
+                    deferred = True
+            # etkit goes on where ASTRA-sim would stop: nothing left running on the rank to finish next
+            if not deferred or self.inflight[c]:
+                return
 
     def make_ready(self, c: int, row: int) -> None:
         prog = self.classes[c].program
         res = RESOURCE_OF_KIND[prog.kind[row]]
         if res < 0:
-            self.issue(c, row)
+            self.free_ready[c].append((prog.ids[row], row))
         else:
             heapq.heappush(self.ready[c][res], (prog.ids[row], row))
-            if not self.busy[c][res]:
-                self.dispatch(c, res)
 
-    def dispatch(self, c: int, res: int) -> None:
-        queue = self.ready[c][res]
-        if queue and not self.busy[c][res]:
-            self.busy[c][res] = True
-            _, row = heapq.heappop(queue)
-            self.issue(c, row)
-
-    def issue(self, c: int, row: int) -> None:
+    def issue(self, c: int, row: int) -> bool:
+        """Start one node; True when it finished at once (an instant node)."""
         prog = self.classes[c].program
-        now = self.now
-        self.start[c][row] = now
+        self.start[c][row] = self.queue.now
         kind = prog.kind[row]
+        if kind == K_INSTANT:
+            self.finish_node(c, row)
+            return True
+        self.inflight[c] += 1
         if kind == K_COLL:
             self.join_collective(c, row)
         elif kind == K_SEND or kind == K_RECV:
             self.post_message(c, row, kind)
         else:
-            self.push(now + prog.duration[row], _DONE, c, row)
+            self.ticks[c].register(prog.duration[row], self.node_done, (c, row))
+        return False
 
-    def complete(self, c: int, row: int) -> None:
+    def finish_node(self, c: int, row: int) -> None:
         prog = self.classes[c].program
-        self.end[c][row] = self.now
+        self.end[c][row] = self.queue.now
         res = RESOURCE_OF_KIND[prog.kind[row]]
+        if res >= 0:
+            self.busy[c][res] = False
         indeg = self.indeg[c]
         children = prog.child_idx
         for i in range(prog.child_ptr[row], prog.child_ptr[row + 1]):
@@ -209,9 +269,12 @@ class _Engine:
             indeg[child] -= 1
             if indeg[child] == 0:
                 self.make_ready(c, child)
-        if res >= 0:
-            self.busy[c][res] = False
-            self.dispatch(c, res)
+
+    def node_done(self, item: tuple[int, int]) -> None:
+        c, row = item
+        self.inflight[c] -= 1
+        self.finish_node(c, row)
+        self.issue_ready(c)
 
     # -- collectives ----------------------------------------------------------------------------
 
@@ -231,7 +294,8 @@ class _Engine:
             if needed is None:
                 needed = frozenset(self.class_of_rank[r] for r in members)
                 self.needed_cache[members] = needed
-            inst = _Instance(members, k, needed, comm_type, size)
+            self.serials += 1
+            inst = _Instance(members, k, needed, comm_type, size, self.serials)
             self.instances[key] = inst
         elif inst.comm_type != comm_type:
             self.warnings.append(f"rank {self.classes[c].rank} node {prog.ids[row]}: collective #{k} on group "
@@ -240,29 +304,100 @@ class _Engine:
         elif size != inst.size:
             inst.size = max(size, inst.size)
         inst.arrived[c] = row
-        inst.issued_at = self.now
+        inst.at[c] = self.queue.now
+        if self.aware:
+            self.run_live(inst, c, row)
         if len(inst.arrived) == len(inst.needed):
             del self.instances[key]
+            now = self.queue.now
             for cls, arrived_row in inst.arrived.items():
-                self.transfer[cls][arrived_row] = self.now
-            plan = self.plan(inst.comm_type, inst.size, members)
-            fid = self.next_id
-            self.next_id += 1
-            self.running[fid] = inst
-            aware = self.sharing is not None and bool(plan.dims)
-            shift = self.draw_delays(inst) if self.rng is not None else 0.0
-            if not aware:
-                self.push(self.now + plan.time_ns + shift, _COLL_DONE, fid)
-            else:
-                self.start_flow(fid, collective_ports(members, plan.dims), plan.time_ns - plan.bandwidth_ns + shift,
-                                plan.bandwidth_ns)
+                self.transfer[cls][arrived_row] = now
+            if not self.aware:
+                self.run_alone(inst)
 
-    def draw_delays(self, inst: _Instance) -> float:
+    def _parts(self, inst: _Instance) -> tuple[tuple[int, int], ...]:
+        return decompose(inst.comm_type, int(inst.size), len(inst.members))
+
+    def run_alone(self, inst: _Instance) -> None:
+        """Unaware: every member's finish from when each issued (cached), then each class's release."""
+        members = inst.members
+        class_of = self.class_of_rank
+        starts = {m: inst.at[class_of[m]] for m in members}
+        base = min(starts.values())
+        finish = {m: starts[m] - base for m in members}
+        if len(members) > 1:
+            group = self.group_plan(members)
+            for part_type, part_size in self._parts(inst):
+                kind = KIND[CommType(part_type)]
+                rel = tuple(finish[m] for m in members)
+                tree_key = tuple(sorted(self.trees.items())) if group.whole else ()
+                key = (kind, part_size, members, rel, tree_key)
+                got = self.time_cache.get(key)
+                if got is None:
+                    one = len(set(rel)) == 1 and self.symmetric(kind, members)
+                    trees = dict(self.trees) if group.whole else None
+                    times = run_alone(kind, part_size, members, group, self.params, self.network, "unaware",
+                                      finish, one, trees)
+                    got = self.time_cache[key] = (times, trees)
+                finish, trees = got
+                if trees is not None:
+                    self.trees = dict(trees)
+        ends = {c: base + finish[self.rep_of_class[c]] for c in inst.arrived}
+        for m in members:
+            if base + finish[m] != ends[class_of[m]]:
+                raise SymmetryBroken(f"rank {m} would finish a collective at {base + finish[m]:,.0f} ns, "
+                                     f"the first rank of its class at {ends[class_of[m]]:,.0f} ns")
+        delays = self.release_delays(inst)
+        now = self.queue.now
+        for c, row in inst.arrived.items():
+            when = max(ends[c], now) + delays.get(c, 0.0)
+            self.ticks[c].register(when - now, self.node_done, (c, row))
+
+    def run_live(self, inst: _Instance, c: int, row: int) -> None:
+        """Aware: the member (class ``c``'s representative) starts its part now; the parts of a
+        decomposed type run one after another."""
+        sys = self.rank_sys[c]
+        if sys is None:
+            sys = self.rank_sys[c] = RankSys(self.rep_of_class[c], self.params, self.queue, self.coll_transport, self.ticks[c])
+        parts = self._parts(inst)
+        members = inst.members
+        group = self.group_plan(members)
+
+        def part(i: int) -> None:
+            if i == len(parts) or len(members) <= 1:
+                self.live_done(inst, c, row)
+                return
+            part_type, part_size = parts[i]
+            kind = KIND[CommType(part_type)]
+            mirrored = self.folded and self.symmetric(kind, members)
+            sys.start(kind, part_size, group, (inst.serial, i), lambda: part(i + 1), mirrored)
+
+        part(0)
+
+    def live_done(self, inst: _Instance, c: int, row: int) -> None:
+        delays = self.release_delays(inst)
+        delay = delays.get(c, 0.0) if delays else 0.0
+        self.ticks[c].register(delay, self.node_done, (c, row))
+
+    def release_delays(self, inst: _Instance) -> dict[int, float]:
+        """Per class, ns between its part's end and its release: the per-call overhead (an etkit system
+        extension) and, in a Monte Carlo run, a recorded residual."""
+        if inst.delays is not None:
+            return inst.delays
+        overhead = self.system.overhead_ns(CommType(inst.comm_type).name) if inst.comm_type in SUPPORTED else 0.0
+        delays = {c: overhead for c in inst.needed} if overhead else {}
+        if self.rng is not None:
+            drawn = self.draw_residuals(inst)
+            if drawn:
+                delays = {c: overhead + d for c, d in drawn.items()}
+        inst.delays = delays
+        return delays
+
+    def draw_residuals(self, inst: _Instance) -> dict[int, float]:
         """Draw each member's residual from the system's recorded ones (a whole recorded vector of a
         group of this size, members in random order, else independent draws). A residual changes the
         call's software cost (its overhead) only: no member returns before the network moved the
-        bytes. Returns the shift of the instance's end (the smallest residual) and sets each class's
-        release after that end in ``inst.delays``."""
+        bytes (a residual below minus the overhead is floored at the smallest one above it)."""
         key = (inst.comm_type, len(inst.members))
         found = self.residual_cache.get(key)
         if found is None:
@@ -271,7 +406,7 @@ class _Engine:
             self.residual_cache[key] = found
         vectors, whole, overhead = found
         if not vectors:
-            return 0.0
+            return {}
         rng = self.rng
         if whole:
             vec = vectors[int(rng.integers(len(vectors)))]
@@ -282,8 +417,7 @@ class _Engine:
         for r, d in drawn.items():  # (simulate() does not merge ranks when drawing; a merged class takes its first member's)
             per_class.setdefault(self.class_of_rank[r], d)
         shift = max(min(per_class.values()), -overhead)
-        inst.delays = {c: max(d, shift) - shift for c, d in per_class.items()}
-        return shift
+        return {c: max(d, shift) for c, d in per_class.items()}
 
     # -- point to point -------------------------------------------------------------------------
     # Sends are eager, as in ASTRA-sim: the message leaves when the SEND issues and the SEND ends when it
@@ -292,26 +426,29 @@ class _Engine:
     def post_message(self, c: int, row: int, kind: int) -> None:
         prog = self.classes[c].program
         rank = self.classes[c].rank
-        peer, tag = prog.comm_peer[row], prog.comm_tag[row]
+        peer, tag, size = prog.comm_peer[row], prog.comm_tag[row], prog.comm_size[row]
+        now = self.queue.now
         if kind == K_SEND:
-            self.transfer[c][row] = self.now
-            msg = _Message(c, row, rank, peer, tag, prog.comm_size[row], self.now)
-            msg.recv = _take(self.recvs.get(peer), lambda r: r.src in (-1, rank) and (r.tag in (-1, tag) or tag == -1))
+            self.transfer[c][row] = now
+            msg = _Message(c, row, rank, peer, tag, size, now)
+            msg.recv = _take(self.recvs.get(peer), size,
+                             lambda r: r.src in (-1, rank) and (r.tag in (-1, tag) or tag == -1))
             if msg.recv is None:
                 self.sends.setdefault(peer, deque()).append(msg)
             else:
-                self.transfer[msg.recv.cls][msg.recv.row] = self.now
-            self.start_message(msg)
+                self.check_sizes(msg, msg.recv)
+                self.transfer[msg.recv.cls][msg.recv.row] = now
+            self.net.send(rank, peer, size, self.message_arrived, msg)
             return
-        recv = _Message(c, row, peer, rank, tag, prog.comm_size[row], self.now)
-        msg = _take(self.sends.get(rank), lambda s: peer in (-1, s.src) and (tag in (-1, s.tag) or s.tag == -1))
+        recv = _Message(c, row, peer, rank, tag, size, now)
+        msg = _take(self.sends.get(rank), size, lambda s: peer in (-1, s.src) and (tag in (-1, s.tag) or s.tag == -1))
         if msg is None:
             self.recvs.setdefault(rank, deque()).append(recv)
             return
         self.check_sizes(msg, recv)
-        self.transfer[c][row] = self.now
+        self.transfer[c][row] = now
         if msg.arrived:
-            self.push(self.now, _DONE, c, row)
+            self.queue.at(now, self.node_done, (c, row))
         else:
             msg.recv = recv
 
@@ -320,70 +457,36 @@ class _Engine:
             self.warnings.append(f"rank {send.src} -> {send.dst} tag {send.tag}: SEND of {send.size:.0f} bytes matched "
                                  f"a RECV of {recv.size:.0f} bytes")
 
-    def start_message(self, send: _Message) -> None:
-        if send.recv is not None:
-            self.check_sizes(send, send.recv)
-        total, bandwidth, dims = p2p_time(self.network, self.system, send.src, send.dst, send.size)
-        fid = self.next_id
-        self.next_id += 1
-        self.running[fid] = send
-        if self.sharing is None or not dims:
-            self.push(self.now + total, _P2P_DONE, fid)
+    def message_arrived(self, msg: _Message) -> None:
+        if self.p2p_extra:
+            self.queue.at(self.queue.now + self.p2p_extra, self._delivered, msg)
         else:
-            self.start_flow(fid, p2p_ports(send.src, send.dst, dims), total - bandwidth, bandwidth)
+            self._delivered(msg)
 
-    # -- congestion-aware flows -----------------------------------------------------------------
-
-    def start_flow(self, fid: int, ports, fixed: float, bandwidth: float) -> None:
-        for other, finish, version in self.sharing.add(fid, ports, fixed, bandwidth, self.now):
-            self.push(finish, _FLOW_DONE, other, version)
-
-    def finish(self, fid: int) -> None:
-        item = self.running.pop(fid)
-        if isinstance(item, _Instance):
-            delays = item.delays
-            for c, row in item.arrived.items():
-                if delays and delays[c] > 0:
-                    self.push(self.now + delays[c], _DONE, c, row)
-                else:
-                    self.complete(c, row)
-        else:
-            item.arrived = True
-            self.complete(item.cls, item.row)
-            if item.recv is not None:
-                self.complete(item.recv.cls, item.recv.row)
+    def _delivered(self, msg: _Message) -> None:
+        msg.arrived = True
+        self.node_done((msg.cls, msg.row))
+        if msg.recv is not None:
+            self.node_done((msg.recv.cls, msg.recv.row))
 
     # -- main loop ------------------------------------------------------------------------------
 
     def run(self) -> None:
+        queue = self.queue
         for c, cls in enumerate(self.classes):
             indeg = self.indeg[c]
-            release = cls.program.release_ns
             for row in range(len(cls.program)):
                 if indeg[row] == 0:
-                    if release > 0:
-                        self.push(release, _RELEASE, c, row)
-                    else:
-                        self.make_ready(c, row)
-        heap = self.heap
-        pop = heapq.heappop
-        events = 0
-        while heap:
-            t, _, etype, a, b = pop(heap)
-            self.now = t
-            events += 1
-            if etype == _DONE:
-                self.complete(a, b)
-            elif etype == _RELEASE:
-                self.make_ready(a, b)
-            elif etype == _FLOW_DONE:
-                if self.sharing.current(a, b):
-                    for other, finish, version in self.sharing.remove(a, t):
-                        self.push(finish, _FLOW_DONE, other, version)
-                    self.finish(a)
-            else:
-                self.finish(a)
-        self.events = events
+                    self.make_ready(c, row)
+            release = cls.program.release_ns
+            if release > 0:
+                queue.at(release, self.issue_ready, c)
+        for c, cls in enumerate(self.classes):
+            if cls.program.release_ns <= 0:
+                self.issue_ready(c)
+        queue.run()
+        self.events = queue.processed
+        self.now = queue.now
 
     # -- when it cannot finish ------------------------------------------------------------------
 
@@ -424,6 +527,15 @@ class _Engine:
             if never:
                 for r in cls.ranks:
                     waiting[r] = never
+        if not nodes:  # started and never finished, with nothing else to blame: a collective that cannot end
+            for c, cls in enumerate(self.classes):
+                prog = cls.program
+                start, end = self.start[c], self.end[c]
+                for row in range(len(prog)):
+                    if not math.isnan(start[row]) and math.isnan(end[row]):
+                        nodes.extend(self._blocked(c, row, "its own end (it started and never finished)"))
+            if nodes:
+                reasons.append("a node never finished")
         if not nodes and not waiting:
             return None
         if not nodes:
@@ -465,14 +577,24 @@ def _view(values: array) -> np.ndarray:
     return np.frombuffer(values, dtype=np.float64) if len(values) else np.empty(0)
 
 
-def _take(queue: deque | None, ok) -> object | None:
+def _take(queue: deque | None, size: float, ok) -> object | None:
+    """The first message of ``queue`` that ``ok`` accepts, one of ``size`` bytes preferred (ASTRA-sim
+    matches sizes exactly; etkit pairs a message of another size too, with a warning)."""
     if not queue:
         return None
+    first = None
     for i, item in enumerate(queue):
         if ok(item):
-            del queue[i]
-            return item
-    return None
+            if item.size == size:
+                del queue[i]
+                return item
+            if first is None:
+                first = i
+    if first is None:
+        return None
+    item = queue[first]
+    del queue[first]
+    return item
 
 
 def _short(ranks: tuple[int, ...]) -> str:
@@ -507,6 +629,10 @@ def _check(classes: list[RankClass], groups: ProcessGroups, world: int) -> list[
                     if bad:
                         out.append(BlockedNode(cls.rank, prog.ids[row], prog.name(row), "collective",
                                                f"rank(s) {bad} of group {pg!r}, which are not in the job"))
+                    if cls.rank not in members:  # (a class's other ranks use their own groups, alike)
+                        out.append(BlockedNode(cls.rank, prog.ids[row], prog.name(row), "collective",
+                                               f"its group, but rank {cls.rank} is not in process group {pg!r} "
+                                               f"({_short(members)})"))
             elif kind == K_SEND and not (0 <= prog.comm_peer[row] < world) and prog.comm_peer[row] != -1:
                 out.append(BlockedNode(cls.rank, prog.ids[row], prog.name(row), "send",
                                        f"rank {prog.comm_peer[row]}, which is not in the job"))
@@ -514,14 +640,17 @@ def _check(classes: list[RankClass], groups: ProcessGroups, world: int) -> list[
 
 
 def run_engine(classes: list[RankClass], groups: ProcessGroups, world: int, network: NetworkConfig,
-               system: SystemConfig, congestion: str = "unaware", rng: np.random.Generator | None = None) -> EngineResult:
-    """Simulate; raise :class:`SimulationBlocked` when the job cannot run to the end. With ``rng`` and
-    a system with recorded residuals (``collective_residuals_ns``), each collective member is
-    released at its own drawn time (one Monte Carlo run)."""
+               system: SystemConfig, congestion: str = "unaware", rng: np.random.Generator | None = None,
+               folded: bool = False) -> EngineResult:
+    """Simulate; raise :class:`SimulationBlocked` when the job cannot run to the end (and
+    :class:`SymmetryBroken` when merged ranks would not run alike). With ``rng`` and a system with
+    recorded residuals (``collective_residuals_ns``), each collective member is released at its own
+    drawn time (one Monte Carlo run). ``folded`` (aware mode): every collective group is one class,
+    simulated for its first rank on the links of the classes' first ranks."""
     problems = _check(classes, groups, world)
     if problems:
         raise SimulationBlocked(BlockedReport("invalid input", problems))
-    engine = _Engine(classes, groups, world, network, system, congestion, rng)
+    engine = _Engine(classes, groups, world, network, system, congestion, rng, folded)
     engine.run()
     report = engine.blocked_report()
     if report is not None:
@@ -529,3 +658,41 @@ def run_engine(classes: list[RankClass], groups: ProcessGroups, world: int, netw
     return EngineResult([_view(s) for s in engine.start], [_view(e) for e in engine.end],
                         [_view(x) for x in engine.transfer], engine.events, engine.warnings)
 
+
+
+def foldable(classes: list[RankClass], groups: ProcessGroups, world: int, network: NetworkConfig,
+             system: SystemConfig) -> bool:
+    """Congestion-aware mode: whether the links of every class can be folded onto its first rank's
+    (``run_engine(folded=True)``): every group a collective runs on is one class and symmetric
+    (:func:`etkit.simulate.system.symmetric_group`), and a network with a Ring dimension has one
+    class only (a Ring's links are shared by the messages of neighbours)."""
+    if all(len(c.ranks) == 1 for c in classes):
+        return True
+    if any(d.topology == "Ring" for d in network.dims) and len(classes) > 1:
+        return False
+    params = SysParams.of(system, network)
+    class_of = {r: i for i, c in enumerate(classes) for r in c.ranks}
+    seen: set[tuple] = set()
+    for cls in classes:
+        prog = cls.program
+        kind = np.frombuffer(prog.kind, dtype=np.int8)
+        for row in np.flatnonzero(kind == K_COLL).tolist():
+            key = (prog.pg(row), prog.comm_type[row])
+            if key in seen:
+                continue
+            seen.add(key)
+            try:
+                members = groups.members(key[0], world)
+                parts = decompose(key[1], 0, len(members))
+            except (KeyError, ValueError):
+                return False
+            if len(members) <= 1:
+                continue
+            if len({class_of.get(m) for m in members}) > 1:
+                return False
+            whole = len(members) == params.total_nodes
+            plan = GroupPlan(None if whole else members)
+            for part_type, _ in parts:
+                if not symmetric_group(KIND[CommType(part_type)], plan, params, network, members[0], aware=True):
+                    return False
+    return True

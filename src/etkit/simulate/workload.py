@@ -114,15 +114,28 @@ def _roofline_ns(ops: np.ndarray, nbytes: np.ndarray, peak_tflops: float, mem_gb
     return np.maximum(ops / (peak_tflops * 1e3), nbytes / mem_gbps)
 
 
+def roofline_ns(ops: np.ndarray, nbytes: np.ndarray, peak_tflops: float, mem_gbps: float) -> np.ndarray:
+    """ASTRA-sim's roofline time, whole ns: ``num_ops / min(local-mem-bw * num_ops / tensor_size, peak-perf)``
+    (the same floating-point operations as ``Workload::issue_comp``)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        perf = np.minimum(mem_gbps * 1e9 * (ops / nbytes), peak_tflops * 1e12)
+        return np.trunc(ops / perf * 1e9)
+
+
 def compute_durations(trace: Trace, kind: np.ndarray, system: SystemConfig, knobs: Knobs, rank: int) -> np.ndarray:
-    """Duration in ns of every node (0 for comm nodes, whose time the system layer decides)."""
+    """Duration in ns of every node (0 for comm nodes, whose time the system layer decides).
+
+    As in ASTRA-sim: a replayed node lasts ``duration_micros`` x 1000 ns (0 counts as 1 ns); with the
+    roofline on, a GPU node with ``num_ops`` and a ``tensor_size`` lasts its roofline time (a
+    ``tensor_size`` of 0 makes it an instant node, see :func:`build_program`); without ``num_ops`` it
+    is replayed (ASTRA-sim stops there)."""
     dur = np.maximum(trace.duration.astype(np.float64) * 1000.0, 1.0)
     ops = np.where(trace.num_ops == MISSING, 0, trace.num_ops).astype(np.float64)
     nbytes = np.where(trace.tensor_size == MISSING, 0, trace.tensor_size).astype(np.float64)
     gpu = kind == K_GPU
     has_roofline = gpu & (ops > 0) & (nbytes > 0)
     if system.roofline_enabled:
-        dur = np.where(has_roofline, np.maximum(_roofline_ns(ops, nbytes, system.peak_perf_tflops, system.local_mem_bw_gbps), 1.0), dur)
+        dur = np.where(has_roofline, roofline_ns(ops, nbytes, system.peak_perf_tflops, system.local_mem_bw_gbps), dur)
     elif knobs.device is not None and knobs.trace_device is not None:
         dur = np.where(gpu, dur * _device_ratio(ops, nbytes, knobs.trace_device, knobs.device), dur)
     compute = (kind == K_GPU) | (kind == K_CPU)
@@ -245,6 +258,8 @@ def build_program(trace: Trace, rank: int, system: SystemConfig, knobs: Knobs) -
     problems: list[Problem] = []
     n = len(trace)
     kind = _kinds(trace)
+    if system.roofline_enabled:  # ASTRA-sim skips a roofline node without bytes (it finishes at once)
+        kind[(kind == K_GPU) & (trace.tensor_size == 0) & (trace.num_ops != MISSING)] = K_INSTANT
     dur = compute_durations(trace, kind, system, knobs, rank)
     parent, child = _dependency_rows(trace, knobs.deps, rank, problems)
     if knobs.measured_gaps and not system.roofline_enabled:
@@ -400,11 +415,13 @@ def symmetric_classes(shapes: Mapping[int, RankShape], groups: ProcessGroups, st
     class as its first rank, so a class stays merged only when that rank's peers are first ranks too
     and each group it uses holds the first rank of every class in it; otherwise its ranks are split.
 
-    Without ``network``, or with congestion-aware links (the other members' flows would share links),
-    only ranks that use the very same groups and have no point-to-point nodes merge.
+    A group's members are compared by what each sees of it: the classes of the members at each position
+    of the group's ring relative to its own, and the hops to each (collectives are not barriers: a
+    member's finish depends on who is next to it). Without ``network``, only ranks that use the very
+    same groups and have no point-to-point nodes merge.
     """
     world = max(shapes) + 1 if shapes else 0
-    relabel = network is not None and knobs.congestion != "aware"
+    relabel = network is not None
     alone = {rank for rank, shape in shapes.items()
              if not knobs.symmetry or rank in knobs.stragglers or shape.odd_p2p or (shape.peers and not relabel)}
     colour = _numbered({rank: ("alone", rank) if rank in alone else (shape.signature, starts.get(rank, 0.0))
@@ -430,6 +447,7 @@ class _GroupInfo:
         self.groups, self.world, self.network = groups, world, network
         self._members: dict[str | None, tuple[int, ...]] = {}
         self._layout: dict[str | None, object] = {}
+        self._views: dict[tuple[str | None, int], tuple] = {}
         self._route: dict[tuple[int, int], object] = {}
 
     def members(self, pg: str | None) -> tuple[int, ...]:
@@ -443,12 +461,34 @@ class _GroupInfo:
         return got
 
     def layout(self, pg: str | None) -> object:
+        """Whether the group is every NPU (it then runs on the network's own rings, the same from everywhere)."""
         if pg not in self._layout:
-            from .collectives import group_layout
-
             members = self.members(pg)
-            self._layout[pg] = group_layout(members, self.network) if members and max(members) < self.network.npus else None
+            self._layout[pg] = len(members) == self.network.npus if members and max(members) < self.network.npus else None
         return self._layout[pg]
+
+    def view(self, pg: str | None, rank: int) -> tuple:
+        """The members of a smaller group in ring order from ``rank`` on, and the hops to each."""
+        key = (pg, rank)
+        got = self._views.get(key)
+        if got is None:
+            members = self.members(pg)
+            if rank not in members or self.layout(pg) is not False:
+                got = ()
+            else:
+                i, n = members.index(rank), len(members)
+                got = tuple(self.route(rank, members[(i + k) % n]) for k in range(1, n))
+            self._views[key] = got
+        return got
+
+    def ring_colours(self, pg: str | None, rank: int, colour: Mapping[int, int]) -> tuple:
+        """The classes of a smaller group's members in ring order from ``rank`` on (every NPU's group
+        runs on the network's rings: the engine checks its members finish alike instead)."""
+        members = self.members(pg)
+        if rank not in members or self.layout(pg) is not False:
+            return ()
+        i, n = members.index(rank), len(members)
+        return tuple(colour.get(members[(i + k) % n]) for k in range(n))
 
     def route(self, src: int, dst: int) -> object:
         """Hops and links a message from ``src`` to ``dst`` takes (what its time depends on)."""
@@ -483,7 +523,9 @@ def _refine(shapes: Mapping[int, RankShape], colour: dict[int, int], alone: set[
                 for pg in shape.pg_names:
                     if pg not in group_colours:
                         group_colours[pg] = frozenset(colour[m] for m in info.members(pg) if m in colour)
-                    parts.append((group_colours[pg], info.layout(pg)))
+                    cols = group_colours[pg]
+                    ring = info.ring_colours(pg, rank, colour) if len(cols) > 1 else ()
+                    parts.append((cols, info.layout(pg), info.view(pg, rank), ring))
                 peers = tuple((colour.get(p), info.route(rank, p)) for p in shape.peers)
                 new[rank] = (old, tuple(parts), peers)
             else:
