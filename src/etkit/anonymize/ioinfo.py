@@ -26,6 +26,10 @@ _VALUE_TOKEN = re.compile(
     r"""\[(\d+),\s*(\d+),\s*(-?\d+),\s*(\d+),\s*(\d+),\s*'([^'\\]*)'\]"""
     r"""|'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^\[\](),\s]+""")
 _QUOTED = re.compile(r"""'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)\"""")
+# the same on bytes, for many texts joined by \x1f (segments by \x1e): no token crosses those
+_TENSOR_B = re.compile(rb"\[(\d+),\s*(\d+),\s*(-?\d+),\s*(\d+),\s*(\d+),\s*'([^'\\\x1e\x1f]*)'\]")
+_OTHER_B = re.compile(rb"""'(?:[^'\\\x1e\x1f]|\\.)*'|"(?:[^"\\\x1e\x1f]|\\.)*"|[^\[\](),\s\x1e\x1f]+""")
+_QUOTED_B = re.compile(rb"""'((?:[^'\\\x1e\x1f]|\\.)*)'|"((?:[^"\\\x1e\x1f]|\\.)*)\"""")
 _SHAPE_TEXT = re.compile(r"^[\[\]0-9,\s-]*$")
 _DIGITS = re.compile(r"\d+")
 #: The devices a renumbered tensor may name (everything else is "dev"): etkit's words, not the input's.
@@ -72,37 +76,93 @@ class IoRewriter:
     tensors: str = "renumber"  # renumber | drop
     shapes: str = "keep"  # keep | bucket | drop
     types: str = "drop"  # keep | drop
-    tensor_ids: dict[int, int] = field(default_factory=dict)
-    storage_ids: dict[int, int] = field(default_factory=dict)
+    tensor_ids: dict[bytes, int] = field(default_factory=dict)  # the input's id (as written) -> the new one
+    storage_ids: dict[bytes, int] = field(default_factory=dict)
+    #: the strings quoted in the values texts seen (argument strings, devices): for the leak search
+    found: set[str] = field(default_factory=set)
     _values: dict[str, str] = field(default_factory=dict)
     _shapes: dict[str, str] = field(default_factory=dict)
+    _devices: dict = field(default_factory=dict)
 
     def values(self, text: str) -> str:
+        """One values text rewritten (see :meth:`values_many`)."""
         if self.tensors == "drop" or not text:
             return ""
-        out = self._values.get(text)
-        if out is None:
-            out = _VALUE_TOKEN.sub(self._token, text)
-            if len(self._values) < 1 << 17:
-                self._values[text] = out
-        return out
+        return _VALUE_TOKEN.sub(self._token, text)
+
+    def values_many(self, texts: list[bytes]) -> list[bytes]:
+        """The values texts of many nodes, in order, rewritten: each tensor ``[id, storage, offset, numel,
+        elem_bytes, 'device']`` with its ids renumbered (first use first) and its device reduced to cpu /
+        cuda, every other argument ``None``; their quoted strings go to :attr:`found`.
+
+        The texts are joined and tokenised by regular expressions in a few calls, not one per token."""
+        joined = b"\x1f".join(texts)
+        if self.tensors == "drop":  # nothing is kept, but the strings are searched for all the same
+            self.found.update((a or b).decode("utf-8", "surrogateescape") for a, b in _QUOTED_B.findall(joined))
+            self.found.update(s for t in texts if b"\x1e" in t or b"\x1f" in t
+                              for s in quoted_strings(t.decode("utf-8", "surrogateescape")))
+            return [b""] * len(texts)
+        if joined.count(b"\x1f") != max(len(texts) - 1, 0) or b"\x1e" in joined:
+            return [self.values(t.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape") for t in texts]
+        parts = _TENSOR_B.split(joined)
+        segments = parts[0::7]
+        ids, storages, devices = self.tensor_ids, self.storage_ids, self._devices
+        new_ids = []
+        for tid in parts[1::7]:
+            new = ids.get(tid)  # type: ignore[call-overload]
+            if new is None:
+                new = ids[tid] = len(ids) + 1  # type: ignore[index]
+            new_ids.append(new)
+        new_storages = []
+        for sid in parts[2::7]:
+            new = storages.get(sid)  # type: ignore[call-overload]
+            if new is None:
+                new = storages[sid] = len(storages) + 1  # type: ignore[index]
+            new_storages.append(new)
+        kinds = []
+        for device in parts[6::7]:
+            kind = devices.get(device)  # type: ignore[call-overload]
+            if kind is None:
+                text = device.decode("utf-8", "surrogateescape")
+                self.found.add(text)
+                kind = devices[device] = _device(text).encode()  # type: ignore[index]
+            kinds.append(kind)
+        tensors = [b"[%d, %d, %s, %s, %s, '%s']" % t for t in
+                   zip(new_ids, new_storages, parts[3::7], parts[4::7], parts[5::7], kinds)]
+        rest = b"\x1e".join(segments)
+        self.found.update((a or b).decode("utf-8", "surrogateescape") for a, b in _QUOTED_B.findall(rest))
+        others = _OTHER_B.sub(b"None", rest).split(b"\x1e")
+        out: list[bytes] = [b""] * (len(others) + len(tensors))
+        out[0::2] = others
+        out[1::2] = tensors
+        return b"".join(out).split(b"\x1f")
 
     def _token(self, m: re.Match[str]) -> str:
-        if m.group(1) is None:
+        tid, sid, offset, numel, size, device = m.groups()
+        if tid is None:
+            text = m.group()
+            if text[0] in "'\"":
+                self.found.add(text[1:-1])
             return "None"
-        tid, sid = int(m.group(1)), int(m.group(2))
-        new_tid = self.tensor_ids.setdefault(tid, len(self.tensor_ids) + 1)
-        new_sid = self.storage_ids.setdefault(sid, len(self.storage_ids) + 1)
-        return f"[{new_tid}, {new_sid}, {m.group(3)}, {m.group(4)}, {m.group(5)}, '{_device(m.group(6))}']"
+        ids, storages = self.tensor_ids, self.storage_ids
+        new_tid = ids.setdefault(tid.encode(), len(ids) + 1)
+        new_sid = storages.setdefault(sid.encode(), len(storages) + 1)
+        self.found.add(device)
+        return f"[{new_tid}, {new_sid}, {offset}, {numel}, {size}, '{_device(device)}']"
 
     def shapes_text(self, text: str) -> str:
-        if self.shapes == "drop" or not text or not _SHAPE_TEXT.match(text):
-            return ""  # a shapes text with anything but numbers is not kept
-        if self.shapes == "keep":
-            return text
+        if self.shapes == "drop" or not text:
+            return ""
         out = self._shapes.get(text)
         if out is None:
-            out = self._shapes[text] = _DIGITS.sub(lambda m: str(bucket_dim(int(m.group()))), text)
+            if not _SHAPE_TEXT.match(text):
+                out = ""  # a shapes text with anything but numbers is not kept
+            elif self.shapes == "keep":
+                out = text
+            else:
+                out = _DIGITS.sub(lambda m: str(bucket_dim(int(m.group()))), text)
+            if len(self._shapes) < 1 << 16:
+                self._shapes[text] = out
         return out
 
     def types_text(self, text: str) -> str:

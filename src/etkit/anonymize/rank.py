@@ -7,7 +7,11 @@ the anonymised rank through :class:`~etkit.format.stream.TraceWriter` and return
 
 Every output node is built from the policy: its id, type, dependencies and (shifted, jittered) timing;
 its class as name; the kept attributes from the trace's columns (in their canonical kinds); its IOInfo
-rewritten by :class:`~etkit.anonymize.ioinfo.IoRewriter`. Nothing of the input record is copied.
+rewritten by :class:`~etkit.anonymize.ioinfo.IoRewriter`. Nothing of the input record is copied but
+attributes a policy keeps that are not columns. The IOInfo messages and the other attributes are found
+by :func:`etkit.format.parts.record_parts` (vectorised), the records written by
+:func:`etkit.format.encode.encode_nodes` (vectorised) and :class:`~etkit.format.stream.TraceWriter`; a
+rank's IOInfo is rewritten once per distinct message.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ import numpy as np
 import orjson
 
 from .. import __version__
-from ..format.attrs import make_attr
-from ..format.schema import GlobalMetadata, Node, NodeType
+from ..format.attrs import CANONICAL_KINDS, make_attr
+from ..format.encode import AttrColumn, NodeTable, Packed, encode_nodes, encode_strings
+from ..format.parts import joined_spans, record_parts, span_table
+from ..format.schema import GlobalMetadata, IOInfo, Node, NodeType
 from ..format.stream import TraceWriter
 from ..model.groups import parse_process_group_init
 from ..model.job import groups_from_trace
@@ -83,17 +89,6 @@ class RankOutcome:
 #: Words etkit writes whatever the input: attribute names, classes, devices, the producer. A string of the
 #: input that is one of these (or inside one) is reported as vocabulary, not as a leak.
 VOCABULARY: tuple[str, ...] = ("pg_name", "ranks", PRODUCER, "producer", "None")
-
-
-def _attr_bytes(cache: dict, name: str, value: int | str | bool) -> bytes:
-    """The encoded ``attr`` field of ``name`` = ``value`` (canonical kind), made by protobuf and cached."""
-    key = (name, value)
-    out = cache.get(key)
-    if out is None:
-        out = Node(attr=[make_attr(name, value)]).SerializeToString()
-        if len(cache) < 1 << 16:
-            cache[key] = out
-    return out
 
 
 def _jitter_factors(policy: Policy, rank: int, n: int) -> np.ndarray | None:
@@ -176,15 +171,8 @@ class _RankWriter:
     def __init__(self, task: RankTask, trace: Trace) -> None:
         self.task, self.trace, self.policy = task, trace, task.policy
         self.io = IoRewriter(self.policy.tensors, self.policy.shapes, self.policy.types)
-        self.attrs: dict = {}
         self.outcome = RankOutcome(task.rank, len(trace))
-
-    def class_names(self) -> list[str]:
-        """The new name of every string of the trace's name table, per node type seen with it."""
-        trace, policy = self.trace, self.policy
-        if policy.names == "keep":
-            return list(trace.strings)
-        return [s if policy.keeps_name(s) else "" for s in trace.strings]
+        self._classes: list[str] | None = None
 
     def timing(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
         trace, policy, task = self.trace, self.policy, self.task
@@ -213,141 +201,253 @@ class _RankWriter:
             dur[have] = _jittered(dur[have], None if noise is None else noise[have])
         return start, duration, ts, dur
 
-    def int_columns(self, ts: np.ndarray | None, dur: np.ndarray | None) -> list[tuple[str, list[int]]]:
-        """The kept integer attributes, as Python lists (MISSING where a node lacks it), in output order."""
+    def int_columns(self, ts: np.ndarray | None, dur: np.ndarray | None) -> list[AttrColumn]:
+        """The kept integer attributes from the columns (MISSING where a node lacks one), in output order."""
         trace, policy = self.trace, self.policy
         comm = np.isin(trace.types, (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, NodeType.COMM_COLL_NODE))
         out = []
+        if policy.keeps("is_cpu_op"):
+            out.append(AttrColumn("is_cpu_op", "bool_val", np.where(trace.is_cpu_op < 0, MISSING, trace.is_cpu_op)))
         for name in ("num_ops", "tensor_size", "comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag",
                      "comm_priority", "tid", "stream", "ts_ns", "dur_ns"):
             if not policy.keeps(name):
                 continue
-            if name == "ts_ns":
-                col = ts
-            elif name == "dur_ns":
-                col = dur
-            else:
-                col = getattr(trace, name, None)
+            col = ts if name == "ts_ns" else dur if name == "dur_ns" else getattr(trace, name, None)
             if col is None:
                 continue
-            if policy.comm_sizes == "pow2" and (name == "comm_size" or (name == "tensor_size")):
+            if policy.comm_sizes == "pow2" and name in ("comm_size", "tensor_size"):
                 col = np.where(comm, _pow2(col), col) if name == "tensor_size" else _pow2(col)
-            if (col != MISSING).any():
-                out.append((name, col.tolist()))
+            kind = CANONICAL_KINDS.get(name, "int64_val")
+            if kind == "uint64_val" and (col[col != MISSING] < 0).any():
+                kind = "int64_val"
+            out.append(AttrColumn(name, kind, col))
         return out
+
+    def flop_rows(self) -> np.ndarray | None:
+        """Rows that may get FLOPs from their shapes (before the leaf check), None when the policy derives none."""
+        if self.policy.flops != "derive":
+            return None
+        trace = self.trace
+        if self._classes is None:
+            return None
+        wanted = np.asarray([c in GEMM_CLASSES or c == "conv" for c in self._classes] + [False], dtype=bool)
+        comp = trace.types == NodeType.COMP_NODE
+        rows = comp & wanted[trace.name_idx] & (trace.num_ops == MISSING)
+        device = comp & (trace.is_cpu_op != 1)
+        if device.any():  # the ops that are the compute: device ones where the rank has them, else the host's
+            rows &= trace.is_cpu_op != 1
+        return rows
 
     def derived_flops(self, names: list[str], classes: list[str], shapes: dict[int, tuple[str, str]]) -> dict[int, int]:
         """num_ops for leaf GEMM/convolution rows without one, from the shapes of their IOInfo."""
-        if self.policy.flops != "derive":
+        candidates = self.flop_rows()
+        if candidates is None:
             return {}
         trace = self.trace
-        wanted = np.asarray([c in GEMM_CLASSES or c == "conv" for c in classes], dtype=bool)
-        comp = trace.types == NodeType.COMP_NODE
-        rows = np.flatnonzero(comp & wanted[trace.name_idx] & (trace.num_ops == MISSING))
-        # the ops that are the compute: device ones where the rank has them, else the host's
-        device = comp & (trace.is_cpu_op != 1)
-        rows = rows[trace.is_cpu_op[rows] != 1] if device.any() else rows
+        rows = np.flatnonzero(candidates)
         out = {}
+        parsed: dict[str, list | None] = {}
+
+        def shape(text: str) -> list | None:
+            if text not in parsed:
+                parsed[text] = parse_shapes(text)
+            return parsed[text]
+
         for row in _leaf_rows(trace, rows).tolist():
             if row not in shapes:
                 continue
             name = names[int(trace.name_idx[row])]
             cls = classes[int(trace.name_idx[row])]
-            flops = _gemm_flops(name, cls.removesuffix("_backward"), parse_shapes(shapes[row][0]), parse_shapes(shapes[row][1]))
+            flops = _gemm_flops(name, cls.removesuffix("_backward"), shape(shapes[row][0]), shape(shapes[row][1]))
             if flops is not None and flops > 0:
                 out[row] = flops
         self.outcome.flops_derived = len(out)
         return out
 
-    def run(self) -> RankOutcome:  # noqa: C901 - one pass over the nodes, kept together for speed
+    def io_columns(self, view: _RankView) -> tuple[Packed, np.ndarray, np.ndarray, dict[int, tuple[str, str]]]:
+        """The rewritten IOInfo of every node: the encoded messages, the index of each node's inputs and
+        outputs among them (-1: none), and the shapes texts of the FLOP candidates.
+
+        All values texts of a side are rewritten in one batch (:meth:`IoRewriter.values_many`); shapes and
+        types texts once per distinct text."""
+        trace, task, io, strings = self.trace, self.task, self.io, self.outcome.strings
+        n = len(trace)
+        metadata = trace.types == NodeType.METADATA_NODE
+        candidates = self.flop_rows()
+        index = np.full((n, 2), -1, dtype=np.int64)
+        blobs, offsets_all, sizes_all, texts = [], [], [], {}
+        base = 0
+        for side in (0, 1):
+            rows = view.io_rows[side]
+            m = int(rows.size)
+            if not m:
+                continue
+            new_values = io.values_many(view.values[side].split(b"\x1f"))
+            for i in np.flatnonzero(metadata[rows]).tolist():  # process_group:init: names and ranks only
+                text = view.values[side].split(b"\x1f")[i].decode("utf-8", "surrogateescape")
+                strings.update(quoted_strings(text))
+                if "pg_name" in text:
+                    new_values[i] = _group_init_values(text, task.pg_map).encode()
+            shape_idx, shape_texts = view.shapes[side]
+            new_shapes = [io.shapes_text(t).encode() for t in shape_texts]
+            type_idx, type_texts = view.types[side]
+            for t in type_texts:
+                strings.update(quoted_strings(t))
+            new_types = [io.types_text(t).encode() for t in type_texts]
+            lengths = np.fromiter(map(len, new_values), dtype=np.int64, count=m)
+            starts = np.zeros(m, dtype=np.int64)
+            np.cumsum(lengths[:-1], out=starts[1:])
+            blob, offsets, sizes = encode_strings(m, [(1, Packed.of(b"".join(new_values), starts, lengths), np.arange(m)),
+                                                      (2, new_shapes, shape_idx.astype(np.int64)),
+                                                      (3, new_types, type_idx.astype(np.int64))])
+            blobs.append(blob)
+            offsets_all.append(offsets + sum(len(x) for x in blobs[:-1]))
+            sizes_all.append(sizes)
+            index[rows, side] = np.where(sizes > 0, base + np.arange(m), -1)  # an IOInfo left empty is left out
+            base += m
+            if candidates is not None:
+                for i in np.flatnonzero(candidates[rows]).tolist():
+                    texts.setdefault(int(rows[i]), ["", ""])[side] = shape_texts[int(shape_idx[i])]
+        strings.update(io.found)
+        packed = Packed.of(b"".join(blobs), np.concatenate(offsets_all) if offsets_all else np.zeros(0, np.int64),
+                           np.concatenate(sizes_all) if sizes_all else np.zeros(0, np.int64))
+        return packed, index[:, 0], index[:, 1], {r: (v[0], v[1]) for r, v in texts.items()}
+
+    def run(self) -> RankOutcome:
         trace, policy, task = self.trace, self.policy, self.task
+        view = _RankView.of(trace, policy)
         strings = self.outcome.strings
         strings.update(trace.strings)
+        strings.update(view.strings)
         names = list(trace.strings)
-        kept = self.class_names()
-        # parse every record once: the IOInfo and string attributes are not columns
-        parsed: list[Node] = []
-        shapes: dict[int, tuple[str, str]] = {}
-        other = policy.keeps_other_attributes()
-        extra: dict[int, list[bytes]] = {}
+        n = len(trace)
+        # the class of every name (from the first node that has it) or the name itself where the policy keeps it
+        classes = [""] * len(names)
+        uniq, first = np.unique(trace.name_idx, return_index=True)
+        for i, row in zip(uniq.tolist(), first.tolist()):
+            if i >= 0:
+                classes[i] = node_class(int(trace.types[row]), int(trace.comm_type[row]), names[i])
+        new_names = [name if policy.keeps_name(name) else cls for name, cls in zip(names, classes)]
+        self._classes = classes
+        io_table, inputs, outputs, shapes = self.io_columns(view)
+        flops = self.derived_flops(names, classes, shapes)
+        start, duration, ts, dur = self.timing()
+        attrs = self.int_columns(ts, dur)
+        if flops:
+            for column in attrs:
+                if column.name == "num_ops":
+                    column.values = column.values.copy()
+                    column.values[list(flops)] = list(flops.values())
+                    break
+            else:
+                ops = np.full(n, MISSING, dtype=np.int64)
+                ops[list(flops)] = list(flops.values())
+                attrs.insert(1 if attrs and attrs[0].name == "is_cpu_op" else 0, AttrColumn("num_ops", "int64_val", ops))
+        if policy.keeps("pg_name") and (trace.pg_idx >= 0).any():
+            renamed = [task.pg_map.get(s, s) for s in names]
+            table = list(dict.fromkeys(renamed))
+            position = np.asarray([table.index(r) for r in renamed] + [-1], dtype=np.int64)
+            encoded = [make_attr("pg_name", t).SerializeToString() for t in table]
+            attrs.append(AttrColumn("pg_name", table=encoded, index=position[trace.pg_idx]))
+        for name, (rows, payloads) in view.extra(policy).items():
+            index = np.full(n, -1, dtype=np.int64)
+            index[rows] = np.arange(len(rows))
+            attrs.append(AttrColumn(name, table=payloads, index=index))
+        # names: per name index, and for the nodes without a name their type's
+        table_names = list(dict.fromkeys(new_names + [node_class(t, -1, "") for t in range(8)]))
+        lookup = {s: i for i, s in enumerate(table_names)}
+        by_index = np.asarray([lookup[s] for s in new_names] + [-1], dtype=np.int64)
+        name_idx = by_index[trace.name_idx]
+        unnamed = np.flatnonzero(name_idx < 0)
+        if unnamed.size:
+            by_type = np.asarray([lookup[node_class(t, -1, "")] for t in range(8)], dtype=np.int64)
+            name_idx[unnamed] = by_type[np.clip(trace.types[unnamed], 0, 7)]
+        nodes = NodeTable(trace.ids, trace.types, [s.encode() for s in table_names], name_idx,
+                          trace.ctrl_ptr, trace.ctrl_deps, trace.data_ptr, trace.data_deps,
+                          start.astype(np.uint64), duration.astype(np.uint64), io_table, inputs, outputs, attrs)
+        blob, offsets, lengths = encode_nodes(nodes)
+        with TraceWriter(task.target, _metadata(trace, policy), compress=False) as writer:
+            writer.write_records([blob[o:o + k] for o, k in zip(offsets.tolist(), lengths.tolist())])
+        self.outcome.tensors = len(self.io.tensor_ids)
+        self.outcome.strings = text_strings(strings)
+        return self.outcome
+
+
+@dataclass
+class _RankView:
+    """What the columns do not hold, per node: its encoded IOInfo messages and its other attributes
+    (from :func:`etkit.format.parts.record_parts`, or by parsing each node when that declines)."""
+
+    io_rows: list[np.ndarray]  # per side (inputs, outputs): the rows that have that IOInfo
+    values: list[bytes]  # per side: their values texts joined by \\x1f
+    shapes: list[tuple[np.ndarray, list[str]]]  # per side: each row's shapes text as an index into a table
+    types: list[tuple[np.ndarray, list[str]]]
+    strings: list[str]
+    attrs: dict[str, tuple[list[int], list[bytes]]]  # attribute name -> (rows, encoded AttributeProto)
+
+    def extra(self, policy: Policy) -> dict[str, tuple[list[int], list[bytes]]]:
+        """The kept attributes that are not columns."""
+        return {name: v for name, v in self.attrs.items() if name not in _COLUMN_ATTRS and policy.keeps(name)}
+
+    @classmethod
+    def of(cls, trace: Trace, policy: Policy) -> _RankView:
+        # only the names of the kept attributes that are not columns are told apart (all of them: other_attributes keep)
+        wanted = None if policy.other_attributes == "keep" else \
+            [a for a, action in policy.attributes.items() if action == "keep" and a not in _COLUMN_ATTRS]
+        parts = record_parts(trace.blob, trace.rec_off, trace.rec_len, wanted)
+        return cls._parsed(trace) if parts is None else cls._from_parts(trace.blob, parts)
+
+    @classmethod
+    def _from_parts(cls, blob: bytes, parts) -> _RankView:  # noqa: ANN001
+        rows, values, shapes, types = [], [], [], []
+        for side in (0, 1):
+            have = np.flatnonzero(parts.io_off[:, side] >= 0)
+            rows.append(have)
+            off, size = parts.text_off[have], parts.text_len[have]
+            values.append(joined_spans(blob, off[:, 3 * side], size[:, 3 * side], b"\x1f"))
+            shapes.append(span_table(blob, off[:, 3 * side + 1], size[:, 3 * side + 1]))
+            types.append(span_table(blob, off[:, 3 * side + 2], size[:, 3 * side + 2]))
+        attrs: dict[str, tuple[list[int], list[bytes]]] = {}
+        for i, name in enumerate(parts.names):
+            if name in _COLUMN_ATTRS:
+                continue
+            sel = np.flatnonzero(parts.attr_name == i)
+            attrs[name] = (parts.attr_row[sel].tolist(),
+                           [blob[o:o + k] for o, k in zip(parts.attr_off[sel].tolist(), parts.attr_len[sel].tolist())])
+        return cls(rows, values, shapes, types, parts.strings, attrs)
+
+    @classmethod
+    def _parsed(cls, trace: Trace) -> _RankView:
+        rows: list[list[int]] = [[], []]
+        texts: list[list[tuple[str, str, str]]] = [[], []]
+        strings: list[str] = []
+        attrs: dict[str, tuple[list[int], list[bytes]]] = {}
         for row, record in enumerate(trace.records()):
             node = Node.FromString(record)
-            parsed.append(node)
+            for side, field_name in enumerate(("inputs", "outputs")):
+                if node.HasField(field_name):
+                    msg = getattr(node, field_name)
+                    rows[side].append(row)
+                    texts[side].append((msg.values, msg.shapes, msg.types))
             for attr in node.attr:
                 kind = attr.WhichOneof("value")
                 if kind == "string_val":
-                    strings.add(attr.string_val)
+                    strings.append(attr.string_val)
                 elif kind == "string_list":
-                    strings.update(attr.string_list.values)
-                if other and attr.name not in _COLUMN_ATTRS and policy.keeps(attr.name):
-                    extra.setdefault(row, []).append(Node(attr=[attr]).SerializeToString())
-            for io in (node.inputs, node.outputs):
-                if io.values:
-                    strings.update(quoted_strings(io.values))
-                if io.types:
-                    strings.update(quoted_strings(io.types))
-            if node.inputs.shapes or node.outputs.shapes:
-                shapes[row] = (node.inputs.shapes, node.outputs.shapes)
-        classes = [""] * len(names)
-        first_row = np.full(len(names), -1, dtype=np.int64)
-        idx = trace.name_idx
-        uniq, first = np.unique(idx, return_index=True)
-        first_row[uniq[uniq >= 0]] = first[uniq >= 0]
-        for i, name in enumerate(names):
-            row = int(first_row[i])
-            if row >= 0:
-                classes[i] = node_class(int(trace.types[row]), int(trace.comm_type[row]), name)
-        flops = self.derived_flops(names, classes, shapes)
-        start, duration, ts, dur = self.timing()
-        ints = self.int_columns(ts, dur)
-        cpu = trace.is_cpu_op.tolist() if policy.keeps("is_cpu_op") else None
-        pg = trace.pg_idx.tolist() if policy.keeps("pg_name") else None
-        pg_new = [task.pg_map.get(s, s) for s in names]
-        ids, types, name_idx = trace.ids.tolist(), trace.types.tolist(), idx.tolist()
-        comm_types = trace.comm_type.tolist()
-        starts, durations = start.tolist(), duration.tolist()
-        dp, dd = trace.data_ptr.tolist(), trace.data_deps.tolist()
-        cp, cd = trace.ctrl_ptr.tolist(), trace.ctrl_deps.tolist()
-        attr, io = self.attrs, self.io
-        missing = int(MISSING)
-        with TraceWriter(task.target, _metadata(trace, policy), compress=False) as writer:
-            for row in range(len(ids)):
-                i = name_idx[row]
-                name = kept[i] if i >= 0 and kept[i] else None
-                if name is None:
-                    t = types[row]
-                    name = classes[i] if i >= 0 and classes[i] else node_class(t, comm_types[row], "")
-                out = Node(id=ids[row], name=name, type=types[row], ctrl_deps=cd[cp[row]:cp[row + 1]],
-                           data_deps=dd[dp[row]:dp[row + 1]], start_time_micros=starts[row],
-                           duration_micros=durations[row])
-                src = parsed[row]
-                for side, dst in ((src.inputs, out.inputs), (src.outputs, out.outputs)):
-                    if side.values or side.shapes or side.types:
-                        if types[row] == NodeType.METADATA_NODE and "pg_name" in side.values:
-                            values = _group_init_values(side.values, task.pg_map)
-                        else:
-                            values = io.values(side.values)
-                        shape, kinds = io.shapes_text(side.shapes), io.types_text(side.types)
-                        if values or shape or kinds:
-                            dst.values, dst.shapes, dst.types = values, shape, kinds
-                parts = [out.SerializeToString()]
-                if cpu is not None and cpu[row] >= 0:
-                    parts.append(_attr_bytes(attr, "is_cpu_op", bool(cpu[row])))
-                for aname, col in ints:
-                    value = col[row]
-                    if value != missing:
-                        parts.append(_attr_bytes(attr, aname, value))
-                if row in flops:
-                    parts.append(_attr_bytes(attr, "num_ops", flops[row]))
-                if pg is not None and pg[row] >= 0:
-                    parts.append(_attr_bytes(attr, "pg_name", pg_new[pg[row]]))
-                if row in extra:
-                    parts.extend(extra[row])
-                writer.write_record(b"".join(parts))
-                parsed[row] = None  # type: ignore[call-overload]
-        self.outcome.tensors = len(io.tensor_ids)
-        self.outcome.strings = text_strings(strings)
-        return self.outcome
+                    strings.extend(attr.string_list.values)
+                if attr.name not in _COLUMN_ATTRS:
+                    entry = attrs.setdefault(attr.name, ([], []))
+                    entry[0].append(row)
+                    entry[1].append(attr.SerializeToString())
+
+        def table(column: list[str]) -> tuple[np.ndarray, list[str]]:
+            index: dict[str, int] = {}
+            return np.asarray([index.setdefault(t, len(index)) for t in column], dtype=np.int32), list(index)
+
+        return cls([np.asarray(r, dtype=np.int64) for r in rows],
+                   [b"\x1f".join(t[0].encode("utf-8", "surrogateescape") for t in side) for side in texts],
+                   [table([t[1] for t in side]) for side in texts], [table([t[2] for t in side]) for side in texts],
+                   strings, attrs)
 
 
 _COLUMN_ATTRS = frozenset(HOT_ATTRIBUTES)
