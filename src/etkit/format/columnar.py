@@ -237,32 +237,66 @@ def _window_keys(words: np.ndarray, off: np.ndarray, length: np.ndarray, width: 
 _LOW_BYTES = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)
 
 
+_MIX_A, _MIX_B = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
+
+
+def _long_keys(words: np.ndarray, off: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """Two 64-bit hashes of each string's whole content (its words folded in one after the other)."""
+    h = np.zeros((off.size, 2), dtype=np.uint64)
+    rows = np.arange(off.size)
+    k = 0
+    with np.errstate(over="ignore"):
+        while rows.size:
+            w = words[off[rows] + 8 * k] & _LOW_BYTES[np.minimum(length[rows] - 8 * k, 8)]
+            h[rows, 0] = (h[rows, 0] ^ w) * _MIX_A
+            h[rows, 1] = (h[rows, 1] + w) * _MIX_B ^ (h[rows, 1] >> np.uint64(29))
+            k += 1
+            rows = rows[length[rows] > 8 * k]
+    return h
+
+
+def _same_strings(words: np.ndarray, off: np.ndarray, other: np.ndarray, length: np.ndarray) -> bool:
+    """Whether each string at ``off`` has the bytes of the one at ``other`` (both ``length`` long)."""
+    rows = np.flatnonzero(off != other)
+    k = 0
+    while rows.size:
+        mask = _LOW_BYTES[np.minimum(length[rows] - 8 * k, 8)]
+        if ((words[off[rows] + 8 * k] ^ words[other[rows] + 8 * k]) & mask).any():
+            return False
+        k += 1
+        rows = rows[length[rows] > 8 * k]
+    return True
+
+
 def _string_table(buf: bytes, b: np.ndarray, off: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, list[str]]:
-    """Index of each (off, length) string in a table of distinct strings (first-seen order)."""
+    """Index of each (off, length) string in a table of distinct strings (first-seen order).
+
+    Strings of up to 24 bytes are keyed by their bytes; longer ones by two hashes of their content, and
+    every one of them is then compared with the first string of its key, so the table is exact (a
+    collision raises :class:`WireFault`: the caller takes the record-by-record path).
+    """
     n = off.size
     if n == 0:
         return np.zeros(0, dtype=np.int32), []
+    words = _words(b)
     short = length <= 24
     keys = np.zeros((n, 4), dtype=np.uint64)
-    keys[short, :3] = _window_keys(_words(b), off[short], length[short], 24)
+    keys[short, :3] = _window_keys(words, off[short], length[short], 24)
     keys[:, 3] = length.astype(np.uint64)
     long_rows = np.flatnonzero(~short)
     if long_rows.size:
-        # Long names (kernels) are few distinct values: give each a small id from a dict.
-        ids: dict[bytes, int] = {}
-        codes = [ids.setdefault(buf[o:o + l], len(ids)) for o, l in zip(off[long_rows].tolist(), length[long_rows].tolist())]
-        keys[long_rows, 0] = np.asarray(codes, dtype=np.uint64)
-        keys[long_rows, 1] = np.uint64(0xFFFFFFFFFFFFFFFF)
+        keys[long_rows, :2] = _long_keys(words, off[long_rows], length[long_rows])
+        keys[long_rows, 2] = np.uint64(0xFFFFFFFFFFFFFFFF)  # no short string has this third word (its bytes 17-24)
     void = np.ascontiguousarray(keys).view(np.dtype((np.void, 32))).ravel()
     _, first, inverse = np.unique(void, return_index=True, return_inverse=True)
+    inverse = inverse.ravel()
+    if long_rows.size and not _same_strings(words, off[long_rows], off[first[inverse[long_rows]]], length[long_rows]):
+        raise WireFault("string hash collision")
     order = np.argsort(first, kind="stable")
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
-    strings = []
-    for row in first[order].tolist():
-        o, l = int(off[row]), int(length[row])
-        strings.append(buf[o:o + l].decode("utf-8"))
-    return rank[inverse.ravel()].astype(np.int32), strings
+    rows = first[order]
+    return rank[inverse].astype(np.int32), [buf[o:o + k].decode("utf-8") for o, k in zip(off[rows].tolist(), length[rows].tolist())]
 
 
 def _int_values(kind: np.ndarray, value: np.ndarray) -> np.ndarray:
@@ -607,6 +641,9 @@ class _Proof:
 
 #: Records decoded together: the working arrays of one chunk stay in the CPU caches.
 _DECODE_CHUNK = 1 << 14
+#: Files up to this size are decoded from a padded copy in one pass (the copy costs less than the separate
+#: pass over the last records that bigger files take, read in place).
+_PADDED_COPY = 1 << 24
 
 
 def decode_columns(buf: bytes, frame_start: np.ndarray, rec_off: np.ndarray, rec_len: np.ndarray, *,
@@ -627,6 +664,10 @@ def decode_columns(buf: bytes, frame_start: np.ndarray, rec_off: np.ndarray, rec
         # of the file are read in place, the last few from a padded copy of the file's tail.
         b = np.frombuffer(buf, dtype=np.uint8)
         body = int(np.searchsorted(rec_end, len(buf) - PAD, side="right"))
+        if body < n and len(buf) <= _PADDED_COPY:  # one pass over a padded copy instead of a second one for the tail
+            buf = buf + bytes(PAD)
+            b = np.frombuffer(buf, dtype=np.uint8)
+            body = n
         int_rows = np.full((len(HOT_INT_ATTRS), n), MISSING, dtype=np.int64)  # filled in place, never joined
         parts = []
         for i in range(0, body, _DECODE_CHUNK):
@@ -690,13 +731,28 @@ def _decode_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.nd
     data_ptr, data_deps = _packed(b, f, 5, n)
     cpu, pg, pg_strings = _attributes(buf, b, f, n, int_rows, proof)
     if pg_strings:
-        index = {s: i for i, s in enumerate(strings)}
-        remap = np.asarray([index.setdefault(s, len(index)) for s in pg_strings], dtype=np.int32)
-        strings = list(index)
-        pg = _remapped(pg, remap)
+        pg = _remapped(pg, _merged(strings, pg_strings))
     columns = Columns(ids, types, name_idx, strings, start, duration, data_ptr, data_deps, ctrl_ptr, ctrl_deps,
                       cpu, pg, dict(zip(HOT_INT_ATTRS, int_rows)))
     return columns, proof.holds(b)
+
+
+def _merged(strings: list[str], extra: list[str]) -> np.ndarray:
+    """Append to ``strings`` (distinct) those of ``extra`` it lacks; where each of ``extra`` is in it then.
+    A few extra strings (process group names) are looked up by a scan, many through a table."""
+    if len(extra) > 64:
+        index = {s: i for i, s in enumerate(strings)}
+        remap = [index.setdefault(s, len(index)) for s in extra]
+        strings[len(strings):] = list(index)[len(strings):]
+        return np.asarray(remap, dtype=np.int32)
+    remap = []
+    for s in extra:
+        try:
+            remap.append(strings.index(s))
+        except ValueError:
+            remap.append(len(strings))
+            strings.append(s)
+    return np.asarray(remap, dtype=np.int32)
 
 
 def _remapped(idx: np.ndarray, remap: np.ndarray) -> np.ndarray:
