@@ -260,3 +260,22 @@ def test_ranks_are_exported_through_the_executor_alike(tmp_path: Path) -> None:
     export(src, tmp_path / "pool", executor=ProcessExecutor(2))
     for r in range(4):
         assert (tmp_path / f"pool.{r}.et").read_bytes() == (tmp_path / f"serial.{r}.et").read_bytes()
+
+
+def test_group_ids_stay_where_astra_sim_tells_groups_apart() -> None:
+    from etkit.export.plan import MAX_GROUP_ID, _name_groups
+
+    # 1,200 pairs: ids skip multiples of 500, and ids 500 apart never share two members
+    pairs = {f"g{i:04d}": (2 * i, 2 * i + 1) for i in range(1200)}
+    overlapping = {**pairs, "x": (0, 1)}  # shares both members with g0000
+    renamed, groups = _name_groups(overlapping, 2400, "job")
+    ids = [int(k) for k in groups]
+    assert min(ids) == 1 and not any(i % 500 == 0 for i in ids) and len(ids) == len(overlapping)
+    by_class: dict[int, list[set[int]]] = {}
+    for gid, members in groups.items():
+        by_class.setdefault(int(gid) % 500, []).append(set(members))
+    assert all(len(a & b) < 2 for sets in by_class.values() for i, a in enumerate(sets) for b in sets[i + 1:])
+    assert max(ids) <= MAX_GROUP_ID
+    too_many = {f"g{i}": (i, i + 1) for i in range(MAX_GROUP_ID + 1)}
+    with pytest.raises(ExportError, match="group ids"):
+        _name_groups(too_many, MAX_GROUP_ID + 2, "job")
