@@ -172,6 +172,7 @@ class _Engine:
         self.members_cache: dict[str | None, tuple[int, ...]] = {}
         self.needed_cache: dict[tuple[int, ...], frozenset[int]] = {}
         self.group_cache: dict[tuple[int, ...], GroupPlan] = {}
+        self.component_cache: dict[tuple, tuple[int, ...]] = {}
         self.symmetric_cache: dict[tuple, bool] = {}
         self.time_cache: dict[tuple, dict[int, float]] = {}
         self.trees: dict = {}  # double-binary-tree alternation of the every-NPU group (the same on every rank)
@@ -194,7 +195,7 @@ class _Engine:
     def group_plan(self, members: tuple[int, ...]) -> GroupPlan:
         plan = self.group_cache.get(members)
         if plan is None:
-            whole = len(members) == self.params.total_nodes
+            whole = len(members) == self.params.total_nodes or any(members == c for c in self.component_cache.values())
             plan = self.group_cache[members] = GroupPlan(None if whole else members)
         return plan
 
@@ -204,6 +205,27 @@ class _Engine:
         if got is None:
             got = self.symmetric_cache[key] = symmetric_group(kind, self.group_plan(members), self.params,
                                                               self.network, members[0], self.aware)
+        return got
+
+    def component(self, comm_type: int, rank: int, members: tuple[int, ...]) -> tuple[int, ...]:
+        """The NPUs ``rank`` exchanges data with in a collective of every NPU: a system that lists fewer
+        implementations than the network has dimensions runs the collective in the first dimensions
+        only, as independent collectives of the NPUs that share the other coordinates (ASTRA-sim's
+        logical topology), which finish without waiting for each other."""
+        try:
+            kind = KIND[CommType(decompose(comm_type, 0, len(members))[0][0])]
+        except ValueError:
+            return members
+        impls = self.params.impls[kind]
+        dims = self.params.dims
+        if impls[0].startswith("one") or len(impls) >= len(dims):
+            return members
+        stride = math.prod(dims[:len(impls)])
+        base = rank - rank % stride
+        key = (kind, base)
+        got = self.component_cache.get(key)
+        if got is None:
+            got = self.component_cache[key] = tuple(range(base, base + stride))
         return got
 
     # -- node life cycle (ASTRA-sim's Workload) ---------------------------------------------------
@@ -286,9 +308,11 @@ class _Engine:
         counters = self.coll_seq[c]
         k = counters.get(communicator, 0)
         counters[communicator] = k + 1
-        key = (communicator, k)
-        inst = self.instances.get(key)
         comm_type, size = prog.comm_type[row], prog.comm_size[row]
+        if not self.aware and len(members) == self.params.total_nodes:
+            members = self.component(comm_type, self.rep_of_class[c], members)
+        key = (communicator, k, members)
+        inst = self.instances.get(key)
         if inst is None:
             needed = self.needed_cache.get(members)
             if needed is None:
@@ -370,9 +394,23 @@ class _Engine:
             part_type, part_size = parts[i]
             kind = KIND[CommType(part_type)]
             mirrored = self.folded and self.symmetric(kind, members)
+            if mirrored and len(members) == self.world and self.net.idle():
+                # every rank is in it and nothing else is on the links: it runs as it runs alone
+                self.ticks[c].register(self.alone_ns(kind, part_size, members, group), part, i + 1)
+                return
             sys.start(kind, part_size, group, (inst.serial, i), lambda: part(i + 1), mirrored)
 
         part(0)
+
+    def alone_ns(self, kind: str, size: int, members: tuple[int, ...], group: GroupPlan) -> float:
+        """Aware: a symmetric collective of every rank on idle links, timed once (cached)."""
+        key = (kind, size, members)
+        got = self.time_cache.get(key)
+        if got is None:
+            times = run_alone(kind, size, members, group, self.params, self.network, "aware",
+                              {m: 0.0 for m in members}, True)
+            got = self.time_cache[key] = times[members[0]]
+        return got
 
     def live_done(self, inst: _Instance, c: int, row: int) -> None:
         delays = self.release_delays(inst)

@@ -88,6 +88,10 @@ class UnawareNetwork:
         queue = self.queue
         queue.at(queue.now + self.delay(src, dst, size), handler, arg)
 
+    @staticmethod
+    def idle() -> bool:
+        return True
+
 
 class _Link:
     """One directed link: a FIFO of messages, one on the wire at a time."""
@@ -148,6 +152,7 @@ class AwareNetwork:
         self.canon = canon or (lambda r: r)
         self.links: dict[tuple, _Link] = {}
         self._routes: dict[tuple[int, int], tuple[_Link, ...]] = {}
+        self.in_flight = 0
 
     def _link(self, key: tuple, dim: int) -> _Link:
         link = self.links.get(key)
@@ -192,7 +197,16 @@ class AwareNetwork:
         if not route:
             self.queue.at(self.queue.now, handler, arg)
             return
-        route[0].send([route, 0, size, handler, arg])
+        self.in_flight += 1
+        route[0].send([route, 0, size, self._delivered, (handler, arg)])
+
+    def _delivered(self, item: tuple[Callable[[Any], None], Any]) -> None:
+        self.in_flight -= 1
+        item[0](item[1])
+
+    def idle(self) -> bool:
+        """Nothing in flight and every link free (what a collective started now shares its links with)."""
+        return self.in_flight == 0 and not any(link.busy for link in self.links.values())
 
 
 def make_network(network: NetworkConfig, queue: EventQueue, congestion: str,

@@ -116,6 +116,7 @@ def dimension_rings(rank: int, dims: Sequence[int], impls: Sequence[str]) -> lis
     only the first ones; a ``one*`` implementation is one ring over every NPU and ends the list)."""
     plans: list[DimPlan] = []
     offset = 1
+    impls = impls[:len(dims)]  # (ASTRA-sim asserts on more implementations than dimensions)
     last = len(impls) - 1
     for d, impl in enumerate(impls):
         size = dims[d]
