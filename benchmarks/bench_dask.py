@@ -93,7 +93,7 @@ def client(spec: str, what: str, arg: str, runs: int) -> tuple[float, float]:
 def cluster(workers: int):
     from distributed import LocalCluster
 
-    return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+    return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
                         silence_logs=logging.CRITICAL)
 
 
