@@ -131,12 +131,29 @@ def parse_finish(text: str) -> tuple[dict[int, int], dict[int, int]]:
 
 def run_astra(prefix: str | os.PathLike[str], network: str | os.PathLike[str], system: str | os.PathLike[str], *,
               comm_groups: str | os.PathLike[str] | None = None, aware: bool = False, timeout: float = 120.0,
-              binary: str | os.PathLike[str] = ASTRA_SIM, extra: Sequence[str] = ()) -> AstraRun:
-    """Run ASTRA-sim on ``PREFIX.<rank>.et`` (its own logs go to a temporary folder)."""
+              binary: str | os.PathLike[str] = ASTRA_SIM, extra: Sequence[str] = (), npus: int | None = None,
+              retries: int = 2) -> AstraRun:
+    """Run ASTRA-sim on ``PREFIX.<rank>.et`` (its own logs go to a temporary folder). Its output is line
+    buffered (``stdbuf``) so that a crash loses no line; a run that crashes before every one of
+    ``npus`` ranks (default: one per ``PREFIX.<rank>.et``) printed its line is run again up to
+    ``retries`` times (this build now and then corrupts its heap mid-run, depending on addresses)."""
+    if npus is None:
+        npus = len(list(Path(str(prefix)).parent.glob(Path(str(prefix)).name + ".*.et")))
+    for _ in range(retries + 1):
+        run = _run_astra_once(prefix, network, system, comm_groups, aware, timeout, binary, extra)
+        if run.complete(npus) or run.timed_out or run.returncode not in (134, 139, -6, -11):
+            return run
+    return run
+
+
+def _run_astra_once(prefix, network, system, comm_groups, aware, timeout, binary, extra) -> AstraRun:  # type: ignore[no-untyped-def]
+    import shutil
     import time
 
     with tempfile.TemporaryDirectory(prefix="astra-log-") as logs:
-        args = [str(binary), *(["--aware"] if aware else []), f"--workload-configuration={prefix}",
+        stdbuf = shutil.which("stdbuf")
+        args = [*([stdbuf, "-oL", "-eL"] if stdbuf else []), str(binary), *(["--aware"] if aware else []),
+                f"--workload-configuration={prefix}",
                 f"--system-configuration={system}", f"--network-configuration={network}",
                 f"--logging-folder={logs}", *extra]
         if comm_groups is not None:
@@ -295,7 +312,7 @@ def run_case(case: Case, folder: str | os.PathLike[str] | None = None, *, timeou
         with tempfile.TemporaryDirectory(prefix="astra-case-") as tmp:
             return run_case(case, tmp, timeout=timeout)
     prefix, net, sys_path, cg = prepare(case, folder)
-    ref = run_astra(prefix, net, sys_path, comm_groups=cg, aware=case.aware, timeout=timeout)
+    ref = run_astra(prefix, net, sys_path, comm_groups=cg, aware=case.aware, timeout=timeout, npus=case.network.total)
     try:
         ours = run_etkit(prefix, net, sys_path, comm_groups=cg, aware=case.aware)
         return CaseResult(case, ref, ours)

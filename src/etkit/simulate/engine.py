@@ -48,7 +48,7 @@ from .collectives import KIND, SUPPORTED, decompose, run_alone
 from .config import NetworkConfig, SystemConfig
 from .events import EventQueue, RankTicks
 from .network import Transport, make_network
-from .system import GroupPlan, RankSys, SysParams, chunking, symmetric_group
+from .system import GroupPlan, RankSys, SysParams, ring_order, symmetric_group
 from .workload import K_COLL, K_INSTANT, K_RECV, K_SEND, KIND_NAMES, RESOURCE_OF_KIND, RankClass
 
 __all__ = ["BlockedNode", "BlockedReport", "SimulationBlocked", "SymmetryBroken", "EngineResult", "run_engine"]
@@ -188,7 +188,7 @@ class _Engine:
     def members(self, pg: str | None) -> tuple[int, ...]:
         got = self.members_cache.get(pg)
         if got is None:
-            got = self.groups.members(pg, self.world)
+            got = ring_order(self.groups, pg, self.world)
             self.members_cache[pg] = got
         return got
 
@@ -720,7 +720,7 @@ def foldable(classes: list[RankClass], groups: ProcessGroups, world: int, networ
                 continue
             seen.add(key)
             try:
-                members = groups.members(key[0], world)
+                members = ring_order(groups, key[0], world)
                 parts = decompose(key[1], 0, len(members))
             except (KeyError, ValueError):
                 return False

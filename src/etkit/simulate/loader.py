@@ -27,6 +27,8 @@ __all__ = ["RankColumns", "load_columns", "CHUNK_RECORDS"]
 #: Records decoded at a time (0.4-2 MiB of record bytes for converted PyTorch traces; the decoder needs about
 #: ten times a chunk's bytes while it works).
 CHUNK_RECORDS = 1 << 12
+#: Chunks below this many records are parsed record by record (faster there, the same columns).
+SMALL_CHUNK = 256
 #: Integer attribute columns the simulator reads (the others are dropped while loading).
 _KEPT_INTS = ("comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag", "num_ops", "tensor_size", "tid")
 _EMPTY = np.empty(0, dtype=np.int64)
@@ -70,8 +72,9 @@ def _add_chunk(parts: list[Columns], batch: list[tuple[int, int, bytes]], meta_r
         np.cumsum((head_len + lengths)[:-1], out=frame_start[1:])
     rec_off = frame_start + head_len
     buf = b"".join(h + p for h, (_, _, p) in zip(heads, batch))
-    cols = decode_columns(buf, frame_start, rec_off, lengths)
-    if cols is None:  # something the vectorised decoder does not take: per-record parsing (and its precise errors)
+    # the vectorised decoder's fixed cost outweighs its speed on a few records: parse those one by one
+    cols = decode_columns(buf, frame_start, rec_off, lengths) if len(batch) >= SMALL_CHUNK else None
+    if cols is None:  # few records, or something the vectorised decoder does not take: per-record parsing
         whole = Trace.from_records(meta_record, batch, path=path)
         cols = Columns(whole.ids, whole.types, whole.name_idx, whole.strings, whole.start, whole.duration,
                        whole.data_ptr, whole.data_deps, whole.ctrl_ptr, whole.ctrl_deps, whole.is_cpu_op, whole.pg_idx,

@@ -42,7 +42,7 @@ from .network import Transport
 from .topology import ANTICLOCKWISE, CLOCKWISE, DimPlan, LogicalRing, dimension_rings
 
 __all__ = ["SysParams", "RankSys", "Stream", "GroupPlan", "symmetric_group", "split_algorithm", "chunking",
-           "KINDS", "FAST_BUNDLE_NS"]
+           "ring_order", "KINDS", "FAST_BUNDLE_NS"]
 
 #: The collective kinds ASTRA-sim's system layer runs.
 KINDS = (AR, AG, RS, A2A)
@@ -98,6 +98,12 @@ def chunking(params: SysParams, kind: str, size: int) -> tuple[int, int]:
     if chunk <= 0:  # ASTRA-sim loops forever here (an all-gather smaller than its splits): one byte per chunk
         chunk = 1
     return chunk, size
+
+
+def ring_order(groups, pg: str | None, world: int) -> tuple[int, ...]:
+    """A group's members in the order its comm-group entry lists them (the order of its own ring)."""
+    in_order = getattr(groups, "in_order", None)
+    return in_order(pg, world) if in_order is not None else groups.members(pg, world)
 
 
 class GroupPlan:

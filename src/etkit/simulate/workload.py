@@ -26,6 +26,7 @@ from ..model.groups import ProcessGroups
 from ..model.job import Job
 from ..model.trace import MISSING, Trace
 from .config import Knobs, NetworkConfig, SystemConfig
+from .system import ring_order
 
 __all__ = ["Program", "RankClass", "Problem", "build_program", "rank_classes",
            "K_INSTANT", "K_CPU", "K_GPU", "K_COLL", "K_SEND", "K_RECV", "K_MEM", "RESOURCE_OF_KIND", "KIND_NAMES"]
@@ -454,7 +455,7 @@ class _GroupInfo:
         got = self._members.get(pg)
         if got is None:
             try:
-                got = self.groups.members(pg, self.world)
+                got = ring_order(self.groups, pg, self.world)
             except KeyError:  # an unknown group: the engine reports it; nothing to merge on
                 got = ()
             self._members[pg] = got
