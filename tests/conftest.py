@@ -78,3 +78,41 @@ def converted_job(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], P
             done[name] = out / name
         return done[name]
     return prefix
+
+
+#: The Kineto traces in shared data that HTA's users hold (GPU unless noted), by a short name: what
+#: ``etkit convert kineto`` and the HTA comparisons run on.
+KINETO_TRACES = {
+    "param-linear": UPSTREAM / "facebookresearch-param/et_replay/tests/inputs/linear_kineto.json.gz",
+    "hta-alexnet": UPSTREAM / "hta/tests/data/critical_path/alexnet",
+    "hta-simple-add": UPSTREAM / "hta/tests/data/critical_path/simple_add",
+    "hta-event-sync": UPSTREAM / "hta/tests/data/critical_path/cuda_event_sync",
+    "hta-event-sync-streams": UPSTREAM / "hta/tests/data/critical_path/cuda_event_sync_multi_stream",
+    "hta-nccl": UPSTREAM / "hta/tests/data/nccl_parser_config",
+    "hta-diff-test": UPSTREAM / "hta/tests/data/trace_diff/test",
+    "hta-diff-control": UPSTREAM / "hta/tests/data/trace_diff/control",
+    "hta-compare-base": UPSTREAM / "hta/tests/data/trace_compare/base",
+    "hta-compare-test": UPSTREAM / "hta/tests/data/trace_compare/test",
+    "hta-call-stack": UPSTREAM / "hta/tests/data/call_stack",
+    "hta-et-trace": UPSTREAM / "hta/tests/data/execution_trace/benchmark_simple_add_trace.json.gz",
+    "hta-amd": UPSTREAM / "hta/tests/data/amd_trace",
+    "hta-cpu-only": UPSTREAM / "hta/tests/data/cpu_only",  # a CPU (gloo) job
+}
+
+
+@pytest.fixture(scope="session")
+def kineto_converted(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``kineto_converted(name)``: the prefix of :data:`KINETO_TRACES` ``name`` converted by ``etkit convert
+    kineto``, once per test process on first use (read-only)."""
+    from etkit.executor import SerialExecutor
+    from etkit.pytorch.kineto_convert import convert_kineto
+
+    out = tmp_path_factory.mktemp("kineto")
+    done: dict[str, Path] = {}
+
+    def prefix(name: str) -> Path:
+        if name not in done:
+            convert_kineto(KINETO_TRACES[name], out / name, executor=SerialExecutor())
+            done[name] = out / name
+        return done[name]
+    return prefix

@@ -88,10 +88,15 @@ def print_report(report) -> None:  # noqa: ANN001 - a JobReport
     for r in report.ranks:
         comm = ", ".join(f"{k} {v}" for k, v in sorted(r.comm_nodes.items())) or "-"
         print(f"{r.rank:>4} {r.host_ops:>8} {r.linked_ops:>7} {r.unlinked_ops:>8} {r.roots:>5} {r.nodes:>8}  {comm}")
+        if r.gpu_events or r.runtime_ops:
+            print(f"     GPU: {r.gpu_events} kernels/copies/sets ({r.gpu_memory_nodes} copies/sets as MEM nodes), "
+                  f"measured {r.gpu_time_kineto_ns / 1e6:.3f} ms in Kineto, {r.gpu_time_et_ns / 1e6:.3f} ms in the ET; "
+                  f"{r.runtime_ops} CUDA runtime calls")
         for warning in r.warnings:
             print(f"     warning: {warning}")
     print("host ops = linked (Kineto time known) + unlinked + roots (synthetic, never in Kineto); ET nodes = "
-          "host ops - ops folded into their collective's COMM node + GPU kernels (+ a METADATA node from Kineto)")
+          "host ops - ops folded into their collective's COMM node + GPU kernels, copies and sets + CUDA runtime "
+          "calls (+ a METADATA node from Kineto)")
     print(f"wrote {len(report.files)} ET files {report.prefix}.<rank>.et"
           + (f" and {report.comm_groups}" if report.comm_groups else ""))
     if report.removed:

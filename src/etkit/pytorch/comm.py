@@ -19,7 +19,7 @@ import orjson
 from ..format.schema import CommType, NodeType
 from .host import is_tensor
 
-__all__ = ["CommKind", "classify_op", "classify_kernel", "message_bytes", "tensor_bytes", "group_name_arg",
+__all__ = ["CommKind", "classify_op", "classify_kernel", "message_bytes", "tensor_bytes", "group_name_arg", "dtype_bytes",
            "p2p_peer_and_tag", "Family", "is_comm_kernel", "CommArgumentError", "process_group_entries"]
 
 
@@ -149,7 +149,16 @@ def tensor_bytes(value: Any) -> int:
 
 _DTYPE_BYTES = {"float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2, "bfloat16": 2,
                 "long": 8, "int64": 8, "int": 4, "int32": 4, "short": 2, "int16": 2, "char": 1, "int8": 1,
-                "byte": 1, "uint8": 1, "bool": 1, "cfloat": 8, "cdouble": 16}
+                "byte": 1, "uint8": 1, "bool": 1, "cfloat": 8, "cdouble": 16,
+                # Kineto's Input type names (C++ spellings)
+                "longint": 8, "signedchar": 1, "unsignedchar": 1, "complex<float>": 8, "complex<double>": 16}
+
+
+def dtype_bytes(name: str) -> int | None:
+    """Bytes per element of a dtype name as traces write it (``Float``, ``BFloat16``, Kineto's ``float``,
+    ``long int``, ``c10::BFloat16``...); None when unknown."""
+    key = name.lower().replace("c10::", "").replace(" ", "").replace("torch.", "")
+    return _DTYPE_BYTES.get(key)
 
 
 def message_bytes(kind: CommKind, inputs: list[Any] | None, outputs: list[Any] | None,
@@ -164,7 +173,7 @@ def message_bytes(kind: CommKind, inputs: list[Any] | None, outputs: list[Any] |
         return 0
     inputs = inputs or []
     if kind.family == Family.PARAM and extra and extra.get("in_msg_nelems") is not None and extra.get("dtype"):
-        itemsize = _DTYPE_BYTES.get(str(extra["dtype"]).lower())
+        itemsize = dtype_bytes(str(extra["dtype"]))
         if itemsize:
             return int(extra["in_msg_nelems"]) * itemsize
     if kind.family == Family.DISPATCH:

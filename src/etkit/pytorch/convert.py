@@ -312,6 +312,7 @@ class _Converter:
               head: list[int], owner: list[int], ctrl: list[int], lane_of: list[Any], pg_init: int | None,
               pg_entries: list[dict[str, Any]], gloo_groups: dict[int, str], path: str) -> RankReport:
         linked, ops, report = self.linked, self.ops, self.report
+        self._exact_times()
         chains = self._chain_members(order, head)
         # GPU activity: comm kernels fold into the chain of their launching op, the rest become nodes.
         gpu_by_op: dict[int, list[int]] = {}
@@ -424,7 +425,7 @@ class _Converter:
                 if t == t:
                     start = max(0, int(t + offset + 0.5))
                     duration = max(0, int(excl[i] + 0.5))
-                    timing = self._ns_attrs(t, linked.dur[i], int(cats[i]))
+                    timing = self.op_timing[i]
                 for g in waits.host.get(i, ()):  # the device work this host call waited for
                     waited = new_id.get(-(g + 1))
                     if waited is not None and waited not in deps and waited < nid:
@@ -447,7 +448,7 @@ class _Converter:
                                   std_attrs(op, True) + timing, ids))
         report.metadata_added = 0 if wrote_metadata or not pg_entries else 1
         report.gpu_events = len(linked.gpu)
-        report.gpu_time_kineto_ns = int(us_to_ns(np.array([a.dur for a in linked.gpu], dtype=np.float64)).sum())
+        report.gpu_time_kineto_ns = sum(self.gpu_dur_ns)
         report.runtime_ops = linked.report.runtime_ops
         if report.gpu_time_et_ns != report.gpu_time_kineto_ns:
             report.warnings.append(f"GPU time in the ET ({report.gpu_time_et_ns} ns) differs from Kineto's "
@@ -479,7 +480,7 @@ class _Converter:
         if report.pg_assumed:
             report.warnings.append(f"{report.pg_assumed} collectives have no recorded process group and this rank "
                                    "belongs to several: assumed the default group '0'")
-        if self.host.schema not in KNOWN_SCHEMAS:
+        if self.host.schema not in KNOWN_SCHEMAS and self.host.schema != "kineto":
             report.warnings.append(f"host trace schema {self.host.schema!r} is not one etkit was tested with; "
                                    "read with the layout of its major version")
         if not linked.has_timing:
@@ -504,11 +505,34 @@ class _Converter:
         return node_record(nid, self.io_pieces.name(name), int(NodeType.METADATA_NODE), None, [], 0, 0, io,
                            self.attr("is_cpu_op", True), [])
 
-    def _ns_attrs(self, ts_us: float, dur_us: float, cat: int) -> bytes:
+    def _exact_times(self) -> None:
+        """Exact ns of every op's and GPU activity's Kineto start (Unix) and duration, and their encoded
+        ``ts_ns``/``dur_ns``/``cat`` attributes, vectorised once."""
+        linked = self.linked
+        known = ~np.isnan(linked.ts)
+        op_ts = np.where(known, linked.base_ns + us_to_ns(np.where(known, linked.ts, 0.0)), 0)
+        op_dur = us_to_ns(np.where(known, linked.dur, 0.0))
+        gpu_ts = linked.base_ns + us_to_ns(np.array([a.ts for a in linked.gpu], dtype=np.float64))
+        gpu_dur = us_to_ns(np.array([a.dur for a in linked.gpu], dtype=np.float64))
+        self.op_ts_ns, self.op_dur_ns = op_ts.tolist(), op_dur.tolist()
+        self.gpu_ts_ns, self.gpu_dur_ns = gpu_ts.tolist(), gpu_dur.tolist()
+        cats = linked.cat if linked.cat is not None else np.full(len(linked.ts), -1, dtype=np.int8)
+        gpu_cat = np.array([PROFILER_CATEGORIES.index(a.category) if a.category in PROFILER_CATEGORIES else -1
+                            for a in linked.gpu], dtype=np.int64)
+        self.op_timing = self._timing_column(op_ts, op_dur, cats)
+        self.gpu_timing = self._timing_column(gpu_ts, gpu_dur, gpu_cat)
+
+    def _timing_column(self, ts: np.ndarray, dur: np.ndarray, cat: np.ndarray) -> list[bytes]:
+        """The encoded ``ts_ns``, ``dur_ns`` (and ``cat`` where known) attributes of each row."""
+        column = self.attr_pieces.int64_column
+        cats = column("cat", np.maximum(cat, 0))
+        return [t + d + (c if k >= 0 else b"") for t, d, c, k in
+                zip(column("ts_ns", np.maximum(ts, 0)), column("dur_ns", np.maximum(dur, 0)), cats, cat.tolist())]
+
+    def _ns_attrs(self, ts_ns: int, dur_ns: int, cat: int) -> bytes:
         """``ts_ns``/``dur_ns`` (the measured start in Unix ns and inclusive duration) and ``cat``."""
         int64 = self.attr_pieces.int64
-        out = int64("ts_ns", self.linked.base_ns + int(us_to_ns(np.float64(ts_us)))) + \
-            int64("dur_ns", int(us_to_ns(np.float64(dur_us))))
+        out = int64("ts_ns", ts_ns) + int64("dur_ns", dur_ns)
         return out + int64("cat", cat) if cat >= 0 else out
 
     def _on_stream(self, nid: int, g: int, deps: list[int], new_id: dict[int, int], last_on_lane: dict[Any, int],
@@ -525,7 +549,7 @@ class _Converter:
             if waited is not None and waited not in deps and waited < nid:
                 deps.append(waited)
         last_on_lane[lane] = nid
-        self.report.gpu_time_et_ns += int(us_to_ns(np.float64(act.dur)))
+        self.report.gpu_time_et_ns += self.gpu_dur_ns[g]
 
     def _gpu_node(self, nid: int, g: int, new_id: dict[int, int], last_on_lane: dict[Any, int],
                   kernel_kind: dict[int, CommKind | None], waits: DeviceWaits) -> bytes:
@@ -540,8 +564,7 @@ class _Converter:
         kind = kernel_kind.get(g)
         a = self.attr
         attrs = [a("is_cpu_op", False), a("stream", act.stream),
-                 self._ns_attrs(act.ts, act.dur, PROFILER_CATEGORIES.index(act.category)
-                                if act.category in PROFILER_CATEGORIES else -1)]
+                 self.gpu_timing[g]]
         node_type = gpu_node_type(act.category, act.name)
         if node_type != NodeType.COMP_NODE:
             self.report.gpu_memory_nodes += 1
@@ -566,18 +589,21 @@ class _Converter:
         kind = kinds[h]
         assert kind is not None
         # execution interval: the deepest member with timing (GPU kernel, then backend, then the head)
-        exec_ts, exec_dur, best_depth, exec_cat = _NO_TIME, 0.0, -1, -1
+        exec_ts, exec_dur, best_depth, exec_cat, exec_ns, exec_stream = _NO_TIME, 0.0, -1, -1, (0, 0), -1
         pg: str | None = None
         thread_pg: str | None = None
         size_src = h
+        backend = -1  # the backend op (gloo:*) of the chain, if any
         for m in members:
             if m < 0:
                 act = linked.gpu[-m - 1]
                 depth, t, d, cat = 5, act.ts, act.dur, PROFILER_CATEGORIES.index("kernel")
+                ns, stream = (self.gpu_ts_ns[-m - 1], self.gpu_dur_ns[-m - 1]), act.stream
                 if act.pg_name:
                     pg = pg or act.pg_name
             else:
                 cat = int(linked.cat[m]) if linked.cat is not None else -1
+                ns, stream = (self.op_ts_ns[m], self.op_dur_ns[m]), -1
                 mk = kinds[m]
                 depth = _FAMILY_DEPTH.get(mk.family, 0) if mk is not None else -1
                 t, d = linked.ts[m], linked.dur[m]
@@ -588,14 +614,18 @@ class _Converter:
                     thread_pg = gloo_groups.get(int(linked.thread[m]))
                 if mk is not None and mk.family == Family.DISPATCH and kind.family != Family.DISPATCH:
                     size_src = m  # dispatcher args say precisely which buffer is sent
+                if mk is not None and mk.family == Family.BACKEND:
+                    backend = m
             if t == t and depth > best_depth:
-                exec_ts, exec_dur, best_depth, exec_cat = t, d, depth, cat
+                exec_ts, exec_dur, best_depth, exec_cat, exec_ns, exec_stream = t, d, depth, cat, ns, stream
         start = duration = 0
         timing = b""
         if exec_ts == exec_ts:
             start = max(0, int(round(exec_ts + offset)))
             duration = max(0, int(round(exec_dur)))
-            timing = self._ns_attrs(exec_ts, exec_dur, exec_cat)
+            timing = self._ns_attrs(*exec_ns, exec_cat)
+            if exec_stream >= 0:  # it ran as a kernel on this stream
+                timing += self.attr("stream", exec_stream)
         if pg is None:
             pg = thread_pg
             if pg is not None:
@@ -607,7 +637,7 @@ class _Converter:
                 self.report.pg_assumed += 1
         src = ops[size_src]
         src_kind = kinds[size_src] or kind
-        size = message_bytes(src_kind, src.inputs, src.outputs, src.extra)
+        size = self._message_size(size_src, backend, members, kinds, kind)
         a = self.attr
         if kind.node_type == NodeType.COMM_COLL_NODE:
             assert kind.comm_type is not None
@@ -642,6 +672,33 @@ class _Converter:
         self.report.comm_bytes += size
         return int(kind.node_type), start, duration, self._std_attrs(op, False) + b"".join(attrs) + timing, pg
 
+
+    def _message_size(self, size_src: int, backend: int, members: list[int], kinds: list[CommKind | None],
+                      kind: CommKind) -> int:
+        """``comm_size`` of a chain: from the op whose arguments say it (the dispatcher's, see above); when
+        they do not (a Kineto trace alone: no tensors recorded, or a tensor list without element type), from
+        the next member that does: record_param_comms' element count, the backend's tensor, the kernel's args."""
+        ops = self.ops
+        src = ops[size_src]
+        size = message_bytes(kinds[size_src] or kind, src.inputs, src.outputs, src.extra)
+        if self.host.schema != "kineto" or kind.comm_type == CommType.BARRIER:
+            return size
+        if size > 0 and not (src.extra or {}).get("dtype_assumed"):
+            return size
+        params = [m for m in members if m >= 0 and kinds[m] is not None and kinds[m].family == Family.PARAM]
+        for m in params + ([backend] if backend >= 0 else []):
+            found = message_bytes(kinds[m] or kind, ops[m].inputs, ops[m].outputs, ops[m].extra)
+            if found > 0:
+                return found
+        kin = self.linked.kineto
+        for m in members:
+            if m < 0 and kin is not None:
+                args = kin.gpu_args.get(self.linked.gpu[-m - 1].row)
+                if args and args.get("In msg nelems") is not None:
+                    from .kineto_convert import element_bytes
+
+                    return int(args["In msg nelems"]) * element_bytes(str(args.get("dtype", "")))
+        return size
 
     def _in_several_groups(self) -> bool:
         me = self.rank if self.rank is not None else 0

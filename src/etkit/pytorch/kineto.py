@@ -33,7 +33,10 @@ _NO_ID = -1
 #: Event args that describe a collective (record_param_comms, nccl:*, NCCL kernels): kept per event.
 COMM_ARGS = ("Collective name", "In msg nelems", "Out msg nelems", "dtype", "Group size", "Process Group Name",
              "Process Group Description", "Process Group Ranks", "In split size", "Out split size",
-             "Global rank start", "Global rank stride", "Rank")
+             "Global rank start", "Global rank stride", "Rank", "Src Rank", "Dst Rank")
+#: Args kept for communication ops (names starting with :data:`COMM_OP_PREFIXES`): their arguments.
+INPUT_ARGS = ("Input Dims", "Input type", "Concrete Inputs")
+COMM_OP_PREFIXES = ("c10d::", "_c10d_functional::", "c10d_functional::", "gloo:", "nccl:", "record_param_comms")
 
 
 def us_to_ns(us: np.ndarray) -> np.ndarray:
@@ -78,7 +81,7 @@ class KinetoTrace:
     thread_names: dict[int, str] = field(default_factory=dict)
     pids: set[int] = field(default_factory=set)  # process ids of the CPU ops (one process per rank)
     cpu_cat: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int8))  # 0 cpu_op, 1 user_annotation
-    cpu_args: dict[int, dict[str, Any]] = field(default_factory=dict)  # row -> COMM_ARGS of collective ops
+    cpu_args: dict[int, dict[str, Any]] = field(default_factory=dict)  # row -> COMM_ARGS/INPUT_ARGS of comm ops
     gpu_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # memcpy/memset bytes, -1
     gpu_args: dict[int, dict[str, Any]] = field(default_factory=dict)  # row -> COMM_ARGS of NCCL kernels
     launch_name: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -305,8 +308,8 @@ def load_kineto(path: str | os.PathLike[str], *, rank: int | None = None) -> Kin
                         if index is None:
                             index = names[_name(ev)] = len(names)
                         pids.add(pid)
-                        if "Collective name" in args:
-                            cpu_args[len(cpu)] = {k: args[k] for k in COMM_ARGS if k in args}
+                        if "Collective name" in args or (type(name) is str and name.startswith(COMM_OP_PREFIXES)):
+                            cpu_args[len(cpu)] = {k: args[k] for k in COMM_ARGS + INPUT_ARGS if k in args}
                         add_cpu((index, ts, dur, tid, rf, ext))
                         cpu_cat.append(0 if cat == "cpu_op" else 1)
                 elif cat in GPU_CATEGORIES:

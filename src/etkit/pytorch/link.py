@@ -29,6 +29,7 @@ import orjson
 
 from ..errors import EtkitError
 from ..format.attrs import PROFILER_CATEGORIES
+from ..format.schema import CommType, NodeType
 from ..fileio import atomic_output
 from .comm import Family, classify_op, process_group_entries
 from .host import HostOp, HostTrace, load_host_trace
@@ -381,17 +382,24 @@ def _pair_backend_ops(host: HostTrace, index_of: dict[int, int], ts: np.ndarray)
     return paired
 
 
+#: (node type, comm type) of a backend op -> the dispatcher kinds it also runs (gloo: reduce_scatter as all_reduce).
+_RUN_AS = {(NodeType.COMM_COLL_NODE, CommType.ALL_REDUCE): ((NodeType.COMM_COLL_NODE, CommType.REDUCE_SCATTER),)}
+
+
 def _pair_by_kind(backend: list[int], dispatch: list[int], kinds: dict[int, tuple[Any, Any]], paired: dict[int, int],
                   used: set[int], order_key: Any, ts: np.ndarray) -> None:
     """Backend ops that move no tensor of their dispatcher op (``gloo:barrier``; ``gloo:scatter`` on a
-    non-root rank, which gets no input list) pair with the earliest unpaired dispatcher op of the same kind
-    issued before them."""
+    non-root rank, which gets no input list; every op of a trace without tensor identities, a Kineto trace
+    alone) pair with the earliest unpaired dispatcher op of the same kind issued before them, else of a
+    kind the backend runs as theirs (gloo runs reduce_scatter as an all_reduce)."""
     waiting: dict[tuple[Any, Any], list[int]] = defaultdict(list)
     for d in sorted((d for d in dispatch if d not in used), key=order_key):
         waiting[kinds[d]].append(d)
     for b in sorted((b for b in backend if b not in paired), key=order_key):
-        queue = waiting.get(kinds[b])
-        if queue and (order_key(queue[0]) <= order_key(b) or math.isnan(ts[b])):
+        queues = [waiting.get(kinds[b])] + [waiting.get(k) for k in _RUN_AS.get(kinds[b], ())]
+        fits = [q for q in queues if q and (order_key(q[0]) <= order_key(b) or math.isnan(ts[b]))]
+        if fits:
+            queue = min(fits, key=lambda q: order_key(q[0]))
             d = queue.pop(0)
             paired[b] = d
             used.add(d)
@@ -591,8 +599,10 @@ def link(host: HostTrace, kineto: KinetoTrace | None) -> LinkedRank:
     return _link_rows(host, kineto, rows, report)
 
 
-def _link_rows(host: HostTrace, kineto: KinetoTrace, rows: np.ndarray, report: LinkReport) -> LinkedRank:
-    """The linked rank once each host op's Kineto row (``rows``, -1: none) is known."""
+def _link_rows(host: HostTrace, kineto: KinetoTrace, rows: np.ndarray, report: LinkReport,
+               window: tuple[float, float] | None = None) -> LinkedRank:
+    """The linked rank once each host op's Kineto row (``rows``, -1: none) is known. ``window``: the Kineto
+    time whose GPU activity and runtime calls belong to it (default: what the linked host ops cover)."""
     n = len(host.ops)
     nan = np.full(n, _NAN)
     k_parent, k_excl, rt_parent = _kineto_nesting(kineto)
@@ -607,7 +617,7 @@ def _link_rows(host: HostTrace, kineto: KinetoTrace, rows: np.ndarray, report: L
     _count_unlinked(host, ts, report)
     _check_coverage(report, kineto)
     parent = _repair_parents(host, rows, k_parent, ts, report)
-    window = _window(ts, dur)
+    window = window or _window(ts, dur)
     runtime_ops = _add_runtime_ops(host, kineto, rows, k_parent, rt_parent, window)
     if runtime_ops:  # their timing, thread and parent (the op that made the call)
         j = np.fromiter(runtime_ops, dtype=np.int64, count=len(runtime_ops))

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..format.attrs import make_attr
 from ..format.stream import encode_varint
 
-__all__ = ["varint", "AttrPieces", "IoPieces", "node_record", "id_varints", "INPUTS", "OUTPUTS"]
+__all__ = ["varint", "varints_column", "AttrPieces", "IoPieces", "node_record", "id_varints", "INPUTS", "OUTPUTS"]
 
 _U64 = (1 << 64) - 1
 _SMALL = [bytes((n,)) for n in range(0x80)]
@@ -57,6 +59,21 @@ def varint(value: int) -> bytes:
 _HIGH: dict[int, bytes] = {}
 
 
+def varints_column(values: np.ndarray) -> list[bytes]:
+    """The varint of every (non-negative) value, encoded with numpy: one ``bytes`` per value."""
+    v = np.asarray(values).astype(np.uint64)
+    n = len(v)
+    out = np.zeros((n, 10), dtype=np.uint8)
+    length = np.ones(n, dtype=np.int64)
+    for k in range(10):
+        rest = v >> np.uint64(7 * k)
+        more = (rest >> np.uint64(7)) != 0
+        out[:, k] = (rest & np.uint64(0x7F)).astype(np.uint8) | (more.astype(np.uint8) << 7)
+        length += more
+    flat = out.tobytes()
+    return [flat[i * 10:i * 10 + m] for i, m in enumerate(length.tolist())]
+
+
 def _length_delimited(key: bytes, data: bytes) -> bytes:
     n = len(data)
     return key + (_SMALL[n] if n < 0x80 else varint(n)) + data
@@ -90,6 +107,12 @@ class AttrPieces:
             return self.framed(name, value)
         encoded = varint(value)
         return heads[len(encoded)] + encoded
+
+    def int64_column(self, name: str, values: np.ndarray) -> list[bytes]:
+        """:meth:`int64` of every value of a column at once (non-negative values, vectorised varints)."""
+        heads = self._int_heads.get(name) or self._new_int_heads(name)
+        encoded = varints_column(values)
+        return [heads[len(e)] + e for e in encoded]
 
     def _new_int_heads(self, name: str) -> list[bytes]:
         """Key, length and name part of the framed attribute, by the length of the value's varint (1-10)."""
