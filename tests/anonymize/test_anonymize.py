@@ -17,7 +17,7 @@ from etkit.format.attrs import make_attr
 from etkit.format.schema import CommType, GlobalMetadata, Node, NodeType
 from etkit.format.stream import write_trace
 from etkit.model.job import load_job
-from etkit.model.trace import MISSING, load_trace
+from etkit.model.trace import load_trace
 from etkit.validate import validate
 
 from ..builders import coll, node
@@ -207,7 +207,7 @@ def hybrid(converted_job):
 @pytest.mark.shared_data
 def test_a_real_job_keeps_its_simulation_and_analysis(hybrid, tmp_path) -> None:
     """hybrid_dp_tp_ws4 (tp 2 x dp 2, gloo): every input string searched independently; identical simulation
-    and breakdown with durations and sizes kept; with 2 % jitter, the step time moves by at most 2 %."""
+    and breakdown with durations and sizes kept (the guide's example checks 2 % jitter: tests/scale/test_guide.py)."""
     ex = SerialExecutor()
     report = anonymize(hybrid, tmp_path / "hy", executor=ex)
     assert report.ok and report.ranks == 4 and report.flops_derived > 0
@@ -224,12 +224,6 @@ def test_a_real_job_keeps_its_simulation_and_analysis(hybrid, tmp_path) -> None:
     original = job_view(hybrid, executor=ex)
     same = compare_views(original, job_view(tmp_path / "hy", executor=ex))
     assert same.identical, same.lines()
-    anonymize(hybrid, tmp_path / "jit", policy=load_policy(None).with_options(jitter=0.02, seed=3), executor=ex)
-    moved = compare_views(original, job_view(tmp_path / "jit", executor=ex))
-    assert not moved.identical and abs(moved.makespan_change) <= 0.02
-    jit = load_trace(f"{tmp_path}/jit.0.et")
-    assert (jit.tid == load_trace(f"{hybrid}.0.et").tid).all() and (jit.ts_ns if hasattr(jit, "ts_ns") else jit.tid).size
-    assert (jit.comm_size[jit.comm_size != MISSING] > 0).all()
 
 
 def test_the_node_by_node_path_writes_the_same_bytes(tmp_path, monkeypatch) -> None:

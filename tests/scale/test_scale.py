@@ -120,7 +120,7 @@ def test_tensor_parallel_shards_and_pipeline_merges(llm_job, tmp_path) -> None:
     assert not np.isin(merged.traces[0].types, (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE)).any()
     net, system, _ = load_config(None, None, preset="hgx-h100")
     assert simulate(merged, net, system).makespan_ns > simulate(base, net, system).makespan_ns  # no overlap of stages
-    with pytest.raises(UsageError, match="merges pipeline stages"):
+    with pytest.raises(UsageError, match="pipeline stages can only be merged"):
         scale(llm_job, tmp_path / "pp4", pp=4, executor=EX)
     with pytest.raises(UsageError, match="not a multiple of the 4 ranks of one data-parallel replica"):
         scale(llm_job, tmp_path / "r", ranks=10, executor=EX)

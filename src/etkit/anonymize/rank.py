@@ -26,7 +26,7 @@ from .. import __version__
 from ..format.attrs import CANONICAL_KINDS, make_attr
 from ..format.encode import AttrColumn, NodeTable, Packed, encode_nodes, encode_strings
 from ..format.parts import joined_spans, record_parts, span_table
-from ..format.schema import GlobalMetadata, IOInfo, Node, NodeType
+from ..format.schema import GlobalMetadata, Node, NodeType
 from ..format.stream import TraceWriter
 from ..model.groups import parse_process_group_init
 from ..model.job import groups_from_trace

@@ -178,8 +178,8 @@ def make_plan(old: GridLayout, groups: ProcessGroups, names: set[str], dim: str,
     a = new.index(dim)
     if dim == "pp" and new_size != n:
         if new_size > n or n % new_size:
-            raise UsageError(f"pp {n} -> {new_size}: etkit scale merges pipeline stages (the new degree must divide "
-                             f"{n}); splitting a stage needs its layers, which a trace does not record")
+            raise UsageError(f"pp {n} -> {new_size}: pipeline stages can only be merged (the new pp must divide {n}); "
+                             "splitting a stage needs its layers, which a trace does not record")
     plan = ScalePlan(old, new, dim, keep, rescale_for(dim, n, new_size, keep), ProcessGroups())
     world = old_full.world_size
     fresh = _fresh_names(groups)
