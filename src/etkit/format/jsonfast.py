@@ -125,7 +125,7 @@ class FramingFault(Exception):
     the caller reads it again with the checking reader of :mod:`etkit.format.stream`."""
 
 
-_BLOCK = 1 << 22
+_BLOCK = 1 << 20
 
 
 def _length_prefix(buf: bytes, pos: int, end: int) -> tuple[int, int] | None:
@@ -382,6 +382,13 @@ class _Chunk:
         self.start, self.length = start, length
         self.fast = _canonical_mask(data, self.b, start, length)
         self.strings, self.ios, self.attr_texts = strings, ios, attr_texts
+        self._escaped: np.ndarray | None = None
+
+    def escaped(self) -> np.ndarray:
+        """Per byte of the chunk, 1 where a JSON string would write it escaped (computed once)."""
+        if self._escaped is None:
+            self._escaped = _ESCAPED[self.b]
+        return self._escaped
 
     def drop(self, records: np.ndarray) -> None:
         """These records go the slow way."""
@@ -397,6 +404,45 @@ class _Chunk:
 
 _ATTR_COLUMNS = _NAME_WORDS + 1  # per attribute in a shape row: name key, then name length and kind
 _MAX_LISTED = 4  # dependency lists up to this long have one template slot per entry; longer are joined
+_HEAD = 7  # shape row columns before the attributes': type, fields, dep counts, attribute count, IOInfo codes
+#: IOInfo code in a shape: the bits of its fields (values 1, shapes 2, types 4) when their bytes are the
+#: JSON string's text, or one of these.
+_IO_ABSENT, _IO_TEXT = -1, 8
+_IO_KEYS = ((1, b'"values":'), (2, b'"shapes":'), (4, b'"types":'))
+#: Bytes a JSON string writes escaped: ``"``, ``\`` and the control characters.
+_ESCAPED = np.zeros(256, dtype=np.uint8)
+_ESCAPED[:0x20] = _ESCAPED[0x22] = _ESCAPED[0x5C] = 1
+
+
+def _io_fields(c: _Chunk, rows: np.ndarray, start: np.ndarray, length: np.ndarray,
+               raw: dict[int, np.ndarray]) -> np.ndarray:
+    """The IOInfo messages ``b[start:start+length]`` of the records ``rows``, read off their bytes: the
+    code of each (:data:`_IO_TEXT` where a field is unknown or a string needs escaping), and in ``raw``
+    per field bit the bytes of each string (object arrays over the chunk's records)."""
+    msg, field, wire, value, offset = _walk(c.b, start, start + length)
+    code = np.zeros(rows.size, dtype=np.int64)
+    known = (wire == 2) & (field >= 1) & (field <= 3)
+    code[msg[~known]] = _IO_TEXT
+    if msg.size:
+        order = np.argsort(offset, kind="stable")  # strings in file order: [start, end) pairs never overlap
+        ends = offset + value.astype(np.int64)
+        bounds = np.stack([offset[order], ends[order]], axis=1).ravel()
+        escaped = np.add.reduceat(c.escaped(), np.minimum(bounds, c.b.size - 1), dtype=np.int64)[::2]
+        needs = np.zeros(msg.size, dtype=bool)
+        needs[order] = (escaped > 0) | (value[order] == 0)
+        code[msg[needs]] = _IO_TEXT
+        bits = np.where(known, 1 << np.clip(field - 1, 0, 2), 0)
+        code |= np.bincount(msg, weights=bits, minlength=rows.size).astype(np.int64)  # (a field once: sum = or)
+        code[code >= _IO_TEXT] = _IO_TEXT
+        plain = known & (code[msg] != _IO_TEXT)
+        data = c.data
+        for bit in (1, 2, 4):
+            m = np.flatnonzero(plain & (bits == bit))
+            column = raw.setdefault(bit, np.empty(c.n, dtype=object))
+            column[rows[msg[m]]] = [data[a:b] for a, b in zip(offset[m].tolist(), ends[m].tolist())]
+    return code
+
+
 
 
 class _NodeColumns:
@@ -406,11 +452,17 @@ class _NodeColumns:
         self.val, self.attrs = val, attrs
         n = c.n
         self.have = off != 0
-        self.objects: dict[int, np.ndarray] = {}  # name and IOInfo texts by field number
-        for f, cache in ((2, c.strings), (8, c.ios), (9, c.ios)):
+        self.objects: dict[int, np.ndarray] = {}  # name and (escaped) IOInfo texts by field number
+        self.io_code = np.full((n, 2), _IO_ABSENT, dtype=np.int64)
+        self.io_raw: dict[int, dict[int, np.ndarray]] = {8: {}, 9: {}}  # field -> IOInfo field bit -> bytes
+        for f in (2, 8, 9):
             rows = np.flatnonzero(self.have[:, f] & c.fast)
             self.objects[f] = np.empty(n, dtype=object)
-            self.objects[f][rows] = c.texts(cache, rows, off[rows, f], length[rows, f])
+            if f != 2:
+                code = _io_fields(c, rows, off[rows, f], length[rows, f], self.io_raw[f])
+                self.io_code[rows, f - 8] = code
+                rows = rows[code == _IO_TEXT]
+            self.objects[f][rows] = c.texts(c.strings if f == 2 else c.ios, rows, off[rows, f], length[rows, f])
         lists = np.flatnonzero(self.have[:, 4:6].ravel())
         owner, which = np.divmod(lists, 2)
         self.dep_values, counts = packed_varints(c.b, off[owner, which + 4], length[owner, which + 4])
@@ -431,20 +483,22 @@ class _NodeColumns:
 
     def shapes(self, rows: np.ndarray) -> np.ndarray:
         """One row per node of ``rows``: type, set fields, capped dependency counts, number of
-        attributes, then per attribute its name key and its name length, kind and bool value."""
+        attributes, the codes of its IOInfo messages, then per attribute its name key and its name
+        length, kind and bool value."""
         width = int(self.attr_count[rows].max())
-        out = np.full((rows.size, 5 + _ATTR_COLUMNS * width), -1, dtype=np.int64)
+        out = np.full((rows.size, _HEAD + _ATTR_COLUMNS * width), -1, dtype=np.int64)
         out[:, 0] = self.val[rows, 3].astype(np.int64)
         out[:, 1] = self.have[rows] @ (1 << np.arange(10))
         out[:, 2] = np.minimum(self.deps[4][0][rows], _MAX_LISTED + 1)
         out[:, 3] = np.minimum(self.deps[5][0][rows], _MAX_LISTED + 1)
         out[:, 4] = self.attr_count[rows]
+        out[:, 5:7] = self.io_code[rows]
         row_of = np.full(self.val.shape[0], -1, dtype=np.int64)
         row_of[rows] = np.arange(rows.size)
         a = self.attrs
         mine = np.flatnonzero(row_of[a.owner] >= 0)
         row = row_of[a.owner[mine]]
-        column = 5 + _ATTR_COLUMNS * (mine - self.attr_first[a.owner[mine]])
+        column = _HEAD + _ATTR_COLUMNS * (mine - self.attr_first[a.owner[mine]])
         for k in range(_NAME_WORDS):
             out[row, column + k] = a.name_keys[mine, k]
         out[row, column + _NAME_WORDS] = a.name_len[mine] * 64 + a.variant[mine]
@@ -452,8 +506,8 @@ class _NodeColumns:
 
     def shape_key(self, shape: np.ndarray) -> tuple[Any, ...]:
         """The shape as a key that holds across chunks (attribute names as bytes)."""
-        head = shape[:5].tolist()
-        attrs = shape[5:5 + _ATTR_COLUMNS * head[4]].reshape(-1, _ATTR_COLUMNS).tolist()
+        head = shape[:_HEAD].tolist()
+        attrs = shape[_HEAD:_HEAD + _ATTR_COLUMNS * head[4]].reshape(-1, _ATTR_COLUMNS).tolist()
         return (*head, tuple((_name_of(a[:_NAME_WORDS], a[_NAME_WORDS] >> 6, self.attrs.long_names),
                               a[_NAME_WORDS] & 63) for a in attrs))
 
@@ -466,6 +520,9 @@ class _NodeColumns:
             return self.objects[arg][rows].tolist()
         if what == "joined":
             return self.joined[arg][rows].tolist()
+        if what == "io":
+            f, bit = arg
+            return self.io_raw[f][bit][rows].tolist()
         if what == "dep":
             f, k = arg
             return self.dep_values[self.deps[f][1][rows] + k].tolist()
@@ -491,10 +548,11 @@ def _literal(text: str | bytes) -> bytes:
 
 def _template(key: tuple[Any, ...]) -> tuple[bytes, list[tuple[Any, Any]]]:
     """The ``%`` template of a node shape and the slots it takes, in order."""
-    node_type, have, ctrl, data, _, attrs = key
+    node_type, have, ctrl, data, _, io_in, io_out, attrs = key
     members: list[bytes] = []
     slots: list[tuple[Any, Any]] = []
     counts = {4: ctrl, 5: data}
+    io_codes = {8: io_in, 9: io_out}
     for f in range(1, 10):
         if not have >> f & 1:
             continue
@@ -505,9 +563,13 @@ def _template(key: tuple[Any, ...]) -> tuple[bytes, list[tuple[Any, Any]]]:
         if f in (1, 6, 7):
             members.append(head + b'"%d"')
             slots.append(("int", f))
-        elif f in (2, 8, 9):
+        elif f == 2 or io_codes.get(f) == _IO_TEXT:
             members.append(head + b"%s")
             slots.append(("text", f))
+        elif f in (8, 9):
+            fields = [key + b'"%s"' for bit, key in _IO_KEYS if io_codes[f] & bit]
+            members.append(head + b"{" + b",".join(fields) + b"}")
+            slots.extend(("io", (f, bit)) for bit, _ in _IO_KEYS if io_codes[f] & bit)
         elif counts[f] > _MAX_LISTED:
             members.append(head + b'["%s"]')
             slots.append(("joined", f))
