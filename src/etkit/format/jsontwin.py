@@ -35,7 +35,7 @@ from .jsonfast import FramingFault, JsonWriter, record_chunks
 from .jsonizer import split_objects
 from .protojson import (
     KIND_JSON, NODE_TYPE_NAMES, WIDE_SCALARS, attr_to_dict, compact, dict_to_metadata, dict_to_node, io_to_dict,
-    metadata_to_dict, node_to_dict, raw_bytes,
+    NodeEncoder, metadata_to_dict, node_to_dict, raw_bytes,
 )
 from .schema import AttributeProto, GlobalMetadata, IOInfo, Node
 from .stream import TraceWriter, open_trace
@@ -313,21 +313,17 @@ def _convert(path: str | os.PathLike[str], index: int, data: Any, convert: Any) 
         raise _bad(path, f"bad {what} ({type(exc).__name__}: {exc})", index) from None
 
 
-def _payload(data: dict[str, Any], cls: Any, from_dict: Any) -> bytes:
-    """The record bytes of a message dict: its ``_raw`` bytes as they are, else its fields serialized."""
+def _payload(data: dict[str, Any], cls: Any, encode: Any) -> bytes:
+    """The record bytes of a message dict: its ``_raw`` bytes as they are, else ``encode(data)``."""
     if "_raw" in data:
         payload = raw_bytes(data)
         cls.FromString(payload)  # refuse bytes that are not this message
         return payload
-    return from_dict(data).SerializeToString()
-
-
-def _node_payload(data: dict[str, Any]) -> bytes:
-    return _payload(data, Node, dict_to_node)
+    return encode(data)
 
 
 def _metadata_payload(data: dict[str, Any]) -> bytes:
-    return _payload(data, GlobalMetadata, dict_to_metadata)
+    return _payload(data, GlobalMetadata, lambda d: dict_to_metadata(d).SerializeToString())
 
 
 def iter_json_trace(path: str | os.PathLike[str]) -> Iterator[GlobalMetadata | Node]:
@@ -344,9 +340,14 @@ def from_json(json_path: str | os.PathLike[str], et_path: str | os.PathLike[str]
     items = _iter_dicts(json_path)
     index, data = next(items)
     count = 0
+    encoder = NodeEncoder()
+
+    def node_payload(data: dict[str, Any]) -> bytes:
+        return _payload(data, Node, encoder.encode)
+
     with TraceWriter(et_path, _convert(json_path, index, data, _metadata_payload)) as writer:
         for index, data in items:
-            payload = _convert(json_path, index, data, _node_payload)
+            payload = _convert(json_path, index, data, node_payload)
             if not payload:
                 raise _bad(json_path, "empty node (id 0 and no other field) cannot be written", index)
             writer.write_record(payload)

@@ -18,7 +18,7 @@ from .schema import LIST_KINDS, AttributeProto, GlobalMetadata, IOInfo, Node, No
 
 __all__ = [
     "attr_to_dict", "attr_json", "compact", "io_to_dict", "node_to_dict", "metadata_to_dict",
-    "dict_to_node", "dict_to_metadata", "KIND_JSON", "NODE_TYPE_NAMES", "WIDE_SCALARS",
+    "dict_to_node", "dict_to_metadata", "NodeEncoder", "KIND_JSON", "NODE_TYPE_NAMES", "WIDE_SCALARS",
 ]
 
 NODE_TYPE_NAMES = {t.value: t.name for t in NodeType}
@@ -248,3 +248,185 @@ def dict_to_metadata(data: dict[str, Any]) -> GlobalMetadata:
         else:
             raise ValueError(f"unknown GlobalMetadata field {key!r}")
     return meta
+
+
+# -- dict -> record bytes, directly ----------------------------------------------------------------
+
+_U64_MAX = (1 << 64) - 1
+_I64 = (-(1 << 63), (1 << 63) - 1)
+#: Oneof members encoded here: JSON key -> (field number, lowest, highest value); bool and string apart.
+_INT_MEMBERS = {"int32Val": (7, -(1 << 31), (1 << 31) - 1), "int64Val": (9, *_I64), "uint32Val": (11, 0, (1 << 32) - 1),
+                "uint64Val": (13, 0, _U64_MAX)}
+_VARINT_1 = [bytes((i,)) for i in range(128)]
+
+
+def _varint(value: int) -> bytes:
+    if value < 0x80:
+        return _VARINT_1[value]
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _text(tag: bytes, text: str) -> bytes:
+    data = text.encode("utf-8")
+    return tag + _varint(len(data)) + data
+
+
+def _int(value: Any, low: int, high: int) -> int | None:
+    """``value`` (a JSON number or decimal string) as an int in ``[low, high]``, or None (the slow path decides)."""
+    if type(value) is str:
+        if not value.lstrip("-").isdigit() or not value.isascii():
+            return None
+        value = int(value)
+    elif type(value) is not int:
+        return None
+    return value if low <= value <= high else None
+
+
+def _first(item: tuple[int, bytes]) -> int:
+    return item[0]
+
+
+class NodeEncoder:
+    """Node records straight from proto3-JSON dicts: exactly ``dict_to_node(d).SerializeToString()``.
+
+    The usual fields and attributes (integer, bool and string values; IOInfo; ids as strings or numbers)
+    are encoded here, attributes through a bounded table by their JSON fields; any other dict (a list
+    or float attribute, a doc string, snake_case keys, a value out of range, ``_raw``) goes through
+    :func:`dict_to_node`, which also raises the errors.
+    """
+
+    def __init__(self, limit: int = 1 << 16) -> None:
+        self.limit = limit
+        self.attrs: dict[Any, bytes] = {}
+        self.heads: dict[tuple[str, str], tuple[bytes, int, int, int]] = {}
+
+    def encode(self, data: dict[str, Any]) -> bytes:
+        try:
+            record = self._fast(data)
+        except (TypeError, KeyError, AttributeError, UnicodeEncodeError):
+            record = None
+        return dict_to_node(data).SerializeToString() if record is None else record
+
+    def _fast(self, data: dict[str, Any]) -> bytes | None:
+        get = data.get
+        parts = []
+        used = 0  # keys read: any other key sends the dict the slow way
+        for key, tag in (("id", 0x08), ("startTimeMicros", 0x30), ("durationMicros", 0x38)):
+            if key in data:
+                used += 1
+                v = _int(data[key], 0, _U64_MAX)
+                if v is None:
+                    return None
+                if v:
+                    parts.append((tag, _VARINT_1[tag] + _varint(v)))
+        name = get("name")
+        if name is not None:
+            used += 1
+            if type(name) is not str:
+                return None
+            if name:
+                parts.append((0x12, _text(b"\x12", name)))
+        node_type = get("type")
+        if node_type is not None:
+            used += 1
+            value = _NODE_TYPE_VALUES.get(node_type) if type(node_type) is str else None
+            if value is None:
+                return None
+            if value:
+                parts.append((0x18, b"\x18" + _VARINT_1[value]))
+        for key, tag in (("ctrlDeps", 0x22), ("dataDeps", 0x2A)):
+            deps = get(key)
+            if deps is not None:
+                used += 1
+                if type(deps) is not list:
+                    return None
+                if deps:
+                    body = []
+                    for d in deps:
+                        v = _int(d, 0, _U64_MAX)
+                        if v is None:
+                            return None
+                        body.append(_varint(v))
+                    joined = b"".join(body)
+                    parts.append((tag, _VARINT_1[tag] + _varint(len(joined)) + joined))
+        for key, tag in (("inputs", 0x42), ("outputs", 0x4A)):
+            io = get(key)
+            if io is not None:
+                used += 1
+                if type(io) is not dict or len(io) > 3:
+                    return None
+                body = b""
+                n = 0
+                for sub, subtag in (("values", b"\x0a"), ("shapes", b"\x12"), ("types", b"\x1a")):
+                    text = io.get(sub)
+                    if text is not None:
+                        n += 1
+                        if type(text) is not str:
+                            return None
+                        if text:
+                            body += _text(subtag, text)
+                if n != len(io):
+                    return None
+                parts.append((tag, _VARINT_1[tag] + _varint(len(body)) + body))
+        attrs = get("attr")
+        if attrs is not None:
+            used += 1
+            if type(attrs) is not list:
+                return None
+            for attr in attrs:
+                encoded = self._attr(attr)
+                if encoded is None:
+                    return None
+                parts.append((0x52, encoded))
+        if used != len(data):
+            return None  # another key: snake_case names, _raw, or an unknown one
+        parts.sort(key=_first)  # field number order, whatever the order of the JSON keys (stable: attributes keep theirs)
+        return b"".join([part for _, part in parts])
+
+    def _attr(self, attr: Any) -> bytes | None:
+        """``52 len AttributeProto`` of one attribute dict, or None."""
+        if type(attr) is not dict or len(attr) != 2 or "name" not in attr:
+            return None
+        (k1, name), (k2, value) = attr.items() if next(iter(attr)) == "name" else reversed(attr.items())
+        if type(name) is not str or not name:
+            return None
+        if type(value) is str or type(value) is bool:
+            key = (name, k2, value, type(value) is bool)
+            hit = self.attrs.get(key)
+            if hit is not None:
+                return hit
+        head = self.heads.get((name, k2))
+        if head is None:
+            member = _INT_MEMBERS.get(k2)
+            number = 27 if k2 == "boolVal" else 29 if k2 == "stringVal" else member[0] if member else 0
+            if not number:
+                return None
+            low, high = (member[1], member[2]) if member else (0, 0)
+            head = self.heads[(name, k2)] = (_text(b"\x0a", name) + _varint(number << 3 | (2 if number == 29 else 0)),
+                                             number, low, high)
+        prefix, number, low, high = head
+        if number == 27:
+            if type(value) is not bool:
+                return None
+            body = prefix + (b"\x01" if value else b"\x00")
+        elif number == 29:
+            if type(value) is not str:
+                return None
+            data = value.encode("utf-8")
+            body = prefix + _varint(len(data)) + data
+        else:
+            v = _int(value, low, high)
+            if v is None or type(value) is bool:
+                return None
+            body = prefix + _varint(v & _U64_MAX)
+        encoded = b"\x52" + _varint(len(body)) + body
+        if type(value) is str or type(value) is bool:
+            if len(self.attrs) >= self.limit:
+                self.attrs.clear()
+            self.attrs[(name, k2, value, type(value) is bool)] = encoded
+        return encoded
