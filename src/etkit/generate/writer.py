@@ -50,6 +50,7 @@ __all__ = [
     "WriteTask",
     "attr_field",
     "build_job",
+    "frame_runs",
     "plan_writes",
     "run_writes",
     "synthetic_metadata",
@@ -115,6 +116,24 @@ def synthetic_metadata(source: str, **attrs: int | str) -> GlobalMetadata:
     for name, value in attrs.items():
         meta.attr.append(make_attr(name, value))
     return meta
+
+
+def frame_runs(items: Iterable[object]) -> list:
+    """``items`` with every run of consecutive records (``bytes``) framed and joined into one byte string;
+    the other items (records stamped per rank) stay as they are, in order."""
+    out: list = []
+    run: list[bytes] = []
+    for item in items:
+        if type(item) is bytes:
+            run.append(frame(item))
+            continue
+        if run:
+            out.append(b"".join(run))
+            run = []
+        out.append(item)
+    if run:
+        out.append(b"".join(run))
+    return out
 
 
 @dataclass
@@ -231,19 +250,7 @@ class TraceTemplate:
     def _compile(self) -> list[bytes | _Stamped]:
         """Nodes with runs of fixed nodes merged into one pre-framed byte string."""
         if self._compiled is None:
-            out: list[bytes | _Stamped] = []
-            run: list[bytes] = []
-            for item in self._nodes:
-                if isinstance(item, bytes):
-                    run.append(frame(item))
-                    continue
-                if run:
-                    out.append(b"".join(run))
-                    run = []
-                out.append(item)
-            if run:
-                out.append(b"".join(run))
-            self._compiled = out
+            self._compiled = frame_runs(self._nodes)
         return self._compiled
 
     @staticmethod

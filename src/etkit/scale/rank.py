@@ -21,7 +21,7 @@ from ..format.attrs import attr_kind, make_attr
 from ..format.schema import Node, NodeType
 from ..fileio import atomic_output
 from ..format.stream import TraceWriter, frame
-from ..generate.writer import attr_field
+from ..generate.writer import attr_field, frame_runs
 from ..model.job import groups_from_trace
 from ..model.trace import MISSING, Trace, load_trace
 
@@ -203,30 +203,13 @@ class _Copy:
         return frame(b"".join(parts))
 
 
-def _compiled(items: list) -> list:
-    """``items`` with every run of records the same for all copies framed and joined into one byte string."""
-    out: list = []
-    run: list[bytes] = []
-    for item in items:
-        if type(item) is bytes:
-            run.append(frame(item))
-            continue
-        if run:
-            out.append(b"".join(run))
-            run = []
-        out.append(item)
-    if run:
-        out.append(b"".join(run))
-    return out
-
-
 def write_copies(task: SourceTask) -> int:
     """Executor task: write every target of a single-source task; returns the nodes written.
 
     Like the generators' :class:`~etkit.generate.writer.TraceTemplate`, runs of records that no copy changes
     are framed once and written as one byte string per copy; each file is written atomically."""
     trace = load_trace(task.sources[0])
-    items = _compiled(_template(trace, task))
+    items = frame_runs(_template(trace, task))
     meta = trace.metadata_record if trace.metadata_record is not None else trace.metadata.SerializeToString()
     head = frame(meta)
     for target in task.targets:
