@@ -69,6 +69,17 @@ def parse_shapes(text: str) -> list | None:
     return value if isinstance(value, list) else None
 
 
+def _renumbered(ids: list[bytes], table: dict[bytes, int]) -> list[int]:
+    """The new number of each id: its place in order of first use (``table`` holds the earlier ones)."""
+    out = []
+    for key in ids:
+        new = table.get(key)
+        if new is None:
+            new = table[key] = len(table) + 1
+        out.append(new)
+    return out
+
+
 @dataclass
 class IoRewriter:
     """One rank's IOInfo rewriting (tensor numbering is per rank: ids are per process)."""
@@ -106,19 +117,8 @@ class IoRewriter:
             return [self.values(t.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape") for t in texts]
         parts = _TENSOR_B.split(joined)
         segments = parts[0::7]
-        ids, storages, devices = self.tensor_ids, self.storage_ids, self._devices
-        new_ids = []
-        for tid in parts[1::7]:
-            new = ids.get(tid)  # type: ignore[call-overload]
-            if new is None:
-                new = ids[tid] = len(ids) + 1  # type: ignore[index]
-            new_ids.append(new)
-        new_storages = []
-        for sid in parts[2::7]:
-            new = storages.get(sid)  # type: ignore[call-overload]
-            if new is None:
-                new = storages[sid] = len(storages) + 1  # type: ignore[index]
-            new_storages.append(new)
+        devices = self._devices
+        new_ids, new_storages = _renumbered(parts[1::7], self.tensor_ids), _renumbered(parts[2::7], self.storage_ids)
         kinds = []
         for device in parts[6::7]:
             kind = devices.get(device)  # type: ignore[call-overload]
