@@ -173,7 +173,7 @@ def random_case(rng: random.Random, index: int = 0, *, aware: bool | None = None
     system = random_system(rng, network, subgroups=kind in ("concurrent", "mixed"))
     n = network.total
     ct = rng.choice(COLLECTIVES)
-    size = rng.choice(SIZES[:7])
+    size = rng.choice(SIZES)
     if kind == "single":
         build = partial(single, npus=n, comm_type=ct, size=size)
     elif kind == "chain":

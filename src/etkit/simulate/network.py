@@ -220,12 +220,11 @@ def make_network(network: NetworkConfig, queue: EventQueue, congestion: str,
 class Transport:
     """Sends meet receives on (tag, source, destination, size, n-th such message), as in ASTRA-sim."""
 
-    __slots__ = ("network", "queue", "extra_ns", "_entries", "_send_ids", "_recv_ids")
+    __slots__ = ("network", "queue", "_entries", "_send_ids", "_recv_ids")
 
-    def __init__(self, network: UnawareNetwork | AwareNetwork, extra_ns: float = 0.0) -> None:
+    def __init__(self, network: UnawareNetwork | AwareNetwork) -> None:
         self.network = network
         self.queue = network.queue
-        self.extra_ns = extra_ns
         # key -> [send handler, send arg, recv handler, recv arg, arrived]
         self._entries: dict[tuple, list] = {}
         self._send_ids: dict[tuple, int] = {}
@@ -247,12 +246,6 @@ class Transport:
         self.network.send(src, dst, size, self._arrived, key)
 
     def _arrived(self, key: tuple) -> None:
-        if self.extra_ns:
-            self.queue.at(self.queue.now + self.extra_ns, self._delivered, key)
-        else:
-            self._delivered(key)
-
-    def _delivered(self, key: tuple) -> None:
         entry = self._entries[key]
         if entry[0] is not None:
             entry[0](entry[1])
