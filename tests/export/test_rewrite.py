@@ -15,6 +15,7 @@ import pytest
 from etkit.errors import EtkitError
 from etkit.executor import SerialExecutor
 from etkit.export import ExportError, astra_sim
+from etkit.export.rewrite import END_NODE_NAME
 from etkit.format.schema import CommType, NodeType
 from etkit.model.job import load_job
 from etkit.model.trace import MISSING, load_trace
@@ -48,7 +49,8 @@ def test_metadata_and_invalid_nodes_go_and_their_children_wait_for_their_parents
     done = export(src, tmp_path / "out")
     trace = load_trace(tmp_path / "out.0.et")
     rows = by_id(trace)
-    assert sorted(rows) == [1, 4, 5, 6]
+    assert sorted(rows) == [1, 4, 5, 6, 7]  # 7: the node that ends a rank with CPU ops (ASTRA-sim's statistics)
+    assert trace.name(rows[7]) == END_NODE_NAME and sorted(trace.deps_of(rows[7]).tolist()) == [5, 6]
     assert trace.deps_of(rows[4]).tolist() == [1]
     assert trace.deps_of(rows[5], "ctrl").tolist() == [1] and not len(trace.deps_of(rows[5]))
     assert done.changes["METADATA nodes dropped"] == 2 and done.changes["INVALID nodes dropped"] == 2
@@ -57,7 +59,7 @@ def test_metadata_and_invalid_nodes_go_and_their_children_wait_for_their_parents
     by_hand = write_job(tmp_path / "hand", [[node(1, duration=3), node(4, deps=[1], duration=2),
                                              node(5, ctrl=[1], duration=1, is_cpu_op=True),
                                              coll(6, CommType.ALL_REDUCE, 4096, deps=[4])] for _ in range(2)])
-    assert finishes(tmp_path / "out") == finishes(by_hand)
+    assert finishes(tmp_path / "out") == {r: t + 1 for r, t in finishes(by_hand).items()}  # + the end node's 1 ns
 
 
 def test_groups_are_numbered_from_one_and_the_whole_machine_is_the_default_group(tmp_path: Path) -> None:
@@ -166,7 +168,7 @@ def test_a_measured_trace_is_written_as_etkit_replays_it(tmp_path: Path) -> None
     assert trace.duration.tolist()[0] == 30  # op 1 lasts until the thread's next call (its measured gap)
     assert trace.deps_of(2, "ctrl").tolist() == [2]  # op 3 started once the all-reduce had ended
     network = NetworkConfig((Dimension("Ring", 2, 50.0, 500.0),))
-    assert finishes(tmp_path / "out", network) == finishes(src, network)
+    assert finishes(tmp_path / "out", network) == {r: t + 1 for r, t in finishes(src, network).items()}  # end node
 
 
 def test_an_older_export_is_replaced_as_a_whole(tmp_path: Path) -> None:

@@ -26,7 +26,12 @@ What changes:
   the measured gaps of the main thread kept, recorded waits on communication removed), the extra
   dependencies it adds (an op that started only once a communication had ended waits for it) become
   control dependencies, and start times go (so etkit reads the export as the plain replay it is);
-* a rank left without nodes gets one idle COMP node (ASTRA-sim refuses a file with no node to start).
+* a rank left without nodes gets one idle COMP node (ASTRA-sim refuses a file with no node to start);
+* a rank with CPU or MEM nodes ends with one more GPU COMP node of no duration (1 ns in both simulators)
+  that depends on the rank's last nodes: when such a rank finishes, ASTRA-sim's statistics throw ("Only
+  GPU and COMM types are supported for overlap extraction", ``Statistics.cc``); the event loop catches
+  that when a compute node ended the rank, but a rank ended by a send/recv completion aborts the whole
+  run before the other ranks finish.
 """
 
 from __future__ import annotations
@@ -47,9 +52,10 @@ from ..simulate.loader import load_columns
 from ..simulate.workload import K_CPU, K_GPU, build_program
 from .plan import DROPPED_TYPES, RankTask
 
-__all__ = ["RankWritten", "write_rank", "IDLE_NODE_NAME"]
+__all__ = ["RankWritten", "write_rank", "IDLE_NODE_NAME", "END_NODE_NAME"]
 
 IDLE_NODE_NAME = "etkit export: idle rank"
+END_NODE_NAME = "etkit export: end of rank"
 _COLL, _SEND, _RECV = int(NodeType.COMM_COLL_NODE), int(NodeType.COMM_SEND_NODE), int(NodeType.COMM_RECV_NODE)
 _MEM = (int(NodeType.MEM_LOAD_NODE), int(NodeType.MEM_STORE_NODE))
 _ALL_GATHER = int(CommType.ALL_GATHER)
@@ -70,6 +76,19 @@ def _idle_node(node_id: int) -> Node:
     return Node(id=node_id, name=IDLE_NODE_NAME, type=NodeType.COMP_NODE, attr=[make_attr("is_cpu_op", False)])
 
 
+def _end_node(trace: Trace, edits: _RankEdits, written: list[np.ndarray], referenced: list[np.ndarray],
+              node_id: int) -> Node:
+    """A GPU node of no duration after every node of the rank that no other written node depends on."""
+    copied = np.flatnonzero(~edits.drop & ~edits.reencode)
+    ids = np.concatenate([trace.ids[copied].astype(np.int64), *written])
+    parents = [np.concatenate([trace.data_deps[_entries(trace.data_ptr, copied)[0]],
+                               trace.ctrl_deps[_entries(trace.ctrl_ptr, copied)[0]]]).astype(np.int64), *referenced]
+    sinks = np.setdiff1d(ids, np.concatenate(parents))
+    node = Node(id=node_id, name=END_NODE_NAME, type=NodeType.COMP_NODE, attr=[make_attr("is_cpu_op", False)])
+    node.data_deps.extend(sinks.tolist())
+    return node
+
+
 def write_rank(task: RankTask) -> RankWritten:
     """Executor task: write ``task.target`` for one rank (see the module docstring)."""
     if task.source is None:
@@ -79,6 +98,10 @@ def write_rank(task: RankTask) -> RankWritten:
     trace = load_columns(task.source).trace
     edits = _RankEdits(trace, task)
     done = RankWritten(task.rank, len(trace), 0, edits.changes)
+    needs_end = bool(np.isin(trace.types[~edits.drop], _MEM).any()
+                     or ((trace.types == int(NodeType.COMP_NODE)) & (trace.is_cpu_op == 1) & ~edits.drop).any())
+    written: list[np.ndarray] = []
+    referenced: list[np.ndarray] = []
     with open_trace(task.source) as reader, TraceWriter(task.target, reader.metadata_record) as writer:
         drop, reencode = edits.drop, edits.reencode
         for row, payload in enumerate(reader.records()):
@@ -91,9 +114,15 @@ def write_rank(task: RankTask) -> RankWritten:
             node.ParseFromString(payload)
             for out in edits.apply(row, node):
                 writer.write(out)
+                if needs_end:
+                    written.append(np.asarray([out.id], dtype=np.int64))
+                    referenced.append(np.asarray([*out.data_deps, *out.ctrl_deps], dtype=np.int64))
         if writer.nodes_written == 0:
             writer.write(_idle_node(task.next_id))
             edits.changes["idle nodes added"] += 1
+        elif needs_end:
+            writer.write(_end_node(trace, edits, written, referenced, task.next_id + edits.extra_ids))
+            edits.changes["end nodes added (ASTRA-sim's statistics)"] += 1
         done.nodes_out = writer.nodes_written
     return done
 
@@ -157,6 +186,7 @@ class _RankEdits:
         self.second_id = np.full(n, -1, dtype=np.int64)
         b_rows = np.flatnonzero(bcast)
         self.second_id[b_rows] = task.next_id + np.arange(len(b_rows))
+        self.extra_ids = len(b_rows)  # ids the export hands out from task.next_id on
         send_rows, recv_rows = np.flatnonzero(types == _SEND), np.flatnonzero(types == _RECV)
         self.send_size = _by_id(trace.ids, send_rows, task.send_ids, task.send_size)
         self.recv_size = _by_id(trace.ids, recv_rows, task.recv_ids, task.recv_size)
