@@ -624,19 +624,24 @@ class _Proof:
         self._lengths.append(length.astype(np.int64))
 
     def holds(self, b: np.ndarray) -> bool:
-        """Whether the chunk is proven: every string's bytes are read a word at a time for a top bit."""
+        """Whether the chunk is proven: no string has a byte with its top bit set (one pass over the strings'
+        bytes: ``reduceat`` over their spans, which never overlap)."""
         if not self.declared:
             return False
         if not self._offsets:
             return True
-        words = _words(b)
         start, length = np.concatenate(self._offsets), np.concatenate(self._lengths)
-        while start.size:  # step k reads bytes 8k .. 8k+7 of every string that long
-            if (words[start] & _LOW_BYTES[np.minimum(length, 8)] & _MSBS).any():
-                return False
-            longer = length > 8
-            start, length = start[longer] + 8, length[longer] - 8
-        return True
+        keep = length > 0
+        start, length = start[keep], length[keep]
+        if not start.size:
+            return True
+        bounds = np.empty(2 * start.size, dtype=np.int64)  # start, end, start, end, ... in buffer order
+        bounds[0::2] = np.sort(start)
+        bounds[1::2] = np.sort(start + length)  # spans that never overlap: sorted ends pair with sorted starts
+        lo, hi = int(bounds[0]), int(bounds[-1])  # the chunk's part of the buffer
+        segment = (b[lo:hi + 1] >= 0x80).view(np.uint8)
+        high = np.add.reduceat(segment, np.minimum(bounds - lo, segment.size - 1), dtype=np.int64)[::2]
+        return not high.any()
 
 
 #: Records decoded together: the working arrays of one chunk stay in the CPU caches.
