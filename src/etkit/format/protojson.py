@@ -15,6 +15,7 @@ import numpy as np
 import orjson
 
 from .schema import LIST_KINDS, AttributeProto, GlobalMetadata, IOInfo, Node, NodeType
+from .stream import encode_varint
 
 __all__ = [
     "attr_to_dict", "attr_json", "compact", "io_to_dict", "node_to_dict", "metadata_to_dict",
@@ -258,17 +259,7 @@ _I64 = (-(1 << 63), (1 << 63) - 1)
 _INT_MEMBERS = {"int32Val": (7, -(1 << 31), (1 << 31) - 1), "int64Val": (9, *_I64), "uint32Val": (11, 0, (1 << 32) - 1),
                 "uint64Val": (13, 0, _U64_MAX)}
 _VARINT_1 = [bytes((i,)) for i in range(128)]
-
-
-def _varint(value: int) -> bytes:
-    if value < 0x80:
-        return _VARINT_1[value]
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+_varint = encode_varint
 
 
 def _text(tag: bytes, text: str) -> bytes:
