@@ -32,7 +32,7 @@ from .events import EventQueue
 from .network import Transport, make_network, unaware_delay
 from .system import GroupPlan, RankSys, SysParams, symmetric_group
 
-__all__ = ["SUPPORTED", "NATIVE", "KIND", "decompose", "collective_times", "GroupShape", "group_layout",
+__all__ = ["SUPPORTED", "NATIVE", "KIND", "CollectiveStuck", "decompose", "collective_times", "GroupShape", "group_layout",
            "CollectivePlan", "plan_collective", "p2p_time"]
 
 #: ASTRA-sim's own collectives and the system layer's name for each.
@@ -42,6 +42,10 @@ _SAME_SIZE = {CommType.REDUCE: CommType.ALL_REDUCE, CommType.GATHER: CommType.AL
               CommType.REDUCE_SCATTER_BLOCK: CommType.REDUCE_SCATTER}
 #: Every collective type etkit simulates.
 SUPPORTED = frozenset(int(c) for c in (*KIND, *_SAME_SIZE, CommType.BARRIER, CommType.SCATTER, CommType.BROADCAST))
+
+
+class CollectiveStuck(RuntimeError):
+    """A collective whose members wait for messages no member sends (ASTRA-sim hangs on it too)."""
 
 
 def decompose(comm_type: int, size: int, members: int) -> tuple[tuple[int, int], ...]:
@@ -110,7 +114,8 @@ def run_alone(kind: str, size: int, members: tuple[int, ...], group: GroupPlan, 
     queue.run()
     if len(done) != len(runners):
         missing = sorted(set(runners) - set(done))
-        raise RuntimeError(f"{kind} of {size} bytes on {len(members)} ranks did not finish on rank(s) {missing[:8]}")
+        raise CollectiveStuck(f"{kind} of {size} bytes on {len(members)} ranks never finishes on rank(s) "
+                              f"{missing[:8]}: its algorithms wait for messages no member sends (ASTRA-sim hangs too)")
     if trees is not None and counters:
         trees.update(counters[runners[0]])
     if one:

@@ -44,7 +44,7 @@ from ..errors import EtkitError
 from ..format.schema import CommType
 from ..model.groups import ProcessGroups
 from ..model.trace import comm_type_name
-from .collectives import KIND, SUPPORTED, decompose, run_alone
+from .collectives import KIND, SUPPORTED, CollectiveStuck, decompose, run_alone
 from .config import NetworkConfig, SystemConfig
 from .events import EventQueue, RankTicks
 from .network import Transport, make_network
@@ -360,8 +360,13 @@ class _Engine:
                 if got is None:
                     one = len(set(rel)) == 1 and self.symmetric(kind, members)
                     trees = dict(self.trees) if group.whole else None
-                    times = run_alone(kind, part_size, members, group, self.params, self.network, "unaware",
-                                      finish, one, trees)
+                    try:
+                        times = run_alone(kind, part_size, members, group, self.params, self.network, "unaware",
+                                          finish, one, trees)
+                    except CollectiveStuck as exc:
+                        nodes = [n for c, row in inst.arrived.items() for n in self._blocked(c, row, str(exc))]
+                        raise SimulationBlocked(BlockedReport("a collective that cannot finish", nodes,
+                                                              self.queue.now)) from None
                     got = self.time_cache[key] = (times, trees)
                 finish, trees = got
                 if trees is not None:
