@@ -56,8 +56,8 @@ def test_every_gpu_event_of_the_window_is_in_the_et(tmp_path, name):
     launch = {e["args"]["correlation"]: base + _ns(e["ts"]) for e in events
               if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
     wanted = []
-    for e in events:
-        if e.get("cat") not in GPU:
+    for e in events:  # kernels, copies, sets, and the syncs Kineto puts on a stream
+        if e.get("cat") not in GPU and not (e.get("cat") == "cuda_sync" and e["args"].get("stream", -1) >= 0):
             continue
         start, dur = base + _ns(e["ts"]), _ns(e["dur"])
         t = launch.get(e["args"].get("correlation"))
@@ -70,9 +70,10 @@ def test_every_gpu_event_of_the_window_is_in_the_et(tmp_path, name):
     memory = {int(NodeType.MEM_LOAD_NODE), int(NodeType.MEM_STORE_NODE)}
     kinds = {(trace.name(r), int(trace.ts_ns[r])): int(trace.types[r]) for r in on_stream}
     for e_name, _, start, _, cat in wanted:
-        assert (kinds[(e_name, start)] in memory) == (cat != "kernel"), (e_name, cat)
+        assert (kinds[(e_name, start)] in memory) == (cat in ("gpu_memcpy", "gpu_memset")), (e_name, cat)
     total = sum(w[3] for w in wanted)
     assert report.gpu_time_kineto_ns == report.gpu_time_et_ns == total
-    assert report.gpu_events == len(wanted) and report.link["kernels_outside"] + len(wanted) == \
+    gpu = [w for w in wanted if w[4] in GPU]
+    assert report.gpu_events == len(wanted) and report.link["kernels_outside"] + len(gpu) == \
         sum(1 for e in events if e.get("cat") in GPU)
     assert report.runtime_ops > 0  # CUDA runtime calls kept for launch statistics

@@ -56,7 +56,7 @@ def test_every_gpu_event_is_a_node_of_its_stream(kineto_converted, name):
     trace = load_trace(_rank_file(prefix))
     events, base = _events(KINETO_TRACES[name])
     wanted = sorted((int(e["args"]["stream"]), base + _ns(e["ts"]), _ns(e["dur"]), e["name"]) for e in events
-                    if e.get("cat") in GPU)
+                    if e.get("cat") in GPU or (e.get("cat") == "cuda_sync" and e["args"].get("stream", -1) >= 0))
     on_stream = np.flatnonzero((trace.stream != MISSING) & (trace.cat != PROFILER_CATEGORIES.index("gpu_user_annotation")))
     comm = set(trace.comm_rows().tolist())  # an NCCL kernel is its collective's COMM node, named by the call
     got = sorted((int(trace.stream[r]), int(trace.ts_ns[r]), int(trace.dur_ns[r]), trace.name(r)) for r in on_stream)
@@ -117,7 +117,7 @@ def test_cli_converts_a_folder_and_says_what_it_wrote(tmp_path, capsys):
     assert main(["convert", "kineto", str(KINETO_TRACES["hta-event-sync-streams"]), "-o", str(tmp_path / "s"),
                  "-q", "-j", "1"]) == 0
     out = capsys.readouterr().out
-    assert "GPU: 6 kernels/copies/sets (3 copies/sets as MEM nodes)" in out and "wrote 1 ET files" in out
+    assert "GPU: 7 kernels/copies/sets/stream syncs (3 copies/sets as MEM nodes)" in out and "wrote 1 ET files" in out
     trace = load_trace(tmp_path / "s.0.et")
     # the multi-stream event syncs are dependencies: a kernel waits for the other stream's work
     gpu = np.flatnonzero(trace.stream != MISSING)

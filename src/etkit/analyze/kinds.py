@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..format.attrs import PROFILER_CATEGORIES
 from ..format.schema import CommType, NodeType
 from ..model.accounting import COMM, COMPUTE, CPU, KIND_NAMES, MEMORY, OTHER, host_counts_as_compute
 from ..model.trace import Trace
 
 __all__ = ["KIND_NAMES", "COMPUTE", "CPU", "COMM", "MEMORY", "OTHER", "node_kinds", "comm_label", "time_kinds", "annotation_rows"]
 
+_SYNC = PROFILER_CATEGORIES.index("cuda_sync")
 _TYPE_KIND = np.full(16, OTHER, dtype=np.int8)
 _TYPE_KIND[NodeType.COMP_NODE] = COMPUTE
 _TYPE_KIND[[NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, NodeType.COMM_COLL_NODE]] = COMM
@@ -41,6 +43,7 @@ def node_kinds(trace: Trace) -> np.ndarray:
     kinds = _TYPE_KIND[np.clip(types, 0, len(_TYPE_KIND) - 1)].copy()
     kinds[(types < 0) | (types >= len(_TYPE_KIND))] = OTHER
     kinds[(kinds == COMPUTE) & (trace.is_cpu_op == 1)] = CPU
+    kinds[trace.cat == _SYNC] = OTHER  # a stream waiting (cuda_sync on a stream) is not compute
     if host_counts_as_compute(kinds):
         kinds[kinds == CPU] = COMPUTE
     return kinds

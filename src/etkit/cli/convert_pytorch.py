@@ -89,7 +89,7 @@ def print_report(report) -> None:  # noqa: ANN001 - a JobReport
         comm = ", ".join(f"{k} {v}" for k, v in sorted(r.comm_nodes.items())) or "-"
         print(f"{r.rank:>4} {r.host_ops:>8} {r.linked_ops:>7} {r.unlinked_ops:>8} {r.roots:>5} {r.nodes:>8}  {comm}")
         if r.gpu_events or r.runtime_ops:
-            print(f"     GPU: {r.gpu_events} kernels/copies/sets ({r.gpu_memory_nodes} copies/sets as MEM nodes), "
+            print(f"     GPU: {r.gpu_events} kernels/copies/sets/stream syncs ({r.gpu_memory_nodes} copies/sets as MEM nodes), "
                   f"measured {r.gpu_time_kineto_ns / 1e6:.3f} ms in Kineto, {r.gpu_time_et_ns / 1e6:.3f} ms in the ET; "
                   f"{r.runtime_ops} CUDA runtime calls")
         for warning in r.warnings:

@@ -54,12 +54,13 @@ CANONICAL_KINDS: dict[str, str] = {
     "ts_ns": "int64_val",
     "dur_ns": "int64_val",
     "cat": "int64_val",
+    "kernel_name": "string_val",
     "op_type": "string_val",
 }
 
 #: ``cat`` attribute codes: the profiler category (Kineto's ``cat``) of a node converted from a profile.
 PROFILER_CATEGORIES = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset",
-                       "gpu_user_annotation")
+                       "gpu_user_annotation", "cuda_sync")
 
 #: Scalar kinds that hold an integer (bool included: feeders convert bool <-> int).
 INT_KINDS: frozenset[str] = frozenset(

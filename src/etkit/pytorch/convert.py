@@ -348,6 +348,10 @@ class _Converter:
         # parent's, and its position keeps it after the parent and in call order among its siblings.
         refs: list[int] = []  # ref >= 0: op index, < 0: -(GPU activity + 1); in depth-first position order
         keys: list[float] = []
+        for g, h in self.kernel_chain.items():  # a COMM node that ran as a kernel comes after the kernel's launch
+            launch = linked.gpu[g].op
+            if launch >= 0:  # (strictly after: on a tie the head would sort first, being earlier in the tree)
+                key[h] = max(key[h], float(np.nextafter(key[launch], math.inf)))
         for i in order:
             if head[i] >= 0 and head[i] != i:
                 report.folded_ops += 1
@@ -408,6 +412,9 @@ class _Converter:
                     for m in chains[i]:  # it ran as this kernel: it also holds the kernel's place on its stream
                         if m < 0:
                             self._on_stream(nid, -m - 1, deps, new_id, last_on_lane, waits)
+                            launch = new_id.get(linked.gpu[-m - 1].op)  # and comes after its launch
+                            if launch is not None and launch not in deps and launch < nid:
+                                deps.append(launch)
                     for k in op.reads + op.writes:
                         pending_wait[k] = nid
                     write(node_record(nid, name_field(op.name), node_type, ctrl_id, deps, start, duration,
@@ -589,7 +596,7 @@ class _Converter:
         kind = kinds[h]
         assert kind is not None
         # execution interval: the deepest member with timing (GPU kernel, then backend, then the head)
-        exec_ts, exec_dur, best_depth, exec_cat, exec_ns, exec_stream = _NO_TIME, 0.0, -1, -1, (0, 0), -1
+        exec_ts, exec_dur, best_depth, exec_cat, exec_ns, exec_stream, exec_name = _NO_TIME, 0.0, -1, -1, (0, 0), -1, ""
         pg: str | None = None
         thread_pg: str | None = None
         size_src = h
@@ -598,12 +605,12 @@ class _Converter:
             if m < 0:
                 act = linked.gpu[-m - 1]
                 depth, t, d, cat = 5, act.ts, act.dur, PROFILER_CATEGORIES.index("kernel")
-                ns, stream = (self.gpu_ts_ns[-m - 1], self.gpu_dur_ns[-m - 1]), act.stream
+                ns, stream, name = (self.gpu_ts_ns[-m - 1], self.gpu_dur_ns[-m - 1]), act.stream, act.name
                 if act.pg_name:
                     pg = pg or act.pg_name
             else:
                 cat = int(linked.cat[m]) if linked.cat is not None else -1
-                ns, stream = (self.op_ts_ns[m], self.op_dur_ns[m]), -1
+                ns, stream, name = (self.op_ts_ns[m], self.op_dur_ns[m]), -1, ""
                 mk = kinds[m]
                 depth = _FAMILY_DEPTH.get(mk.family, 0) if mk is not None else -1
                 t, d = linked.ts[m], linked.dur[m]
@@ -617,15 +624,15 @@ class _Converter:
                 if mk is not None and mk.family == Family.BACKEND:
                     backend = m
             if t == t and depth > best_depth:
-                exec_ts, exec_dur, best_depth, exec_cat, exec_ns, exec_stream = t, d, depth, cat, ns, stream
+                exec_ts, exec_dur, best_depth, exec_cat, exec_ns, exec_stream, exec_name = t, d, depth, cat, ns, stream, name
         start = duration = 0
         timing = b""
         if exec_ts == exec_ts:
             start = max(0, int(round(exec_ts + offset)))
             duration = max(0, int(round(exec_dur)))
             timing = self._ns_attrs(*exec_ns, exec_cat)
-            if exec_stream >= 0:  # it ran as a kernel on this stream
-                timing += self.attr("stream", exec_stream)
+            if exec_stream >= 0:  # it ran as a kernel on this stream, named so
+                timing += self.attr("stream", exec_stream) + self.attr("kernel_name", exec_name)
         if pg is None:
             pg = thread_pg
             if pg is not None:

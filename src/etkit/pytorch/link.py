@@ -58,7 +58,7 @@ class LinkReport:
     name_mismatches: int = 0
     method: str = "none"           # "rf_id", "external-id", "name-order", "linked-json" or "none" (host alone)
     kineto_cpu_events: int = 0
-    kernels: int = 0               # GPU kernels, copies and sets of the window (all in the ET)
+    kernels: int = 0               # GPU kernels, copies and sets of the window (all in the ET; and syncs on a stream)
     kernels_linked: int = 0        # ... attached to their launch
     kernels_unlinked: int = 0      # ... whose launch is not in the trace: nodes of their stream
     kernels_outside: int = 0       # launched outside the host trace's window (other steps): not converted
@@ -552,6 +552,24 @@ def _attach_gpu(kin: KinetoTrace, rows: np.ndarray, k_parent: np.ndarray, runtim
                                float(kin.gpu_dur[g]), int(kin.gpu_stream[g]), kin.gpu_pg[g],
                                int(gpu_bytes[g]), int(kin.gpu_correlation[g]), g))
     report.kernels = len(out)
+    out.extend(_stream_syncs(kin, launch_of, runtime_ops, window))
+    return out
+
+
+def _stream_syncs(kin: KinetoTrace, launch_of: dict[int, int], runtime_ops: dict[int, int],
+                  window: tuple[float, float]) -> list[GpuActivity]:
+    """The ``cuda_sync`` records Kineto puts on a stream (``Stream Wait Event``, ``Stream Sync``): device-side
+    waits, kept as activities of their stream under the runtime call that made them (category cuda_sync)."""
+    out = []
+    lo, hi = window
+    for s in np.flatnonzero(kin.sync_stream >= 0).tolist():
+        j = launch_of.get(int(kin.sync_correlation[s]), -1)
+        t = float(kin.launch_ts[j]) if j >= 0 else float(kin.sync_ts[s])
+        if not lo <= t <= hi:
+            continue
+        out.append(GpuActivity(runtime_ops.get(j, -1), kin.names[int(kin.sync_name[s])], "cuda_sync",
+                               float(kin.sync_ts[s]), float(kin.sync_dur[s]), int(kin.sync_stream[s]), None, -1,
+                               int(kin.sync_correlation[s]), -1))
     return out
 
 

@@ -1,0 +1,65 @@
+"""Results as tables a user can load: CSV files (``etkit analyze --csv DIR``) and pandas DataFrames.
+
+Every analysis result has ``tables()``, a list of :class:`Table` (a name, column names and rows of plain
+values: integer ns, floats, strings). :func:`write_csv` writes each as ``DIR/<name>.csv`` (atomically);
+:meth:`Table.to_pandas` and :func:`to_pandas` build DataFrames when pandas is installed (etkit does not
+need it: ``pip install etkit[tables]``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..fileio import atomic_output
+
+__all__ = ["Table", "write_csv", "to_pandas"]
+
+
+@dataclass
+class Table:
+    name: str
+    columns: list[str]
+    rows: list[Sequence[Any]] = field(default_factory=list)
+
+    def csv_text(self) -> str:
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(self.columns)
+        writer.writerows(self.rows)
+        return buf.getvalue()
+
+    def to_pandas(self):  # type: ignore[no-untyped-def]
+        """The table as a ``pandas.DataFrame`` (pandas must be installed)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise UsageError("to_pandas() needs pandas, which etkit does not install: pip install pandas "
+                             "(or etkit[tables])") from None
+        return pd.DataFrame([list(r) for r in self.rows], columns=self.columns)
+
+
+def write_csv(tables: Iterable[Table], folder: str | os.PathLike[str]) -> list[Path]:
+    """Write every table as ``<folder>/<name>.csv`` (the folder is created); returns the paths."""
+    root = Path(folder)
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"{root}: --csv names a folder, and this is a file")
+    root.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for table in tables:
+        path = root / f"{table.name}.csv"
+        with atomic_output(path, compress=False) as out:
+            out.write(table.csv_text().encode("utf-8"))
+        paths.append(path)
+    return paths
+
+
+def to_pandas(tables: Iterable[Table]) -> dict[str, Any]:
+    """``{name: DataFrame}`` of ``tables``."""
+    return {t.name: t.to_pandas() for t in tables}
