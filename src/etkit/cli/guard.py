@@ -10,6 +10,11 @@ limit on what a gzip input may decompress to.
   prefix its rank files and comm-groups file) are protected for the run
   (:func:`etkit.fileio.protect_inputs`): an output that is one of them is refused, naming both.
   Arguments in :data:`OUTPUT_DESTS` are outputs; a folder given as an input is not expanded.
+- **Terminal text.** While the verb runs, ``sys.stdout`` and ``sys.stderr`` escape every character a
+  terminal would obey (:func:`etkit.safetext.printable`: ESC, CR, BEL, bidi overrides) in what is printed
+  to them, so a trace's names are shown, never executed. Rich consoles write past the filter
+  (``rich_proxied_file``): the verbs that use rich escape trace text themselves.
+  When a verb writes a file to stdout (``-o -``), its messages go to stderr: stdout holds the file alone.
 - **Decompression.** ``--max-bytes SIZE`` on every verb that reads traces sets the largest decompressed
   size of a gzip input (:func:`etkit.fileio.max_decompressed_bytes`) for the run and its worker processes.
 
@@ -18,12 +23,15 @@ This module imports only the standard library at the top: it runs before the hea
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import signal
 import sys
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import argparse
 
 #: argparse ``dest`` names that are outputs of a verb (everything else that names a file is an input).
 OUTPUT_DESTS = frozenset({"output", "json", "report", "timeline", "plot", "out", "out_dir"})
@@ -112,6 +120,8 @@ def add_input_limits(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _add_max_bytes(parser: argparse.ArgumentParser, seen: set[int]) -> None:
+    import argparse
+
     if id(parser) in seen:
         return
     seen.add(id(parser))
@@ -136,12 +146,18 @@ def running(args: argparse.Namespace) -> Iterator[None]:
     from ..fileio import MAX_BYTES_ENV, check_not_input, protect_inputs
 
     inputs = list(command_inputs(args))
-    with protect_inputs(inputs), _environment(MAX_BYTES_ENV, getattr(args, "max_bytes", None)):
-        for dest in sorted(OUTPUT_DESTS):
-            for value in _strings(getattr(args, dest, None)):
-                if value != "-":
-                    check_not_input(value)
+    outputs = [value for dest in sorted(OUTPUT_DESTS) for value in _strings(getattr(args, dest, None))]
+    data_on_stdout = any(value in _STDOUT_NAMES for value in outputs)
+    with protect_inputs(inputs), _environment(MAX_BYTES_ENV, getattr(args, "max_bytes", None)), \
+            _printable_streams(messages_to_stderr=data_on_stdout):
+        for value in outputs:
+            if value != "-":
+                check_not_input(value)
         yield
+
+
+#: Output names that are standard output: when a verb writes a file there, its messages go to stderr.
+_STDOUT_NAMES = frozenset({"-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"})
 
 
 def command_inputs(args: argparse.Namespace) -> Iterator[str]:
@@ -190,3 +206,45 @@ def _environment(name: str, value: int | None) -> Iterator[None]:
             os.environ.pop(name, None)
         else:
             os.environ[name] = old
+
+
+class _PrintableStream:
+    """A text stream that writes :func:`etkit.safetext.printable` of what it is given to ``text`` (binary
+    writes through ``.buffer`` and rich's own output, through ``rich_proxied_file``, go to ``stream``
+    unchanged)."""
+
+    def __init__(self, stream: object, text: object | None = None) -> None:
+        self._stream = stream
+        self._text = text if text is not None else stream
+        self.rich_proxied_file = stream
+
+    def flush(self) -> None:
+        self._text.flush()  # type: ignore[attr-defined]
+        if self._text is not self._stream:
+            self._stream.flush()  # type: ignore[attr-defined]
+
+    def write(self, text: str) -> int:
+        from ..safetext import printable
+
+        self._text.write(printable(text))  # type: ignore[attr-defined]
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _printable_streams(*, messages_to_stderr: bool = False) -> Iterator[None]:
+    """Escape what the verb prints; with ``messages_to_stderr`` (the verb writes a file to stdout) its text
+    goes to stderr, so that stdout holds the file alone."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (_PrintableStream(sys.stdout, sys.stderr if messages_to_stderr else None),  # type: ignore[assignment]
+                              _PrintableStream(sys.stderr))
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved

@@ -26,6 +26,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 
+def _shown(text: str) -> str:
+    """Trace text in a rich table: its markup and terminal controls shown, not obeyed."""
+    from rich.markup import escape
+
+    from ..safetext import printable
+
+    return escape(printable(text))
+
+
 def render(summary: JobInfo, console: Console) -> None:
     from rich.table import Table
 
@@ -48,11 +57,11 @@ def render(summary: JobInfo, console: Console) -> None:
         comm.add_column("count", justify="right")
         comm.add_column("volume", justify="right")
         for label, vol in sorted(summary.comm.items()):
-            comm.add_row(label, f"{vol.count:,}", format_bytes(vol.bytes))
+            comm.add_row(_shown(label), f"{vol.count:,}", format_bytes(vol.bytes))
         console.print(comm)
     first = summary.ranks[0] if summary.ranks else None
     if first is not None:
-        meta = ", ".join(f"{k}={v}" for k, v in first.metadata.items())
+        meta = _shown(", ".join(f"{k}={v}" for k, v in first.metadata.items()))
         console.print(f"metadata (rank {first.rank}): version={first.version!r}" + (f", {meta}" if meta else ""))
 
 

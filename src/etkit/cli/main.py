@@ -18,6 +18,7 @@ guard.install_startup_handlers()  # before the heavy imports: a Ctrl-C at start-
 
 from .. import __version__  # noqa: E402
 from ..errors import EtkitError  # noqa: E402
+from ..safetext import printable  # noqa: E402
 from .common import VerbParser, reported_warnings  # noqa: E402
 
 #: Verb modules, in help order.
@@ -53,13 +54,13 @@ def _run(args: argparse.Namespace) -> int:
         with guard.running(args), reported_warnings(f"etkit {args.verb}"):
             return int(args.func(args) or 0)
     except EtkitError as exc:
-        print(f"etkit {args.verb}: {exc}", file=sys.stderr)
+        print(f"etkit {args.verb}: {printable(str(exc), newlines=False)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader of our stdout went away (| head): nothing left to say
         return 0
     except OSError as exc:  # a file etkit had no reason to expect trouble with (disk full, permissions)
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"etkit {args.verb}: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(f"etkit {args.verb}: {printable(f'{where}{exc.strerror or exc}', newlines=False)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP (guard.signals_raise)
         return guard.interrupted(f"etkit {args.verb}", exc)

@@ -34,9 +34,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def render(report: ValidationReport, console: Console, limit: int) -> None:
     from rich.markup import escape
 
+    from ..safetext import printable
+
     for finding in report.findings[:limit]:
         style = "red" if finding.severity == "error" else "yellow"
-        console.print(f"[{style}]{finding.severity}[/{style}] {escape(str(finding))}", highlight=False)
+        console.print(f"[{style}]{finding.severity}[/{style}] {escape(printable(str(finding)))}", highlight=False)
     if len(report.findings) > limit:
         console.print(f"... {len(report.findings) - limit} more findings (use --json for all)")
     verdict = "[green]OK[/green]" if report.ok else "[red]FAILED[/red]"

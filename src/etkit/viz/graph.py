@@ -31,6 +31,7 @@ from ..analyze.timing import dependency_rows, topological_order
 from ..errors import DependencyError, UsageError
 from ..fileio import atomic_output
 from ..model.trace import Trace, node_type_name
+from ..safetext import xml_text
 from .svg import KIND_COLORS
 
 __all__ = ["SubGraph", "select_subgraph", "parse_filter", "write_graph", "FORMATS"]
@@ -48,7 +49,7 @@ class SubGraph:
     critical: set[int]  # rows on the critical path
 
     def label(self, row: int) -> str:
-        return f"{int(self.trace.ids[row])}: {self.trace.name(row)}"
+        return f"{int(self.trace.ids[row])}: {xml_text(self.trace.name(row))}"
 
 
 def parse_filter(text: str):  # type: ignore[no-untyped-def]
@@ -248,7 +249,7 @@ def _graphml_text(g: SubGraph) -> str:
            '<key id="bridged" for="edge" attr.name="bridged" attr.type="boolean"/>',
            '<graph id="et" edgedefault="directed">']
     for row in g.rows.tolist():
-        out.append(f'<node id="n{int(g.trace.ids[row])}"><data key="name">{escape(g.trace.name(row))}</data>'
+        out.append(f'<node id="n{int(g.trace.ids[row])}"><data key="name">{escape(xml_text(g.trace.name(row)))}</data>'
                    f'<data key="type">{node_type_name(int(g.trace.types[row]))}</data>'
                    f'<data key="kind">{KIND_NAMES[int(kinds[row])]}</data>'
                    f'<data key="dur">{int(g.trace.duration[row])}</data>'

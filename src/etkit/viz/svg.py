@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from html import escape
 
+from ..safetext import xml_text
+
 __all__ = ["stacked_bars", "bar_chart", "heatmap", "gantt", "legend", "KIND_COLORS", "CATEGORY_COLORS"]
 
 KIND_COLORS = {"compute": "#4e79a7", "cpu": "#76b7b2", "comm": "#e15759", "memory": "#f28e2b", "other": "#bab0ab",
@@ -18,7 +20,7 @@ _FONT = 'font-family="sans-serif" font-size="11"'
 
 
 def _e(text: object) -> str:
-    return escape(str(text), quote=True)
+    return escape(xml_text(str(text)), quote=True)
 
 
 def _svg(width: float, height: float, body: list[str], cls: str) -> str:
