@@ -13,6 +13,7 @@ def test_names_match_their_tables() -> None:
     from etkit.generate.layout import RECOMPUTE_MODES, SCHEDULES
     from etkit.generate.llm import MODELS
     from etkit.generate.micro import MICRO_CASES
+    from etkit.generate.serve import SERVE_PRESETS
     from etkit.generate.training import DTYPE_BYTES
     from etkit.pytorch.collect import WORKLOADS
     from etkit.simulate.calibrate import DEFAULT_SIZES
@@ -29,3 +30,4 @@ def test_names_match_their_tables() -> None:
     assert vocab.DTYPES == tuple(sorted(DTYPE_BYTES))
     assert (vocab.RECOMPUTE_MODES, vocab.SCHEDULES) == (tuple(RECOMPUTE_MODES), tuple(SCHEDULES))
     assert vocab.WORKLOADS == tuple(WORKLOADS)
+    assert vocab.SERVE_PRESETS == tuple(sorted(SERVE_PRESETS))

@@ -45,6 +45,10 @@ class EtkitWarning(UserWarning):
     option that had no effect): the CLI prints it as one line on stderr and goes on."""
 
 
+class ValueRangeError(EtkitError, ValueError):
+    """A number outside what a trace field can hold (an int64 attribute of 2**70, a size of 10**30 bytes)."""
+
+
 class Interrupted(KeyboardInterrupt):
     """SIGTERM or SIGHUP arrived while the CLI ran (Ctrl-C raises :class:`KeyboardInterrupt` itself):
     raised like Ctrl-C so that every ``with`` block on the way out removes its temporary files."""

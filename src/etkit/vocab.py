@@ -10,7 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "ANALYZE_ALGORITHMS", "CALIBRATION_SIZES", "COLLECTIVE_TYPES", "DEVICES", "DLRM_MODELS", "DTYPES", "LLM_MODELS",
-    "MICRO_CASES", "PRESETS", "RECOMPUTE_MODES", "SCHEDULES", "WORKLOADS",
+    "MICRO_CASES", "PRESETS", "RECOMPUTE_MODES", "SCHEDULES", "SERVE_PRESETS", "WORKLOADS",
 ]
 
 #: How ``analyze`` expands a collective into rank-to-rank traffic (``etkit.analyze.comm.ALGORITHMS``).
@@ -30,6 +30,9 @@ MICRO_CASES = (
 #: Model presets of ``generate llm`` and ``generate dlrm`` (``etkit.generate.llm.MODELS``, ``.dlrm.DLRM_MODELS``).
 LLM_MODELS = ("gpt3-175b", "llama3-405b", "llama3-70b", "llama3-8b", "mixtral-8x7b")
 DLRM_MODELS = ("dlrm-mlperf", "dlrm-small")
+#: Serving presets of ``generate llm-serve --serving-preset`` (``etkit.generate.serve.SERVE_PRESETS``).
+SERVE_PRESETS = ("llama3-70b-h100", "llama3-70b-h200", "llama3-8b-h100", "llama3-8b-h200", "mixtral-8x7b-h100",
+                 "mixtral-8x7b-h200")
 #: Roofline device presets (``etkit.generate.devices.DEVICES``).
 DEVICES = ("A100", "H100", "H200", "MI300X")
 #: Element types of generated work (``etkit.generate.training.DTYPE_BYTES``).

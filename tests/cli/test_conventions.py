@@ -180,6 +180,8 @@ SAMPLES: dict[str, Callable[[dict[str, str], Path], list[str]]] = {
     "generate collective": lambda i, o: ["--type", "all_gather", "--ranks", "2", "-o", str(o / "g")],
     "generate llm": lambda i, o: ["--layers", "1", "--tp", "2", "-o", str(o / "l")],
     "generate dlrm": lambda i, o: ["--ranks", "2", "--tables", "2", "-o", str(o / "d")],
+    "generate llm-serve": lambda i, o: ["--layers", "2", "--tp", "2", "--rate", "20", "--count", "4",
+                                        "--prompt-len", "64", "--output-len", "4", "-o", str(o / "s")],
     "analyze": lambda i, o: [i["job"], "--top", "2"],
     "diff": lambda i, o: [i["job"], i["job"]],
     "timeline": lambda i, o: [i["job"], "-o", str(o / "t.json")],

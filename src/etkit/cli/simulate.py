@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from .common import (add_json, add_quiet, add_simulation_inputs, add_workers, executor_from, knobs_from,
-                     non_negative_int, simulation_from, text_wanted, write_json)
+                     non_negative_int, positive_float, simulation_from, text_wanted, write_json)
 
 if TYPE_CHECKING:
     from ..simulate import SimulationBlocked
@@ -47,6 +47,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "latency<i>, scale-compute, scale-bandwidth, scale-latency, splits, active-chunks, device, "
                         "network (files), system (files); speed-ups are relative to the unmodified system")
     p.add_argument("--plot", metavar="OUT.png", help="where --sweep writes its plot (default sweep-<KEY>[-<KEY>...].png)")
+    serving = p.add_argument_group("serving jobs (etkit generate llm-serve)",
+                                   "TTFT, TPOT, latency, throughput and goodput are printed for every serving job; "
+                                   "--sweep rate=R1,R2 and --sweep split=P:D,P:D regenerate the run per point")
+    serving.add_argument("--slo-ttft", type=positive_float, metavar="MS", help="time-to-first-token SLO for goodput (ms)")
+    serving.add_argument("--slo-tpot", type=positive_float, metavar="MS", help="time-per-output-token SLO for goodput (ms)")
     add_quiet(p)
     add_workers(p)
     p.set_defaults(func=run)
@@ -58,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
     from ..simulate.whatif import parse_sweeps
 
     require_whole_job(args.prefix)
+    serving = _serving_job(args)
+    if any(s.split("=", 1)[0].strip() in _SERVING_KEYS for s in args.sweep):
+        return _run_serving_sweep(args, serving)
     axes = parse_sweeps(args.sweep)
     if args.plot and not axes:
         raise UsageError("--plot draws a sweep: give --sweep KEY=V1,V2,... too")
@@ -84,12 +92,77 @@ def run(args: argparse.Namespace) -> int:
               f"mean {sum(steps) / len(steps) / 1e6:,.3f} ms, range {steps[0] / 1e6:,.3f}-{steps[-1] / 1e6:,.3f} ms")
     for w in result.warnings[:10]:
         print(f"warning: {w}", file=sys.stderr)
+    figures = result.to_dict()
+    if serving:
+        from ..analyze.serving import serving_metrics
+
+        metrics = serving_metrics(job or args.prefix, result.schedule, slo_ttft_ms=args.slo_ttft,
+                                  slo_tpot_ms=args.slo_tpot)
+        figures["serving"] = metrics.to_dict()
+        if text_wanted(args):
+            print("\n".join(metrics.lines()))
     if args.json:
-        write_json(result.to_dict(), args.json)
+        write_json(figures, args.json)
     if args.timeline:
         from ..simulate.timeline import write_timeline
 
         write_timeline(job, result.schedule, args.timeline)
+    return 0
+
+
+#: Sweep keys that regenerate a serving job (rate: requests/s, split: PREFILL_GPUS:DECODE_GPUS).
+_SERVING_KEYS = ("rate", "split")
+
+
+def _serving_job(args: argparse.Namespace) -> bool:
+    """Whether the job is a serving run; the serving options are refused on any other job."""
+    from ..serving import is_serving_job
+
+    serving = is_serving_job(args.prefix)
+    if not serving and (args.slo_ttft or args.slo_tpot):
+        raise UsageError(f"{args.prefix}: --slo-ttft/--slo-tpot apply to serving jobs (etkit generate llm-serve); "
+                         "this job is not one")
+    return serving
+
+
+def _run_serving_sweep(args: argparse.Namespace, serving: bool) -> int:
+    """``--sweep rate=... --sweep split=P:D,...`` on a serving job: each point regenerated and simulated."""
+    from ..serving import plot_goodput, serve_sweep, sweep_table
+
+    if not serving:
+        raise UsageError(f"{args.prefix}: rate= and split= sweeps regenerate a serving job (etkit generate llm-serve); "
+                         "this job is not one")
+    values: dict[str, list[str]] = {}
+    for text in args.sweep:
+        key, _, listed = text.partition("=")
+        key = key.strip()
+        if key not in _SERVING_KEYS:
+            raise UsageError(f"--sweep {text}: a serving sweep takes rate= and split= only (they regenerate the job; "
+                             "other keys re-run one job)")
+        if key in values:
+            raise UsageError(f"--sweep {key}= given twice: give every value in one list")
+        values[key] = [v.strip() for v in listed.split(",") if v.strip()]
+        if not values[key]:
+            raise UsageError(f"--sweep {text}: no values")
+    try:
+        rates = [float(v) for v in values.get("rate", [])]
+        splits = [tuple(int(x) for x in v.split(":")) for v in values.get("split", [])]
+    except ValueError:
+        raise UsageError("--sweep rate= takes requests per second, split= PREFILL_GPUS:DECODE_GPUS values") from None
+    if any(not (r > 0 and r < float("inf")) for r in rates) or any(len(s) != 2 or min(s) < 1 for s in splits):
+        raise UsageError("--sweep rate= takes positive requests per second, split= two positive GPU counts P:D")
+    network, system, knobs = simulation_from(args)
+    points = serve_sweep(args.prefix, network, system, rates=rates, splits=splits, knobs=knobs,  # type: ignore[arg-type]
+                         slo_ttft_ms=args.slo_ttft, slo_tpot_ms=args.slo_tpot, executor=executor_from(args))
+    plot = args.plot or "sweep-" + "-".join(values) + ".png"
+    plot_goodput(points, plot)
+    if text_wanted(args):
+        print(f"serving sweep of {args.prefix} on {network.source}: {len(points)} point(s), each regenerated")
+        print("\n".join(sweep_table(points)))
+        print(f"plot: {plot}")
+    if args.json:
+        write_json({"points": [{"rate": p.rate, "split": p.split, "makespan_ns": p.makespan_ns, **p.metrics}
+                               for p in points]}, args.json)
     return 0
 
 
