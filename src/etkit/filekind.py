@@ -47,7 +47,8 @@ _ALL = (
     FileKind("host-et", "a PyTorch host execution trace", "convert it with `etkit convert pytorch`"),
     FileKind("linked", "an etkit linked trace (host execution trace + Kineto)", "convert it with `etkit convert pytorch`"),
     FileKind("kineto", "a Kineto (PyTorch profiler) trace",
-             "convert it with `etkit convert pytorch` together with its host execution trace"),
+             "convert it with `etkit convert kineto` (or `etkit convert pytorch` with its host execution trace); "
+             "`etkit analyze`, `report`, `timeline` and `diff` read it as it is"),
     FileKind("json-twin", "etkit's JSON twin of an .et file", "turn it back into an .et with `etkit from-json`"),
     FileKind("jsonizer", "chakra_jsonizer output (an .et file as JSON)", "turn it back into an .et with `etkit from-json`"),
     FileKind("comm-groups", "a comm-groups file ({\"<pg_name>\": [ranks]})", "give it with --comm-groups"),
@@ -78,7 +79,10 @@ _YAML_KEY = re.compile(rb"^([A-Za-z_][\w-]*)\s*:", re.MULTILINE)
 
 
 def read_head(path: str | os.PathLike[str], limit: int = HEAD_BYTES) -> bytes:
-    """The first ``limit`` bytes of ``path``, gunzipped when it is gzip."""
+    """The first ``limit`` bytes of ``path``, gunzipped when it is gzip; nothing for a FIFO or ``<(...)``,
+    whose bytes would be taken from the reader that comes next."""
+    if os.path.exists(path) and not os.path.isfile(path):
+        return b""
     with open(path, "rb") as raw:
         head = raw.read(limit)
     if head.startswith(GZIP_MAGIC):

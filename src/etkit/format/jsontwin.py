@@ -157,8 +157,11 @@ def to_json(et_path: str | os.PathLike[str], json_path: str | os.PathLike[str]) 
     Returns the number of nodes written. Chunks of records are converted at once by
     :class:`etkit.format.jsonfast.JsonWriter`, which hands the records it does not cover back to the
     per-record :func:`node_json`; both write the same text. A file that is not plainly well framed is
-    read again record by record by the checking reader, which reports the fault.
+    read again record by record by the checking reader, which reports the fault. A FIFO or ``<(...)``,
+    which can be read only once, goes through the checking reader directly.
     """
+    if not os.path.isfile(et_path):
+        return _write_json(et_path, json_path, chunked=False)
     try:
         return _write_json(et_path, json_path, chunked=True)
     except FramingFault:

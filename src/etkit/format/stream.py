@@ -9,6 +9,7 @@ and replaces the target atomically.
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import zlib
 from array import array
@@ -285,6 +286,32 @@ def iter_records(stream: IO[bytes], path: str | os.PathLike[str], *,
         yield index, base + start, buf[pos:stop]
         pos = stop
         index += 1
+
+
+#: How much of a file whole-file readers check record by record before reading the rest (:func:`check_head`).
+HEAD_BYTES = 1 << 14
+#: More zero-length records than this in a file's head: not a trace (a zeroed file, a gzip bomb of zeros).
+MAX_EMPTY_IN_HEAD = 64
+
+
+def check_head(head: bytes, path: str | os.PathLike[str], *, allow_empty: bool = False) -> None:
+    """Raise what :func:`iter_records` raises for the records in ``head``, the first bytes of a file, so
+    that a whole-file reader refuses what the streaming reader refuses before it reads (or decompresses)
+    the rest: a zero-length record, an over-long length. With ``allow_empty`` (validation) empty records
+    pass unless there are more than :data:`MAX_EMPTY_IN_HEAD`. A record cut at the end of ``head`` passes.
+    """
+    empty = 0
+    try:
+        for index, offset, payload in iter_records(io.BytesIO(head), path, allow_empty=allow_empty):
+            if index and not payload:
+                empty += 1
+                if empty > MAX_EMPTY_IN_HEAD:
+                    raise TraceFormatError(path, f"more than {MAX_EMPTY_IN_HEAD} zero-length records in its first "
+                                                 f"{len(head):,} bytes: not a trace (a zeroed file?)",
+                                           record=index, offset=offset)
+    except TraceFormatError as exc:
+        if not exc.detail.startswith("truncated"):
+            raise
 
 
 def _parse(cls: type, payload: bytes, path: str | os.PathLike[str], index: int, offset: int):  # type: ignore[no-untyped-def]

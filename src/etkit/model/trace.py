@@ -24,7 +24,7 @@ from ..format.attrs import INT_KINDS
 from ..format.schema import CommType, GlobalMetadata, Node, NodeType
 from ..fileio import read_bytes_maybe_gzip
 from ..format.columnar import HOT_INT_ATTRS, MISSING, Columns, decode_columns
-from ..format.stream import TraceWriter, frame_table
+from ..format.stream import HEAD_BYTES, TraceWriter, check_head, frame_table
 
 __all__ = ["Trace", "load_trace", "MISSING", "COMM_NODE_TYPES"]
 
@@ -333,7 +333,7 @@ def load_trace(path: str | os.PathLike[str], *, allow_empty: bool = False, names
     be left undecoded (``name_idx`` -1, ``strings`` only the ``pg_name`` values); the same files
     are accepted and rejected, and every other column is the same.
     """
-    buf = read_trace_bytes(path)
+    buf = read_trace_bytes(path, allow_empty=allow_empty)
     frames = frame_table(buf, path, allow_empty=allow_empty)
     if not len(frames):
         raise TraceFormatError(path, "empty file: no GlobalMetadata record", record=0, offset=0)
@@ -356,10 +356,16 @@ def load_trace(path: str | os.PathLike[str], *, allow_empty: bool = False, names
     return trace
 
 
-def read_trace_bytes(path: str | os.PathLike[str]) -> bytes:
-    """Whole (decompressed) content of an ET file, with one-line errors for unreadable input."""
+def read_trace_bytes(path: str | os.PathLike[str], *, allow_empty: bool = False) -> bytes:
+    """Whole (decompressed) content of an ET file, with one-line errors for unreadable input.
+
+    The first records are checked as the streaming reader checks them before the rest is read, and a gzip
+    file may decompress only so far (:func:`etkit.fileio.max_decompressed_bytes`): a gzip bomb is refused
+    after a few kilobytes (an empty record) or at the limit, never held whole.
+    """
     try:
-        return read_bytes_maybe_gzip(path)
+        return read_bytes_maybe_gzip(path, prefix_bytes=HEAD_BYTES,
+                                     check_prefix=lambda head: check_head(head, path, allow_empty=allow_empty))
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise TraceFormatError(path, f"corrupt or truncated gzip stream ({exc})") from None
     except OSError as exc:

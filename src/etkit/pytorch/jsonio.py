@@ -17,6 +17,7 @@ import contextlib
 import gc
 import os
 import re
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -110,7 +111,10 @@ def _loads(data: bytes, path: str) -> dict[str, Any]:
 
 
 def read_array_document(path: str | os.PathLike[str], key: str, *, data: bytes | None = None) -> JsonArrayDocument:
-    """Open the JSON object in ``path`` (gzip sniffed) for chunked reading of its ``key`` array."""
+    """Open the JSON object in ``path`` (gzip sniffed) for chunked reading of its ``key`` array.
+
+    A gzip file may decompress only so far (:func:`etkit.fileio.max_decompressed_bytes`: 64 MiB, or 100
+    times its size): a small "gzip bomb" is refused after a fraction of a second, not parsed."""
     name = str(path)
     try:
         raw = data if data is not None else read_bytes_maybe_gzip(path)
@@ -118,6 +122,8 @@ def read_array_document(path: str | os.PathLike[str], key: str, *, data: bytes |
         raise EtkitError(f"{name}: cannot read ({exc.strerror or exc})") from None
     except EOFError:
         raise EtkitError(f"{name}: truncated gzip file") from None
+    except zlib.error as exc:
+        raise EtkitError(f"{name}: corrupt gzip data ({exc})") from None
     m = re.search(rb'(?<!\\)"' + re.escape(key.encode()) + rb'"\s*:\s*\[', raw)
     if m is not None:
         close = raw.rfind(b"]")
