@@ -20,6 +20,7 @@ from ..format.attrs import attr_value
 from ..format.schema import NodeType
 from ..model.job import discover
 from ..model.trace import MISSING, Trace, comm_type_name, load_trace, node_type_name
+from ..units import exact_sum
 
 __all__ = ["RankInfo", "JobInfo", "summarize_trace", "info"]
 
@@ -70,26 +71,38 @@ def summarize_trace(trace: Trace, rank: int) -> RankInfo:
     """Counts, durations, communication volume and metadata of one rank."""
     type_names = {int(t): node_type_name(int(t)) for t in np.unique(trace.types)}
     counts = Counter({type_names[int(t)]: int(c) for t, c in zip(*np.unique(trace.types, return_counts=True))})
-    durations = {type_names[int(t)]: int(trace.duration[trace.types == t].sum()) for t in np.unique(trace.types)}
+    durations = {type_names[int(t)]: exact_sum(trace.duration[trace.types == t]) for t in np.unique(trace.types)}
     comm: dict[str, CommVolume] = {}
     size = np.where(trace.comm_size == MISSING, 0, trace.comm_size)
     coll = trace.types == NodeType.COMM_COLL_NODE
     for ctype in np.unique(trace.comm_type[coll]):
         rows = coll & (trace.comm_type == ctype)
         label = "UNKNOWN" if ctype == MISSING else comm_type_name(int(ctype))
-        comm[label] = CommVolume(int(rows.sum()), int(size[rows].sum()))
+        comm[label] = CommVolume(int(rows.sum()), exact_sum(size[rows]))
     for node_type, label in ((NodeType.COMM_SEND_NODE, "SEND"), (NodeType.COMM_RECV_NODE, "RECV")):
         rows = trace.types == node_type
         if rows.any():
-            comm[label] = CommVolume(int(rows.sum()), int(size[rows].sum()))
+            comm[label] = CommVolume(int(rows.sum()), exact_sum(size[rows]))
     ran = trace.start > 0
-    span = int((trace.start[ran] + trace.duration[ran]).max() - trace.start[ran].min()) if ran.any() else 0
+    span = _span(trace.start[ran], trace.duration[ran])
     return RankInfo(
         rank=rank, path=trace.path, nodes=len(trace), by_type=dict(counts), duration_us_by_type=durations,
-        duration_us_total=int(trace.duration.sum()), comm=comm, version=trace.metadata.version,
+        duration_us_total=exact_sum(trace.duration), comm=comm, version=trace.metadata.version,
         metadata={a.name: _json_safe(attr_value(a)) for a in trace.metadata.attr if a.name != "input_file"},
         timestamps=bool(ran.any()), span_us=span,
     )
+
+
+def _span(start: np.ndarray, duration: np.ndarray) -> int:
+    """Last end minus first start, exactly (an end past 2**64 does not wrap around)."""
+    if not start.size:
+        return 0
+    end = start + duration
+    wrapped = end < start
+    last = int(end[~wrapped].max()) if (~wrapped).any() else 0
+    if wrapped.any():
+        last = max(last, *(int(s) + int(d) for s, d in zip(start[wrapped], duration[wrapped])))
+    return last - int(start.min())
 
 
 def _summarize_file(task: tuple[int, str]) -> RankInfo:

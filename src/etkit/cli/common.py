@@ -253,7 +253,13 @@ def write_json(data: Any, path: str | None) -> None:
     """Pretty JSON to ``path`` (atomically) or to stdout when ``path`` is ``-`` or ``None``."""
     import orjson
 
-    payload = orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS) + b"\n"
+    try:
+        payload = orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+    except TypeError:  # an integer past 64 bits (an exact sum of huge durations): the standard library writes it
+        import json
+
+        payload = json.dumps(data, indent=2, default=lambda v: v.tolist() if hasattr(v, "tolist") else str(v)).encode()
+    payload += b"\n"
     if path in (None, "-"):
         sys.stdout.buffer.write(payload)
         sys.stdout.flush()

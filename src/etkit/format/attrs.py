@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..errors import ValueRangeError
 from .schema import ATTR_KINDS, LIST_KINDS, AttributeProto
 
 __all__ = [
@@ -93,10 +94,14 @@ def make_attr(name: str, value: Any, kind: str | None = None) -> AttributeProto:
     if kind not in ATTR_KINDS:
         raise ValueError(f"unknown attribute kind {kind!r}")
     attr = AttributeProto(name=name)
-    if kind in LIST_KINDS:
-        getattr(attr, kind).values.extend(value)
-    else:
-        setattr(attr, kind, value)
+    try:
+        if kind in LIST_KINDS:
+            getattr(attr, kind).values.extend(value)
+        else:
+            setattr(attr, kind, value)
+    except ValueError as exc:  # protobuf: "Value out of range" (a wrong Python type stays a TypeError)
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        raise ValueRangeError(f"attribute {name!r}: {shown} does not fit a {kind} ({exc})") from None
     return attr
 
 

@@ -20,6 +20,7 @@ from ..model.groups import ProcessGroups
 from ..model.job import Job
 from ..model.trace import Trace
 from .devices import Device
+from ..units import exact_sum
 from .writer import Param, RankPlan, TraceTemplate, build_job, write_job
 
 __all__ = ["ComputeChain", "GeneratedJob", "GradientBuckets", "JobSummary", "summarize",
@@ -134,8 +135,8 @@ def summarize(templates: dict[str, TraceTemplate], plans: Iterator[RankPlan], gr
         comp = trace.types == NodeType.COMP_NODE
         sent = (trace.types == NodeType.COMM_COLL_NODE) | (trace.types == NodeType.COMM_SEND_NODE)
         nodes += n * len(trace)
-        flops += n * int(trace.num_ops[comp].sum())
-        comm += n * int(trace.comm_size[sent].sum())
+        flops += n * exact_sum(trace.num_ops[comp])
+        comm += n * exact_sum(trace.comm_size[sent])
     return JobSummary(sum(counts.values()), len(counts), len(groups.groups), nodes, flops, comm)
 
 

@@ -102,14 +102,23 @@ def tensor_keys(values: Any, out: list[tuple[int, int]]) -> list[tuple[int, int]
     return out
 
 
-def _int(raw: dict[str, Any], key: str, default: int, where: str) -> int:
+#: The range of an integer the ET can hold (int64 attributes; uint64 for ids and header times).
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_UINT64 = (0, (1 << 64) - 1)
+
+
+def _int(raw: dict[str, Any], key: str, default: int, where: str, bounds: tuple[int, int] = _INT64) -> int:
     value = raw.get(key, default)
     if value is None:
         return default
     if type(value) is not int:
         if isinstance(value, float) and value.is_integer():
-            return int(value)
-        raise HostTraceError(f"{where}: field {key!r} is {value!r}, not an integer")
+            value = int(value)
+        else:
+            raise HostTraceError(f"{where}: field {key!r} is {value!r}, not an integer")
+    if not bounds[0] <= value <= bounds[1]:
+        raise HostTraceError(f"{where}: field {key!r} is {value}, outside the range of a trace's integers "
+                             f"({bounds[0]} .. {bounds[1]})")
     return value
 
 
@@ -138,8 +147,8 @@ class _Compactor:
             raise HostTraceError(f"{self.where}: node is {type(raw).__name__}, not an object")
         get_raw = raw.get
         node_id = get_raw("id")
-        if type(node_id) is not int:
-            raise HostTraceError(f"{self.where}: node without an integer 'id' ({str(raw)[:80]})")
+        if type(node_id) is not int or not 0 <= node_id <= _UINT64[1]:
+            raise HostTraceError(f"{self.where}: node without an integer 'id' of at most 64 bits ({str(raw)[:80]})")
         name = get_raw("name")
         if type(name) is not str:
             raise HostTraceError(f"{self.where}: node {node_id}: field 'name' is missing or not a string")
@@ -175,7 +184,8 @@ class _Compactor:
         numbers = (parent, get("rf_id", 0), get("fw_parent", 0), get("seq_id", -1), get("scope", 0), get("tid", 0),
                    get("fw_tid", 0))
         p_, rf, fwp, seq, scope, tid, fwt = numbers
-        if not (int is type(p_) is type(rf) is type(fwp) is type(seq) is type(scope) is type(tid) is type(fwt)):
+        if not (int is type(p_) is type(rf) is type(fwp) is type(seq) is type(scope) is type(tid) is type(fwt)) \
+                or min(numbers) < _INT64[0] or max(numbers) > _INT64[1]:
             numbers = self.repair_numbers(attrs, numbers, node_id)
         op_schema = get("op_schema") or ""
         intern = self.strings.setdefault
@@ -246,7 +256,7 @@ def load_host_trace(path: str | os.PathLike[str], *, rank: int | None = None) ->
     if not isinstance(schema, str) or not _SCHEMA.match(schema):
         raise HostTraceError(f"{label}: not a PyTorch host execution trace (schema {schema!r})")
     flat = schema.startswith("1.0.1")
-    pid, start_ts, finish_ts = (_int(header, key, 0, label) for key in ("pid", "start_ts", "finish_ts"))
+    pid, start_ts, finish_ts = (_int(header, key, 0, label, _UINT64) for key in ("pid", "start_ts", "finish_ts"))
     trace = HostTrace(str(Path(path)), schema, pid, str(header.get("time") or ""), start_ts, finish_ts, rank=rank)
     compact = _Compactor(label, flat)
     ops = trace.ops

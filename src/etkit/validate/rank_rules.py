@@ -116,6 +116,9 @@ def _check_comm(trace: Trace, sink: FindingSink) -> None:
         sink.add(int(trace.ids[row]), "comm-missing-type", "collective node has no comm_type attribute")
     for row in np.flatnonzero(comm & (trace.comm_size == MISSING)):
         sink.add(int(trace.ids[row]), "comm-missing-size", "communication node has no comm_size attribute")
+    for row in np.flatnonzero(comm & (trace.comm_size != MISSING) & (trace.comm_size < 0)):
+        sink.add(int(trace.ids[row]), "comm-negative-size",
+                 f"comm_size is {int(trace.comm_size[row])}: a number of bytes cannot be negative")
     for row in np.flatnonzero(comm & (trace.is_cpu_op == 1)):
         sink.add(int(trace.ids[row]), "comm-on-cpu", "communication node has is_cpu_op=true (ASTRA-sim aborts on it)")
     for row in np.flatnonzero(send & (trace.comm_dst == MISSING)):
