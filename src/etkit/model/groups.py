@@ -70,10 +70,7 @@ class ProcessGroups:
             raise EtkitError(f"{path}: cannot read comm groups ({exc})") from None
         if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
             raise EtkitError(f'{path}: comm groups must be a JSON object {{"<pg_name>": [ranks...]}}')
-        try:
-            return cls.from_mapping(data)
-        except (TypeError, ValueError):
-            raise EtkitError(f"{path}: comm group ranks must be integers") from None
+        return cls({str(name): checked_ranks(ranks, f"{path}: group {str(name)[:40]!r}") for name, ranks in data.items()})
 
 
 def parse_process_group_init(values: str, *, where: str = "process_group:init") -> ProcessGroups:
@@ -105,10 +102,22 @@ def parse_process_group_init(values: str, *, where: str = "process_group:init") 
 
 
 def _declared_ranks(entry: dict, where: str) -> tuple[int, ...]:
-    ranks = entry.get("ranks") or []
+    return checked_ranks(entry.get("ranks") or [], f"{where}: process group {str(entry['pg_name'])[:40]!r}")
+
+
+def checked_ranks(ranks: object, where: str) -> tuple[int, ...]:
+    """The sorted ranks of one group, by the one rule for every source of groups (comm-groups files,
+    ``process_group:init`` nodes): a list of distinct non-negative integers (no floats, no booleans);
+    else :class:`EtkitError` naming ``where`` and the offending value."""
     if isinstance(ranks, list) and all(type(r) is int and r >= 0 for r in ranks):
-        return tuple(sorted(ranks))
-    shown = repr(ranks)
-    shown = shown if len(shown) <= 60 else shown[:57] + "..."
-    raise EtkitError(f"{where}: process group {str(entry['pg_name'])[:40]!r} has ranks {shown}; "
-                     "expected a list of non-negative integers")
+        ordered = tuple(sorted(ranks))
+        twice = next((a for a, b in zip(ordered, ordered[1:]) if a == b), None)
+        if twice is None:
+            return ordered
+        raise EtkitError(f"{where} has ranks {_shown(ranks)}; rank {twice} is listed twice (a rank is in a group once)")
+    raise EtkitError(f"{where} has ranks {_shown(ranks)}; expected a list of non-negative integers")
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
