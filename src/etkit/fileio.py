@@ -394,7 +394,7 @@ class JobOutput:
 
 
 @contextlib.contextmanager
-def job_output(target: str | os.PathLike[str], *, folder: bool = False) -> Iterator[JobOutput]:
+def job_output(target: str | os.PathLike[str], *, folder: bool = False, replace: bool = True) -> Iterator[JobOutput]:
     """Write the files of one job as a unit.
 
     ``target`` is a job prefix (``out/llm`` for ``out/llm.<rank>.et`` and ``out/llm.comm_groups.json``)
@@ -402,8 +402,9 @@ def job_output(target: str | os.PathLike[str], *, folder: bool = False) -> Itera
     (``.<name>.lock`` beside the prefix) keeps a second writer away (it fails at once with one line),
     and every file goes into a hidden staging folder. When the block ends without error the files are
     moved into place together and the older job's files that this one lacks are deleted (for a prefix:
-    its other rank files and, if not rewritten, its comm-groups file); interrupted or failed, the staging
-    folder is removed and the older job stays exactly as it was.
+    its other rank files and, if not rewritten, its comm-groups file; ``replace=False`` deletes none, for
+    adding one rank to a job); interrupted or failed, the staging folder is removed and the older job
+    stays exactly as it was.
 
     >>> with job_output("out/llm") as out:              # doctest: +SKIP
     ...     for rank in range(8):
@@ -415,7 +416,7 @@ def job_output(target: str | os.PathLike[str], *, folder: bool = False) -> Itera
         raise EtkitError(f"{path}: cannot write: it is a file, not a folder")
     out = JobOutput(path, folder)
     with _job_lock(path):
-        if not folder:
+        if not folder and replace:
             out.claim(path)
         try:
             yield out

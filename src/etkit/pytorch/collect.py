@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 
 from ..errors import EtkitError
-from ..fileio import atomic_output
+from ..fileio import atomic_output, check_writable, job_output
 from ..progress import Progress
 
 __all__ = ["profile", "Recorder", "run_example", "WORKLOADS", "CollectError"]
@@ -188,6 +188,10 @@ def run_example(workload: str, ranks: int, out_dir: str | os.PathLike[str], *, s
 
     Writes ``rank-<r>.et.json`` and ``rank-<r>.kineto.json`` for every rank plus ``meta.json`` into
     ``out_dir`` and returns it. Raises :class:`CollectError` naming each rank that failed.
+
+    The collection is one unit (:func:`etkit.fileio.job_output`): the ranks record into a hidden folder
+    whose files replace the older collection's only when every rank succeeded; failed or interrupted, the
+    older traces stay (the failed ranks' logs are kept in ``out_dir`` for the error message).
     """
     if workload not in WORKLOADS:
         raise CollectError(f"unknown workload {workload!r}; choose one of {', '.join(WORKLOADS)}")
@@ -201,19 +205,33 @@ def run_example(workload: str, ranks: int, out_dir: str | os.PathLike[str], *, s
     import torch.multiprocessing as mp
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    with job_output(out, folder=True) as job:
+        return _collect(job, out, workload, ranks, steps, quiet, compress, timeout_s, mp)
+
+
+def _collect(job: Any, out: Path, workload: str, ranks: int, steps: int, quiet: bool, compress: bool,
+             timeout_s: float, mp: Any) -> Path:
+    """The body of :func:`run_example`, recording into ``job``'s staging folder."""
+    suffix = ".gz" if compress else ""
+    for r in range(ranks):  # before any rank starts: a file that could not be replaced in the end
+        for name in (f"rank-{r}.et.json{suffix}", f"rank-{r}.kineto.json{suffix}", f"rank-{r}.log"):
+            check_writable(out / name)
+    work = job.staging
     total_steps = steps + 2
     started = time.perf_counter()
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
     with tempfile.TemporaryDirectory(prefix="etkit-rdzv-") as tmp:
         init_file = os.path.join(tmp, "rendezvous")
-        procs = [ctx.Process(target=_rank_main, args=(r, workload, ranks, str(out), init_file, steps, compress,
+        procs = [ctx.Process(target=_rank_main, args=(r, workload, ranks, str(work), init_file, steps, compress,
                                                       queue), daemon=False) for r in range(ranks)]
         for p in procs:
             p.start()
         errors, timings, timed_out = _watch(procs, queue, ranks * total_steps, f"collect {workload} x{ranks}",
                                             quiet, timeout_s)
+    if timed_out or errors:  # the logs the message points to go where it says; the traces are dropped
+        for log in work.glob("rank-*.log"):
+            os.replace(log, out / log.name)
     if timed_out:
         unfinished = sorted(set(range(ranks)) - set(timings))
         raise CollectError(f"{workload} job in {out} timed out after {timeout_s:g} s; ranks "
@@ -225,13 +243,16 @@ def run_example(workload: str, ranks: int, out_dir: str | os.PathLike[str], *, s
                            + "; then ".join(lines))
     import torch
 
-    removed = remove_stale_rank_files(out, ranks, compress=compress)
+    for path in sorted(work.iterdir()):
+        job.path(out / path.name)  # every file the ranks wrote is part of the collection
+    removed = stale_rank_files(out, ranks, compress=compress)
+    job.replaces(removed)
     meta = {"workload": workload, "world_size": ranks, "backend": "gloo", "profiled_steps": steps,
             "schedule": {"wait": 1, "warmup": 1, "active": steps, "repeat": 1},
             "torch_version": torch.__version__, "collection_wall_s": round(time.perf_counter() - started, 3),
             "rank_timings": {f"rank-{r}": t for r, t in sorted(timings.items())}, "compressed": compress,
             "removed": [p.name for p in removed]}
-    with atomic_output(out / "meta.json", compress=False) as dst:
+    with atomic_output(job.path(out / "meta.json"), compress=False) as dst:
         dst.write(orjson.dumps(meta, option=orjson.OPT_INDENT_2) + b"\n")
     return out
 
@@ -243,16 +264,21 @@ def remove_stale_rank_files(out_dir: str | os.PathLike[str], ranks: int, *, comp
     """After a collection of ``ranks`` ranks into ``out_dir``: delete what an earlier collection there left that
     this one replaces (traces and logs of ranks ``>= ranks``, the other compression of a rank's traces), so that
     the folder holds one run only. Returns the removed paths."""
-    removed = []
-    for path in sorted(Path(out_dir).iterdir()):
-        m = _RANK_FILE.match(path.name)
-        if m is None or not path.is_file():
-            continue
-        stale = int(m.group("rank")) >= ranks or (m.group("trace") is not None and bool(m.group("gz")) != compress)
-        if stale:
-            path.unlink()
-            removed.append(path)
+    removed = stale_rank_files(out_dir, ranks, compress=compress)
+    for path in removed:
+        path.unlink()
     return removed
+
+
+def stale_rank_files(out_dir: str | os.PathLike[str], ranks: int, *, compress: bool) -> list[Path]:
+    """What :func:`remove_stale_rank_files` removes, without removing it."""
+    stale = []
+    for path in sorted(Path(out_dir).iterdir()) if Path(out_dir).is_dir() else ():
+        m = _RANK_FILE.match(path.name)
+        if m is not None and path.is_file() and (
+                int(m.group("rank")) >= ranks or (m.group("trace") is not None and bool(m.group("gz")) != compress)):
+            stale.append(path)
+    return stale
 
 
 def _watch(procs: list[Any], queue: Any, total: int, desc: str, quiet: bool,

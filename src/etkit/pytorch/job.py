@@ -18,7 +18,8 @@ from typing import Any
 
 from ..executor import Executor, default_executor
 from ..model.groups import ProcessGroups
-from ..model.job import comm_groups_path, remove_stale_files
+from ..fileio import JobOutput, job_output
+from ..model.job import comm_groups_path
 from .convert import RankReport, convert_linked
 from .jsonio import paused_gc
 from .link import link_files
@@ -107,24 +108,24 @@ def convert_traces(hosts: list[str | os.PathLike[str]] | list[Path], kinetos: li
     and that rank converted again. Returns a per-rank report (nodes, comm nodes by type, unlinked ops, link
     statistics).
 
-    The prefix then holds this job only: rank files of an older job written there that this one lacks
-    (extra ranks, the other compression of a rank) are deleted, and so is its comm-groups file when this
-    job has no groups; ``JobReport.removed`` lists them."""
+    The job is written as a unit (:func:`etkit.fileio.job_output`): interrupted or failed, an older job under
+    the prefix stays as it was; done, the prefix holds this job only: rank files of the older job that this
+    one lacks (extra ranks, the other compression of a rank) are deleted, and so is its comm-groups file when
+    this job has no groups; ``JobReport.removed`` lists them."""
     pairs = pair_traces(hosts, kinetos)
-    suffix = ".et.gz" if compress else ".et"
-    tasks = [(p.rank, str(p.host), str(p.kineto) if p.kineto else None, f"{prefix}.{p.rank}{suffix}")
-             for p in pairs]
     executor = executor or default_executor()
-    reports = executor.map(convert_rank, tasks, desc="convert")
-    # send/recv whose group a rank could not tell: settle them against the other ranks, convert those again
-    matched = match_p2p_peers(reports)
-    if matched:
-        again = [task + (matched[task[0]],) for task in tasks if task[0] in matched]
-        redone = {rep.rank: rep for rep in executor.map(convert_rank, again, desc="convert (p2p peers)")}
-        reports = [redone.get(rep.rank, rep) for rep in reports]
-    report = _finish(str(prefix), reports)
-    removed = remove_stale_files(prefix, report.files, has_groups=report.comm_groups is not None)
-    report.removed = [str(path) for path in removed]
+    with job_output(prefix) as out:
+        tasks = [(p.rank, str(p.host), str(p.kineto) if p.kineto else None,
+                  str(out.rank_path(p.rank, compress=compress))) for p in pairs]
+        reports = executor.map(convert_rank, tasks, desc="convert")
+        # send/recv whose group a rank could not tell: settle them against the other ranks, convert those again
+        matched = match_p2p_peers(reports)
+        if matched:
+            again = [task + (matched[task[0]],) for task in tasks if task[0] in matched]
+            redone = {rep.rank: rep for rep in executor.map(convert_rank, again, desc="convert (p2p peers)")}
+            reports = [redone.get(rep.rank, rep) for rep in reports]
+        report = _finish(str(prefix), reports, out)
+    report.removed = [str(path) for path in out.removed]
     report.pairs = pairs
     return report
 
@@ -144,15 +145,18 @@ def convert_files(host: str | os.PathLike[str], prefix: str | os.PathLike[str], 
         linked = link_files(host, kineto, rank=rank)
         if rank is None:
             rank = linked.kineto.rank if linked.kineto is not None and linked.kineto.rank is not None else 0
-        out = f"{prefix}.{rank}" + (".et.gz" if compress else ".et")
-        report = convert_linked(linked, out, rank=rank)
-    return _finish(str(prefix), [report])
+        with job_output(prefix, replace=False) as out:  # one rank added to whatever the prefix holds
+            report = convert_linked(linked, out.rank_path(rank, compress=compress), rank=rank)
+            return _finish(str(prefix), [report], out)
 
 
-def _finish(prefix: str, reports: list[RankReport]) -> JobReport:
+def _finish(prefix: str, reports: list[RankReport], out: JobOutput) -> JobReport:
+    """The job's report; writes its comm groups into ``out``; the reports name the files' final paths."""
+    for rep in reports:
+        rep.path = str(out.final(rep.path))
     groups = _job_groups(reports)
     groups_path = None
     if groups:
         groups_path = str(comm_groups_path(prefix))
-        ProcessGroups.from_mapping(groups).write(groups_path)
+        ProcessGroups.from_mapping(groups).write(out.groups_path())
     return JobReport(prefix, reports, [r.path for r in reports], groups_path, groups)
