@@ -7,14 +7,14 @@ become one line on stderr and exit status 2.
 
 from __future__ import annotations
 
-import argparse
-import importlib
-import sys
-from collections.abc import Sequence
-
 from . import guard
 
-guard.install_startup_handlers()  # before the heavy imports: a Ctrl-C at start-up is one line too
+guard.install_startup_handlers()  # before any other import: a Ctrl-C at start-up is one line too
+
+import argparse  # noqa: E402
+import importlib  # noqa: E402
+import sys  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
 
 from .. import __version__  # noqa: E402
 from ..errors import EtkitError  # noqa: E402
