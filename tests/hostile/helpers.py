@@ -155,25 +155,16 @@ def _gf2_square(matrix: list[int]) -> list[int]:
 
 
 def _crc_combine(crc1: int, crc2: int, len2: int) -> int:
-    """CRC-32 of A + B from the CRCs of A and B and the length of B (zlib's crc32_combine)."""
-    if len2 <= 0:
-        return crc1
-    odd = [0xEDB88320] + [1 << n for n in range(31)]
-    even = _gf2_square(odd)
-    odd = _gf2_square(even)
-    while True:
-        even = _gf2_square(odd)
+    """CRC-32 of A + B from the CRCs of A and B and the length of B (zlib's crc32_combine): ``crc1`` is
+    carried over ``len2`` zero bytes by the operator of one zero byte squared once per bit of ``len2``."""
+    operator = [0xEDB88320] + [1 << n for n in range(31)]  # one zero bit
+    for _ in range(3):
+        operator = _gf2_square(operator)  # one zero byte
+    while len2:
         if len2 & 1:
-            crc1 = _gf2_times(even, crc1)
+            crc1 = _gf2_times(operator, crc1)
         len2 >>= 1
-        if not len2:
-            break
-        odd = _gf2_square(even)
-        if len2 & 1:
-            crc1 = _gf2_times(odd, crc1)
-        len2 >>= 1
-        if not len2:
-            break
+        operator = _gf2_square(operator)
     return crc1 ^ crc2
 
 
