@@ -65,3 +65,53 @@ def test_errors_are_one_line_exit_2(tmp_path, capsys):
     write_job(tmp_path, {0: [comp(1, 1, 1)]}, "one")
     assert main(["graph", str(tmp_path / "one.0.et"), "-o", str(tmp_path / "g.jpg")]) == 2
     assert main(["graph", str(tmp_path / "one.0.et"), "-o", str(tmp_path / "g.dot"), "--around", "99"]) == 2
+
+
+def test_ranks_selects_ranks_and_bad_sets_are_one_line(tmp_path, capsys):
+    prefix = write_job(tmp_path, {r: [comp(1, 100, 10 + r, name="fwd"), coll(2, 120, 5, [1])] for r in range(4)})
+    out = tmp_path / "a.json"
+    assert main(["analyze", prefix, "-q", "-j", "1", "--ranks", "1,3", "--json", str(out)]) == 0
+    assert sorted(json.loads(out.read_text())["breakdown"]["ranks"]) == ["1", "3"]
+    assert main(["timeline", prefix, "-q", "-j", "1", "--ranks", "0-1", "-o", str(tmp_path / "t.json")]) == 0
+    pids = {e["pid"] for e in json.loads((tmp_path / "t.json").read_text())["traceEvents"] if e["ph"] == "X"}
+    assert pids == {0, 1}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as bad:
+        main(["analyze", prefix, "--ranks", "3-1"])
+    assert bad.value.code == 2 and "'3-1' is not a rank or a range" in capsys.readouterr().err
+    assert main(["analyze", prefix, "-q", "--ranks", "9"]) == 2
+    assert "--ranks 9 names none of its ranks (0..3)" in capsys.readouterr().err
+
+
+@pytest.mark.shared_data
+def test_a_kineto_trace_is_analysed_as_it_is_with_csv_tables(tmp_path, capsys):
+    import csv
+
+    from ..conftest import KINETO_TRACES
+
+    trace = KINETO_TRACES["hta-nccl"]
+    assert main(["analyze", str(trace), "-j", "1", "--csv", str(tmp_path / "csv"), "--top", "3"]) == 0
+    captured = capsys.readouterr()
+    assert "a Kineto trace, converted on the fly" in captured.err
+    assert "== GPU (as HTA defines it" in captured.out and "wrote 20 tables" in captured.out
+    with open(tmp_path / "csv" / "gpu_kernels.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and {"rank", "name", "kernel_type", "sum_ns"} <= set(rows[0])
+    assert any(r["kernel_type"] == "COMMUNICATION" for r in rows)
+    assert main(["report", str(KINETO_TRACES["hta-alexnet"]), "-q", "-j", "1", "-o", str(tmp_path / "r.html")]) == 0
+    assert main(["diff", str(KINETO_TRACES["hta-compare-base"]), str(KINETO_TRACES["hta-compare-test"]), "-q",
+                 "-j", "1"]) == 0
+    assert "critical_path_nodes" in capsys.readouterr().out
+
+
+def test_to_pandas_gives_every_table(prefixes):
+    import pandas as pd  # the dev extra installs it (etkit itself does not need it)
+
+    from etkit.analyze import analyze_job
+    from etkit.executor import SerialExecutor
+    from etkit.model.job import load_job
+
+    a = analyze_job(load_job(prefixes[1], executor=SerialExecutor()))
+    frames = a.to_pandas()
+    assert set(frames) == {t.name for t in a.tables()}
+    assert isinstance(frames["breakdown"], pd.DataFrame) and list(frames["breakdown"]["rank"]) == [0, 1]

@@ -175,6 +175,7 @@ SAMPLES: dict[str, Callable[[dict[str, str], Path], list[str]]] = {
     "from-json": lambda i, o: [i["twin"], "-o", str(o / "x.et")],
     "link": lambda i, o: ["--host", _raw(i, "et"), "--kineto", _raw(i, "kineto"), "-o", str(o / "l.json")],
     "convert pytorch": lambda i, o: [i["raw"], "-o", str(o / "c")],
+    "convert kineto": lambda i, o: [_raw(i, "kineto"), "-o", str(o / "k")],
     "convert text": lambda i, o: [i["text"], "-o", str(o / "t"), "--ranks", "4"],
     "generate micro": lambda i, o: ["--ranks", "2", "-o", str(o / "m"), "--case", "two_comp_nodes_independent"],
     "generate collective": lambda i, o: ["--type", "all_gather", "--ranks", "2", "-o", str(o / "g")],

@@ -5,7 +5,10 @@ to a result dataclass that the CLI, the JSON output and the HTML report all rend
 - :mod:`.top_ops`: operators by total and exclusive time, by kind
 - :mod:`.comm`: volume and time by type, group, size; rank x rank traffic matrix
 - :mod:`.critical_path`: the chain of nodes across ranks that sets the end time
-- :mod:`.imbalance`: per-rank load and stragglers
+- :mod:`.imbalance`: per-rank load, lateness (who made whom wait) and stragglers
+- :mod:`.gpu`: HTA's GPU questions (temporal and idle breakdown, kernels, overlap, launches, sequences, annotations)
+- :mod:`.roles`: classes of ranks that do the same work
+- :mod:`.tables`: every result as tables (CSV, pandas)
 - :mod:`.diff`: what changed between two jobs
 - :mod:`.timing`: where times come from (timestamps, simulation, durations)
 - :mod:`.job_analysis`: all of the above at once (``analyze_job``)

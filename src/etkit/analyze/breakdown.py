@@ -9,12 +9,13 @@ send started. ``compute + exposed_comm + memory + waiting + host + idle == span`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from ..model.accounting import CATEGORIES, TimeAccount, account
 from ..model.job import Job
 from ..model.schedule import Schedule
 from .context import AnalysisContext, RankView, prepare
+from .tables import Table
 
 __all__ = ["TimeBreakdown", "BreakdownResult", "breakdown", "rank_breakdown", "CATEGORIES"]
 
@@ -38,6 +39,11 @@ class BreakdownResult:
     def to_json(self) -> dict:
         return {"source": self.source, "total": self.total.to_json(),
                 "ranks": {str(r): b.to_json() for r, b in sorted(self.ranks.items())}}
+
+    def tables(self) -> list[Table]:
+        cols = [f.name for f in fields(TimeAccount)]
+        return [Table("breakdown", ["rank"] + cols,
+                      [[r] + [getattr(b, c) for c in cols] for r, b in sorted(self.ranks.items())])]
 
 
 def rank_breakdown(view: RankView) -> TimeAccount:

@@ -40,6 +40,7 @@ from ..units import format_bytes
 from .context import AnalysisContext, RankView, prepare
 from .crossrank import pg_name_of
 from .kinds import comm_label
+from .tables import Table
 
 __all__ = ["CommStats", "CommSummary", "SizeHistogram", "comm_summary", "traffic_matrix",
            "collective_sends", "ALGORITHMS"]
@@ -99,6 +100,23 @@ class CommSummary:
         out = CommStats()
         for s in self.by_type.values():
             out.add(s.count, s.bytes, s.time_ns, s.unknown_size)
+        return out
+
+    def tables(self) -> list[Table]:
+        head = ["count", "bytes", "time_ns", "unknown_size"]
+
+        def rows(items):  # type: ignore[no-untyped-def]
+            return [[k, s.count, s.bytes, s.time_ns, s.unknown_size] for k, s in items]
+
+        out = [Table("comm_by_type", ["type"] + head, rows(sorted(self.by_type.items()))),
+               Table("comm_by_group", ["process_group"] + head, rows(sorted(self.by_group.items()))),
+               Table("comm_by_rank", ["rank"] + head, rows(sorted(self.by_rank.items()))),
+               Table("message_sizes", ["bin", "label", "count", "bytes"],
+                     [[b, self.histogram.bin_label(b), self.histogram.counts[b], self.histogram.bytes[b]]
+                      for b in sorted(self.histogram.counts)])]
+        nz = np.argwhere(self.matrix > 0)
+        out.append(Table("traffic_matrix", ["src_rank", "dst_rank", "bytes"],
+                         [[self.ranks[i], self.ranks[j], float(self.matrix[i, j])] for i, j in nz.tolist()]))
         return out
 
     def to_json(self, matrix_limit: int = 256) -> dict:

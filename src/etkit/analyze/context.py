@@ -7,7 +7,7 @@ run on the same job (``etkit analyze``, the report) they share one :class:`Analy
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -53,6 +53,7 @@ class AnalysisContext:
     views: dict[int, RankView]
 
     _roles: list | None = None
+    cache: dict = field(default_factory=dict)  # derived per-job tables analyses share (e.g. analyze.gpu's)
 
     @property
     def roles(self) -> list[RoleClass]:

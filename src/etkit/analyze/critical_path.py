@@ -29,6 +29,7 @@ from ..model.schedule import Schedule
 from .context import AnalysisContext, RankView, prepare
 from .kinds import KIND_NAMES
 from .gcpause import gc_paused
+from .tables import Table
 from .timing import dependency_rows
 
 __all__ = ["CriticalPath", "critical_path"]
@@ -85,6 +86,13 @@ class CriticalPath:
     def top(self, n: int = 20) -> np.ndarray:
         """Indices of the ``n`` path entries credited with most time (longest first)."""
         return np.argsort(-self.on_path_ns, kind="stable")[:n]
+
+    def tables(self) -> list[Table]:
+        return [Table("critical_path", ["rank", "node_id", "name", "kind", "start_ns", "end_ns", "on_path_ns",
+                                        "wait_after_ns", "caller_ns"],
+                      [[int(self.rank[i]), int(self.node_id[i]), self.names[i], KIND_NAMES[int(self.kind[i])],
+                        int(self.start_ns[i]), int(self.end_ns[i]), int(self.on_path_ns[i]),
+                        int(self.wait_after_ns[i]), int(self.caller_ns[i])] for i in range(len(self))])]
 
     def to_json(self, max_nodes: int = 10_000) -> dict:
         keep = np.arange(len(self))[-max_nodes:] if len(self) > max_nodes else np.arange(len(self))

@@ -56,7 +56,7 @@ from .tables import Table
 __all__ = ["GpuRank", "gpu_ranks", "TemporalBreakdown", "temporal_breakdown", "KernelStats", "KernelBreakdown",
            "kernel_breakdown", "comm_comp_overlap", "IdleBreakdown", "idle_time_breakdown", "LaunchStats",
            "launch_stats", "KernelSequence", "frequent_kernel_sequences", "AnnotationStats", "annotation_breakdown",
-           "KERNEL_TYPES", "LAUNCH_CALLS", "MEMORY_CALLS"]
+           "KERNEL_TYPES", "LAUNCH_CALLS", "MEMORY_CALLS", "GpuAnalysis", "gpu_analysis", "has_gpu_activity"]
 
 _CAT = {name: i for i, name in enumerate(PROFILER_CATEGORIES)}
 _GPU_CATS = np.asarray([_CAT["kernel"], _CAT["gpu_memcpy"], _CAT["gpu_memset"], _CAT["cuda_sync"]])
@@ -144,7 +144,14 @@ def _window(view: RankView, include_last_step: bool) -> tuple[np.ndarray, np.nda
 
 
 def gpu_ranks(ctx: AnalysisContext, *, include_last_step: bool = False) -> dict[int, GpuRank]:
-    """The GPU activity of every rank of ``ctx`` in HTA's window."""
+    """The GPU activity of every rank of ``ctx`` in HTA's window (computed once per context)."""
+    key = ("gpu_ranks", include_last_step)
+    if key not in ctx.cache:
+        ctx.cache[key] = _gpu_ranks(ctx, include_last_step)
+    return ctx.cache[key]
+
+
+def _gpu_ranks(ctx: AnalysisContext, include_last_step: bool) -> dict[int, GpuRank]:
     out = {}
     for rank, view in sorted(ctx.views.items()):
         trace, sched = view.trace, view.sched
@@ -538,3 +545,45 @@ def annotation_breakdown(job: Job, schedule: Schedule | None = None, *, use_gpu:
                                        float(np.std(d, ddof=1)) if len(d) > 1 else 0.0))
     out.sort(key=lambda a: (a.rank, a.name))
     return AnnotationBreakdown(out)
+
+
+# -- all of them at once --------------------------------------------------------------------------------
+
+
+@dataclass
+class GpuAnalysis:
+    """The GPU questions :func:`etkit.analyze.analyze_job` answers when a job has GPU activity."""
+
+    temporal: TemporalBreakdown
+    kernels: KernelBreakdown
+    overlap: dict[int, float]
+    idle: IdleBreakdown
+    launches: LaunchStats
+    annotations: AnnotationBreakdown
+
+    def to_json(self) -> dict:
+        return {"temporal": self.temporal.to_json(), "kernels": self.kernels.to_json(),
+                "comm_comp_overlap": {str(r): v for r, v in sorted(self.overlap.items())},
+                "idle": self.idle.to_json(), "launches": self.launches.to_json(),
+                "annotations": self.annotations.to_json()}
+
+    def tables(self) -> list[Table]:
+        return (self.temporal.tables() + self.kernels.tables() +
+                [Table("gpu_comm_comp_overlap", ["rank", "overlap_ratio"], [[r, v] for r, v in sorted(self.overlap.items())])]
+                + self.idle.tables() + self.launches.tables() + self.annotations.tables())
+
+
+def has_gpu_activity(ctx: AnalysisContext) -> bool:
+    """Whether any rank has GPU kernels, copies or sets (a converted GPU profile)."""
+    return any(bool(np.isin(v.trace.cat, _GPU_CATS).any()) for v in ctx.views.values())
+
+
+def gpu_analysis(job: Job, schedule: Schedule | None = None, *, include_last_step: bool = False,
+                 context: AnalysisContext | None = None) -> GpuAnalysis | None:
+    """Every GPU analysis of ``job`` (None when it has no GPU activity)."""
+    ctx = _context(job, schedule, context)
+    if not has_gpu_activity(ctx):
+        return None
+    kw = {"include_last_step": include_last_step, "context": ctx}
+    return GpuAnalysis(temporal_breakdown(job, **kw), kernel_breakdown(job, **kw), comm_comp_overlap(job, **kw),
+                       idle_time_breakdown(job, **kw), launch_stats(job, **kw), annotation_breakdown(job, **kw))

@@ -26,6 +26,7 @@ from .breakdown import BreakdownResult, rank_breakdown
 from .context import AnalysisContext, collective_members, last_arrival, prepare
 from .crossrank import pg_name_of
 from .kinds import comm_label
+from .tables import Table
 
 __all__ = ["RankLoad", "Imbalance", "LateEvent", "imbalance"]
 
@@ -85,6 +86,16 @@ class Imbalance:
     threshold: float
     median_span_ns: float = 0.0
     events: list[LateEvent] = field(default_factory=list)  # the longest waits, longest first
+
+    def tables(self) -> list[Table]:
+        cols = list(RankLoad.__dataclass_fields__)
+        straggler = {r.rank for r in self.stragglers}
+        return [Table("ranks", cols + ["straggler"], [[getattr(r, c) for c in cols] + [r.rank in straggler]
+                                                      for r in self.ranks]),
+                Table("late_arrivals", ["what", "group", "late_rank", "node_id", "name", "start_ns", "waiting_rank",
+                                        "wait_ns"],
+                      [[e.what, e.group, e.late_rank, e.node_id, e.name, e.start_ns, w, t]
+                       for e in self.events for w, t in sorted(e.waits.items())])]
 
     def to_json(self, max_ranks: int = 4096) -> dict:
         return {"source": self.source, "median_busy_ns": self.median_busy_ns, "mean_busy_ns": self.mean_busy_ns,

@@ -11,7 +11,7 @@ from .diff import Delta, JobDiff
 from .job_analysis import JobAnalysis
 from .kinds import KIND_NAMES
 
-__all__ = ["table", "fmt_ns", "fmt_bytes", "render_analysis", "render_diff"]
+__all__ = ["table", "fmt_ns", "fmt_bytes", "render_analysis", "render_diff", "middle"]
 
 
 def fmt_ns(ns: float) -> str:
@@ -85,11 +85,11 @@ def render_analysis(a: JobAnalysis, *, max_ranks: int = 16, top: int = 15) -> st
     ops = a.top_ops
     out.append(f"\n== top operators by total time ({len(ops.by_name)} names)")
     out.append(table(["operator", "kind", "count", "total", "exclusive"],
-                     [[o.name[:60], o.kind, o.count, fmt_ns(o.total_ns), fmt_ns(o.exclusive_ns)]
+                     [[middle(o.name, 60), o.kind, o.count, fmt_ns(o.total_ns), fmt_ns(o.exclusive_ns)]
                       for o in ops.by_name[:top]]))
     out.append("\n== top operators by exclusive time")
     out.append(table(["operator", "kind", "count", "exclusive", "total"],
-                     [[o.name[:60], o.kind, o.count, fmt_ns(o.exclusive_ns), fmt_ns(o.total_ns)]
+                     [[middle(o.name, 60), o.kind, o.count, fmt_ns(o.exclusive_ns), fmt_ns(o.total_ns)]
                       for o in ops.by_exclusive(top)]))
     out.append("\n== time by kind")
     out.append(table(["kind", "count", "total", "exclusive"],
@@ -119,19 +119,72 @@ def render_analysis(a: JobAnalysis, *, max_ranks: int = 16, top: int = 15) -> st
     per_rank = sorted(p.per_rank().items(), key=lambda kv: -kv[1])
     out.append("by rank: " + ", ".join(f"{r}: {fmt_ns(t)}" for r, t in per_rank[:max_ranks]))
     out.append(table(["rank", "id", "node", "kind", "start", "on path"],
-                     [[int(p.rank[i]), int(p.node_id[i]), p.names[i][:50], KIND_NAMES[int(p.kind[i])],
+                     [[int(p.rank[i]), int(p.node_id[i]), middle(p.names[i], 50), KIND_NAMES[int(p.kind[i])],
                        fmt_ns(p.start_ns[i]), fmt_ns(p.on_path_ns[i])] for i in sorted(p.top(top).tolist())]))
 
     im = a.imbalance
-    out.append(f"\n== load imbalance: max/mean busy {im.imbalance:.3f}, median busy {fmt_ns(im.median_busy_ns)}")
+    out.append(f"\n== load imbalance and lateness: max/mean busy {im.imbalance:.3f}, median busy "
+               f"{fmt_ns(im.median_busy_ns)}")
+    late = [x for x in im.ranks if x.caused_ns > 0][:max_ranks]
+    if late:
+        out.append("waiting each rank made the others do by arriving last (caused), beyond the median of its role "
+                   "class (excess):")
+        out.append(table(["rank", "class", "caused", "excess", "late at", "waited", "busy"],
+                         [[x.rank, x.role, fmt_ns(x.caused_ns), fmt_ns(x.excess_ns), x.late_count, fmt_ns(x.waited_ns),
+                           fmt_ns(x.busy_ns)] for x in late]))
     if im.stragglers:
-        out.append(f"stragglers (> {100 * im.threshold:.0f}% over the median):")
-        out.append(table(["rank", "busy", "vs median", "finish", "vs median"],
-                         [[s.rank, fmt_ns(s.busy_ns), f"{100 * s.busy_over_median:+.1f}%", fmt_ns(s.end_ns),
-                           f"{100 * s.end_over_median:+.1f}%"] for s in im.stragglers[:max_ranks]]))
+        out.append(f"stragglers (excess waiting caused > {100 * im.threshold:.0f}% of the median rank span): "
+                   + ", ".join(str(x.rank) for x in im.stragglers[:max_ranks]))
     else:
         out.append("no stragglers")
+    if im.events:
+        out.append("longest waits:")
+        out.append(table(["what", "group", "late rank", "node", "at", "waited (total)", "waiting ranks"],
+                         [[e.what, e.group or "-", e.late_rank, middle(e.name, 40), fmt_ns(e.start_ns), fmt_ns(e.total_ns),
+                           len(e.waits)] for e in im.events[:min(top, 10)]]))
+    if a.gpu is not None:
+        out.append(_render_gpu(a, max_ranks=max_ranks, top=top))
     return "\n".join(out) + "\n"
+
+
+def _render_gpu(a: JobAnalysis, *, max_ranks: int, top: int) -> str:
+    """The GPU section: HTA's questions (etkit.analyze.gpu)."""
+    g = a.gpu
+    assert g is not None
+    out = ["\n== GPU (as HTA defines it: first to last GPU activity, the last ProfilerStep left out)"]
+    out.append(table(["rank", "kernel time", "idle", "compute", "non-compute", "comm under compute"],
+                     [[t.rank, fmt_ns(t.kernel_ns), f"{t.pct('idle'):.1f}%", f"{t.pct('compute'):.1f}%",
+                       f"{t.pct('non_compute'):.1f}%", f"{100 * g.overlap.get(t.rank, 0.0):.1f}%"]
+                      for t in g.temporal.ranks[:max_ranks]]))
+    total = sum(g.kernels.by_type.values()) or 1
+    out.append("\nkernel time by type: " + ", ".join(f"{k} {fmt_ns(v)} ({100 * v / total:.1f}%)" for k, v in
+                                                       sorted(g.kernels.by_type.items(), key=lambda kv: -kv[1])))
+    dist = g.kernels.distribution()
+    names = sorted(dist, key=lambda n: -dist[n][2])[:top]
+    out.append(table(["kernel", "type", "sum (min/median/max over ranks)"],
+                     [[middle(n, 60), next(k.kernel_type for k in g.kernels.kernels if k.name == n),
+                       " / ".join(fmt_ns(v) for v in dist[n])] for n in names]))
+    idle: dict[tuple[int, str], int] = {}
+    for rank, _, cat, t, _ in g.idle.rows:
+        idle[(rank, cat)] = idle.get((rank, cat), 0) + t
+    out.append("\nidle time by cause (all streams): " + "; ".join(
+        f"rank {r}: " + ", ".join(f"{c} {fmt_ns(idle.get((r, c), 0))}" for c in ("host_wait", "kernel_wait", "other"))
+        for r in sorted({r for r, _ in idle})[:max_ranks]))
+    rows = [row for row in g.launches.summary() if row[2]]
+    if rows:
+        out.append("\nkernel launches (runtime call, kernel, launch delay):")
+        out.append(table(["rank", "what", "count", "mean", "median", "p95", "max"],
+                         [[r, w, c, fmt_ns(m), fmt_ns(med), fmt_ns(p95), fmt_ns(mx)] for r, w, c, _, m, med, p95, mx in
+                          rows[:3 * max_ranks]]))
+    return "\n".join(out)
+
+
+def middle(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters in the middle (``start…end``), so both ends stay readable."""
+    if len(text) <= width:
+        return text
+    keep = width - 1
+    return text[:keep - keep // 2] + "\u2026" + text[len(text) - keep // 2:]
 
 
 def _histogram(h: SizeHistogram) -> str:
@@ -150,7 +203,7 @@ def _matrix(ranks: list[int], matrix, max_ranks: int) -> str:  # type: ignore[no
 
 
 def _delta_rows(deltas: Sequence[Delta], fmt) -> list[list[str]]:  # type: ignore[no-untyped-def]
-    return [[d.key[:60], fmt(d.a), fmt(d.b), fmt(d.delta), d.ratio_text]
+    return [[middle(d.key, 60), fmt(d.a), fmt(d.b), fmt(d.delta), d.ratio_text]
             for d in deltas]
 
 

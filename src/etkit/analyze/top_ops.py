@@ -14,6 +14,7 @@ from ..model.job import Job
 from ..model.schedule import Schedule, measured_times
 from ..model.trace import node_type_name
 from .context import AnalysisContext, prepare
+from .tables import Table
 from .kinds import KIND_NAMES
 
 __all__ = ["OpStats", "TopOps", "top_ops"]
@@ -41,6 +42,11 @@ class TopOps:
 
     def by_exclusive(self, n: int = 20) -> list[OpStats]:
         return sorted(self.by_name, key=lambda o: (-o.exclusive_ns, o.name))[:n]
+
+    def tables(self) -> list[Table]:
+        head = ["name", "kind", "count", "total_ns", "exclusive_ns"]
+        return [Table("top_ops", head, [[o.name, o.kind, o.count, o.total_ns, o.exclusive_ns] for o in self.by_name]),
+                Table("time_by_kind", head, [[o.name, o.kind, o.count, o.total_ns, o.exclusive_ns] for o in self.by_kind])]
 
     def to_json(self, limit: int = 200) -> dict:
         return {"source": self.source, "operators": len(self.by_name),

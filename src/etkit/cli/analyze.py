@@ -3,8 +3,12 @@
 Prints, per rank and for the job: the time breakdown (compute, exposed / overlapped communication,
 memory, host, idle), top operators by total and exclusive time, communication by type, process group
 and message size with the rank x rank traffic matrix, the critical path across ranks, and load
-imbalance with stragglers. Times come from the traces' timestamps when they have them, from a
-simulation with ``--simulate NET.yml SYS.json``, else from node durations; the output says which.
+imbalance with stragglers (who arrived last at each collective and receive, and how long the others waited)
+and, for a profile with GPU activity, HTA's GPU figures (temporal and idle-time breakdown, kernels,
+communication/computation overlap, launch statistics). Times come from the traces' timestamps when they
+have them, from a simulation with ``--network``/``--system``/``--preset``, else from node durations; the
+output says which. A Kineto trace (or a folder of them) is converted on the fly (``etkit convert kineto``
+keeps the ETs); ``--ranks`` analyses some ranks only; ``--csv DIR`` writes every table as CSV.
 """
 
 from __future__ import annotations
@@ -21,10 +25,31 @@ if TYPE_CHECKING:
     from ..model.schedule import Schedule
 
 
-def add_job_arguments(parser: argparse.ArgumentParser, *, prefix_help: str = "job prefix (PREFIX.<rank>.et) or one .et file") -> None:
-    """The options every analysis verb shares: the job, its groups, where times come from."""
+def add_job_arguments(parser: argparse.ArgumentParser, *,
+                      prefix_help: str = "job prefix (PREFIX.<rank>.et), one .et file, or a Kineto trace or folder "
+                                         "of them (converted on the fly)") -> None:
+    """The options every analysis verb shares: the job, its groups, where times come from, which ranks."""
     parser.add_argument("prefix", help=prefix_help)
+    parser.add_argument("--ranks", type=rank_set, metavar="SET",
+                        help="only these ranks, e.g. 0-7,12 (cross-rank figures then see these ranks only)")
     add_schedule_arguments(parser)
+
+
+def rank_set(text: str) -> list[int]:
+    """argparse ``type=`` for a set of ranks: ``0-7,12,16-19``."""
+    ranks: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        lo, sep, hi = part.partition("-")
+        try:
+            a = int(lo)
+            b = int(hi) if sep else a
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a set of ranks such as 0-7,12") from None
+        if a < 0 or b < a:
+            raise argparse.ArgumentTypeError(f"{part!r} is not a rank or a range of ranks a-b with a <= b")
+        ranks.update(range(a, b + 1))
+    return sorted(ranks)
 
 
 def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,14 +60,47 @@ def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
     add_workers(parser)
 
 
-def load_with_schedule(args: argparse.Namespace, prefix: str | None = None) -> tuple[Job, Schedule | None]:
-    """Load the job named on the command line and, with ``--simulate``, simulate it."""
-    from ..model.job import load_job, require_whole_job
+def load_job_arg(spec: str, args: argparse.Namespace) -> Job:
+    """The job ``spec`` names: ET files, or Kineto traces converted on the fly; only ``--ranks`` when given."""
+    import sys
 
-    job = load_job(prefix or args.prefix, comm_groups=args.comm_groups, executor=executor_from(args))
+    from ..model.job import discover, load_job
+    from ..pytorch.kineto_convert import is_kineto_input, load_kineto_job
+
+    ranks = getattr(args, "ranks", None)
+    if is_kineto_input(spec):
+        if not getattr(args, "quiet", False):
+            print(f"{spec}: a Kineto trace, converted on the fly (etkit convert kineto {spec} -o PREFIX keeps "
+                  "the ETs)", file=sys.stderr)
+        return load_kineto_job(spec, executor=executor_from(args), ranks=ranks)
+    if ranks is None:
+        return load_job(spec, comm_groups=args.comm_groups, executor=executor_from(args))
+    files, prefix = discover(spec)
+    chosen = [str(f.path) for f in files if f.rank in ranks]
+    if not chosen:
+        from ..errors import UsageError
+
+        raise UsageError(f"{spec}: --ranks {','.join(map(str, ranks))} names none of its ranks "
+                         f"({files[0].rank}..{files[-1].rank})")
+    return load_job(chosen, comm_groups=args.comm_groups, executor=executor_from(args))
+
+
+def load_with_schedule(args: argparse.Namespace, prefix: str | None = None) -> tuple[Job, Schedule | None]:
+    """Load the job named on the command line and, with ``--network``/``--system``/``--preset``, simulate it."""
+    from ..model.job import require_whole_job
+
+    job = load_job_arg(prefix or args.prefix, args)
     if not wants_simulation(args):
         return job, None
-    require_whole_job(prefix or args.prefix)
+    if getattr(args, "ranks", None) is not None:
+        from ..errors import UsageError
+
+        raise UsageError("--ranks cannot go with a simulation: its collectives need every rank (simulate the job, "
+                         "then select ranks in the output)")
+    from ..pytorch.kineto_convert import is_kineto_input
+
+    if not is_kineto_input(prefix or args.prefix):
+        require_whole_job(prefix or args.prefix)
     from ..analyze.timing import schedule_from_simulation
 
     network, system, knobs = simulation_from(args)
@@ -57,7 +115,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--algorithm", choices=ANALYZE_ALGORITHMS, default="ring",
                    help="how collectives are expanded into rank-to-rank traffic (default ring)")
     p.add_argument("--straggler-threshold", type=non_negative_float, default=0.05, metavar="F",
-                   help="a rank is a straggler when its busy or finish time exceeds the median by F (default 0.05)")
+                   help="a rank is a straggler when the waiting it makes others do, beyond the median of the ranks "
+                        "doing the same work, exceeds F of the median rank span (default 0.05)")
+    p.add_argument("--csv", metavar="DIR", help="also write every table as DIR/<table>.csv")
     p.add_argument("--top", type=positive_int, default=15, metavar="N", help="rows per table (default 15)")
     p.add_argument("--max-ranks", type=positive_int, default=16, metavar="N", help="ranks listed per table (default 16)")
     p.set_defaults(func=run)
@@ -73,4 +133,10 @@ def run(args: argparse.Namespace) -> int:
         print(render_analysis(analysis, max_ranks=args.max_ranks, top=args.top), end="")
     if args.json:
         write_json(analysis.to_json(), args.json)
+    if args.csv:
+        from ..analyze.tables import write_csv
+
+        paths = write_csv(analysis.tables(), args.csv)
+        if text_wanted(args):
+            print(f"wrote {len(paths)} tables to {args.csv}/")
     return 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from .common import add_json, add_quiet, add_workers, executor_from, prefix_arg, text_wanted, write_json
 
@@ -27,18 +26,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def _default_prefix(path: str) -> str:
-    name = Path(path.rstrip("/")).name
-    for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json"):
-        name = name.removesuffix(suffix)
-    return name or "job"
-
-
 def run(args: argparse.Namespace) -> int:
-    from ..pytorch.kineto_convert import convert_kineto
+    from ..pytorch.kineto_convert import convert_kineto, default_prefix
     from .convert_pytorch import print_report
 
-    report = convert_kineto(args.input, args.output or _default_prefix(args.input), executor=executor_from(args),
+    report = convert_kineto(args.input, args.output or default_prefix(args.input), executor=executor_from(args),
                             compress=args.gzip)
     if args.json:
         write_json(report.to_json(), args.json)

@@ -17,7 +17,6 @@ from .schema import ATTR_KINDS, LIST_KINDS, AttributeProto
 __all__ = [
     "CANONICAL_KINDS",
     "PROFILER_CATEGORIES",
-    "PROFILER_CATEGORIES",
     "INT_KINDS",
     "make_attr",
     "attr_value",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from .pairing import Pairing, check_pair, job_files, pair_traces
 from .peers import match_p2p_peers
 
 __all__ = ["RankPair", "JobReport", "find_rank_pairs", "convert_job", "convert_traces", "convert_rank",
-           "convert_files"]
+           "convert_files", "convert_ranks"]
 
 _HOST = re.compile(r"^(?:rank-(?P<a>\d+)\.et|host\.(?P<b>\d+))\.json(?:\.gz)?$")
 
@@ -113,20 +114,31 @@ def convert_traces(hosts: list[str | os.PathLike[str]] | list[Path], kinetos: li
     one lacks (extra ranks, the other compression of a rank) are deleted, and so is its comm-groups file when
     this job has no groups; ``JobReport.removed`` lists them."""
     pairs = pair_traces(hosts, kinetos)
+    report = convert_ranks(convert_rank, [(p.rank, (str(p.host), str(p.kineto) if p.kineto else None)) for p in pairs],
+                           prefix, executor=executor, compress=compress)
+    report.pairs = pairs
+    return report
+
+
+def convert_ranks(worker: Callable[[tuple[Any, ...]], RankReport], inputs: list[tuple[int, tuple[Any, ...]]],
+                  prefix: str | os.PathLike[str], *, executor: Executor | None = None,
+                  compress: bool = False) -> JobReport:
+    """Convert every rank of a job, one executor task each, and write the job as a unit (see
+    :func:`convert_traces`): ``worker((rank, *rank_inputs, out_path[, p2p_matched]))`` converts one rank.
+    A send/recv whose process group its rank cannot tell is settled against the other ranks' calls and
+    that rank converted again. Shared by every converter of profiles (host traces, Kineto traces alone)."""
     executor = executor or default_executor()
     with job_output(prefix) as out:
-        tasks = [(p.rank, str(p.host), str(p.kineto) if p.kineto else None,
-                  str(out.rank_path(p.rank, compress=compress))) for p in pairs]
-        reports = executor.map(convert_rank, tasks, desc="convert")
+        tasks = [(rank, *args, str(out.rank_path(rank, compress=compress))) for rank, args in inputs]
+        reports = executor.map(worker, tasks, desc="convert")
         # send/recv whose group a rank could not tell: settle them against the other ranks, convert those again
         matched = match_p2p_peers(reports)
         if matched:
             again = [task + (matched[task[0]],) for task in tasks if task[0] in matched]
-            redone = {rep.rank: rep for rep in executor.map(convert_rank, again, desc="convert (p2p peers)")}
+            redone = {rep.rank: rep for rep in executor.map(worker, again, desc="convert (p2p peers)")}
             reports = [redone.get(rep.rank, rep) for rep in reports]
         report = _finish(str(prefix), reports, out)
     report.removed = [str(path) for path in out.removed]
-    report.pairs = pairs
     return report
 
 

@@ -30,17 +30,15 @@ import numpy as np
 
 from ..errors import UsageError
 from ..executor import Executor, default_executor
-from ..model.job import remove_stale_files
 from .comm import dtype_bytes
 from .convert import RankReport, convert_linked
 from .host import HostOp, HostTrace
 from .jsonio import paused_gc
 from .kineto import KinetoTrace, load_kineto
 from .link import LinkedRank, LinkReport, _link_rows
-from .peers import match_p2p_peers
 
 __all__ = ["KINETO_SCHEMA", "kineto_host_trace", "link_kineto", "kineto_files", "convert_kineto",
-           "convert_kineto_rank", "is_kineto_input"]
+           "convert_kineto_rank", "is_kineto_input", "load_kineto_job", "default_prefix"]
 
 #: The ``schema`` of a host trace built from a Kineto trace (reported as the rank's schema).
 KINETO_SCHEMA = "kineto"
@@ -214,22 +212,42 @@ def convert_kineto_rank(task: tuple[Any, ...]) -> RankReport:
 def convert_kineto(spec: str | os.PathLike[str], prefix: str | os.PathLike[str], *,
                    executor: Executor | None = None, compress: bool = False):  # type: ignore[no-untyped-def]
     """Convert the Kineto trace ``spec`` (or every rank of the folder ``spec``) to ``<prefix>.<rank>.et`` and
-    ``<prefix>.comm_groups.json``, one executor task per rank; send/recv whose group a rank cannot tell are
-    settled against the other ranks (as :func:`etkit.pytorch.job.convert_traces` does). Returns the
-    :class:`etkit.pytorch.job.JobReport`."""
-    from .job import _finish
+    ``<prefix>.comm_groups.json``, one executor task per rank, written as one job
+    (:func:`etkit.pytorch.job.convert_ranks`: send/recv whose group a rank cannot tell are settled against
+    the other ranks). Returns the :class:`etkit.pytorch.job.JobReport`."""
+    from .job import convert_ranks
 
-    ranks = kineto_files(spec)
-    suffix = ".et.gz" if compress else ".et"
-    tasks = [(k.rank, str(k.path), f"{prefix}.{k.rank}{suffix}") for k in ranks]
+    return convert_ranks(convert_kineto_rank, [(k.rank, (str(k.path),)) for k in kineto_files(spec)], prefix,
+                         executor=executor, compress=compress)
+
+
+def load_kineto_job(spec: str | os.PathLike[str], *, executor: Executor | None = None,
+                    ranks: list[int] | None = None):  # type: ignore[no-untyped-def]
+    """Convert the Kineto trace(s) at ``spec`` to ETs in a temporary folder and load them as a
+    :class:`etkit.model.job.Job` (what ``analyze``, ``report``, ``timeline`` and ``diff`` do with a Kineto
+    input); ``ranks`` keeps only those ranks. The job's process groups are the traces' own, also when
+    the folder holds only some ranks of the job."""
+    import tempfile
+
+    from ..model.groups import ProcessGroups
+    from ..model.job import Job
+    from ..model.trace import load_trace
+
     executor = executor or default_executor()
-    reports = executor.map(convert_kineto_rank, tasks, desc="convert")
-    matched = match_p2p_peers(reports)
-    if matched:
-        again = [task + (matched[task[0]],) for task in tasks if task[0] in matched]
-        redone = {rep.rank: rep for rep in executor.map(convert_kineto_rank, again, desc="convert (p2p peers)")}
-        reports = [redone.get(rep.rank, rep) for rep in reports]
-    report = _finish(str(prefix), reports)
-    removed = remove_stale_files(prefix, report.files, has_groups=report.comm_groups is not None)
-    report.removed = [str(path) for path in removed]
-    return report
+    with tempfile.TemporaryDirectory(prefix="etkit-kineto-") as tmp:
+        prefix = Path(tmp) / default_prefix(spec)
+        report = convert_kineto(spec, prefix, executor=executor)
+        wanted = [(r.rank, r.path) for r in report.ranks if ranks is None or r.rank in ranks]
+        if not wanted:
+            raise UsageError(f"{spec}: no rank {ranks} among its ranks {[r.rank for r in report.ranks]}")
+        traces = executor.map(load_trace, [p for _, p in wanted], desc="load")
+        groups = ProcessGroups.load(report.comm_groups) if report.comm_groups else ProcessGroups()
+    return Job({r: t for (r, _), t in zip(wanted, traces)}, groups, str(spec))
+
+
+def default_prefix(spec: str | os.PathLike[str]) -> str:
+    """The output prefix a Kineto trace or folder suggests: its name without the trace suffixes."""
+    name = Path(str(spec).rstrip("/")).name
+    for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json"):
+        name = name.removesuffix(suffix)
+    return name or "job"
