@@ -107,7 +107,7 @@ def _span(start: np.ndarray, duration: np.ndarray) -> int:
 
 def _summarize_file(task: tuple[int, str]) -> RankInfo:
     rank, path = task
-    return summarize_trace(load_trace(path), rank)
+    return summarize_trace(load_trace(path, names=False), rank)  # counts only: no name table to build
 
 
 def info(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
