@@ -95,7 +95,8 @@ def tensor_keys(values: Any, out: list[tuple[int, int]]) -> list[tuple[int, int]
         for item in pending.pop():
             if type(item) is list:
                 # inlined is_tensor: this runs for every argument of every op
-                if len(item) == 6 and type(item[5]) is str and type(item[0]) is int and type(item[4]) is int:
+                if len(item) == 6 and type(item[5]) is str and type(item[0]) is int and type(item[1]) is int \
+                        and type(item[4]) is int:
                     out.append((item[0], item[1]))
                 elif item:
                     pending.append(item)
