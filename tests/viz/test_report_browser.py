@@ -132,3 +132,56 @@ def test_report_iteration_out_of_range_is_a_usage_error(tmp_path):
     assert "ProfilerStep#1 (1 of 1 steps)" in write_report(job, tmp_path / "ok.html", iteration=-1).read_text()
     with pytest.raises(UsageError, match="iteration 3 out of range"):
         write_report(job, tmp_path / "r.html", iteration=3)
+
+
+def _simulated_llm_report(tmp_path: Path, name: str, **layout) -> tuple[Path, object]:
+    from etkit.analyze.timing import schedule_from_simulation
+    from etkit.generate import llm
+
+    job = llm(model="llama3-70b", layers=4, microbatches=4, **layout).to_job()
+    schedule = schedule_from_simulation(job, None, None, preset="hgx-h100")
+    return write_report(job, tmp_path / f"{name}.html", schedule=schedule, title=f"{name} ranks"), job
+
+
+def _census_of(page: Path) -> _Census:
+    done = _run_chromium(["--dump-dom"], page)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [line for line in done.stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line] == []
+    census = _Census()
+    census.feed(done.stdout)
+    return census
+
+
+def _screenshot(page: Path, shot: Path) -> None:
+    done = _run_chromium([f"--screenshot={shot}", "--window-size=1200,3000", "--hide-scrollbars"], page)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    print(f"report screenshot: {shot}")
+
+
+def test_report_at_8_ranks_draws_every_rank_with_a_colour_scale(tmp_path):
+    page, job = _simulated_llm_report(tmp_path, "8", dp=2, tp=2, pp=2)
+    html = page.read_text()
+    census = _census_of(page)
+    text = " ".join(census.text)
+    assert all(f"rank {r}" in text for r in range(8)) and "class 0" not in text
+    assert "scale (bytes)" in text and html.count('class="scale"') == 10  # the heat map's colour scale
+    assert "waiting" in text and "exposed comm" in text
+    _screenshot(page, tmp_path / "report-8.png")
+
+
+def test_report_at_1024_ranks_shows_classes_distributions_and_blocks(tmp_path):
+    page, job = _simulated_llm_report(tmp_path, "1024", dp=32, tp=8, pp=4)
+    html = page.read_text()
+    assert len(html) < 3_000_000  # a page a browser opens at once, whatever the rank count
+    census = _census_of(page)
+    text = " ".join(census.text)
+    assert "1024 ranks in 4 role classes" in text
+    for c in range(4):
+        assert f"class {c}" in text
+    assert "rank 1023" not in text.replace("1023)", "")  # no per-rank rows: classes with their ranges
+    assert "each cell sums a block of consecutive ranks" in text and "scale (bytes)" in text
+    assert census.tags.get("rect", 0) < 64 * 64 + 6000 + 500
+    assert "the first rank of each of the 4 role classes" in text  # the timeline: one rank per class
+    assert "no stragglers" not in text and "0 straggler(s)" in text
+    _screenshot(page, tmp_path / "report-1024.png")

@@ -1,7 +1,8 @@
 """Top operators: where time goes by operator name and by node kind, inclusive and exclusive.
 
 Inclusive time is a node's scheduled duration; exclusive time leaves out the time of nodes nested
-inside it on its track (see :mod:`.tracks`). Operators are grouped by name over all ranks.
+inside it on its track (see :mod:`.tracks`) and, for a communication node, the time it waited for its
+peers (a receive posted long before its send: :mod:`etkit.model.accounting`). Operators are grouped by name over all ranks.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from ..model.schedule import Schedule, measured_times
 from ..model.trace import node_type_name
 from .context import AnalysisContext, prepare
 from .tables import Table
-from .kinds import KIND_NAMES
+from .kinds import COMM, KIND_NAMES
 
 __all__ = ["OpStats", "TopOps", "top_ops"]
 
@@ -85,6 +86,10 @@ def top_ops(job: Job, schedule: Schedule | None = None, *, context: AnalysisCont
             self_time = recorded if ((dur > recorded) & ~precise).any() else np.minimum(excl, recorded)
             excl = np.where(precise, np.where(trace.is_cpu_op == 1, recorded, excl), self_time)
             excl = np.where(ran, excl, 0)
+        # a communication node's own time leaves out its waiting for peers (etkit.model.accounting)
+        waited = np.where(ran & (view.kinds == COMM), np.clip(np.minimum(view.transfer, view.sched.end_ns)
+                                                              - view.sched.start_ns, 0, None), 0)
+        excl = np.maximum(excl - waited, 0)
         # key = (name index, kind): one operator name can appear as two kinds (e.g. cpu and compute)
         key = trace.name_idx.astype(np.int64) * len(KIND_NAMES) + view.kinds
         uniq, inverse = np.unique(key[ran], return_inverse=True)

@@ -10,7 +10,8 @@ from html import escape
 
 from ..safetext import xml_text
 
-__all__ = ["stacked_bars", "bar_chart", "heatmap", "gantt", "legend", "KIND_COLORS", "CATEGORY_COLORS"]
+__all__ = ["stacked_bars", "bar_chart", "heatmap", "block_matrix", "gantt", "legend", "KIND_COLORS", "CATEGORY_COLORS",
+           "MAX_HEAT_CELLS"]
 
 KIND_COLORS = {"compute": "#4e79a7", "cpu": "#76b7b2", "comm": "#e15759", "memory": "#f28e2b", "other": "#bab0ab",
                "caller": "#9c755f", "wait": "#d3d3d3"}
@@ -46,7 +47,7 @@ def _rows_layout(n: int, tallest: int) -> tuple[int, int, int]:
 def stacked_bars(rows: Sequence[tuple[str, Mapping[str, float]]], categories: Sequence[str],
                  colors: Mapping[str, str], fmt: Callable[[float], str], *, width: int = 760) -> str:
     """One horizontal bar per row, split by category, scaled to the largest row total."""
-    label_w = 90
+    label_w = max(90, min(300, 7 * max((len(label) for label, _ in rows), default=0) + 10))
     bar_h, gap, stride = _rows_layout(len(rows), 16)
     height = max(len(rows), 1) * (bar_h + gap) + 10
     biggest = max((sum(v.get(c, 0.0) for c in categories) for _, v in rows), default=0.0) or 1.0
@@ -94,12 +95,34 @@ def _heat(frac: float) -> str:
     return f"rgb({r},{g},{b})"
 
 
-def heatmap(matrix, labels: Sequence[str], fmt: Callable[[float], str], *, size: int = 480) -> str:  # type: ignore[no-untyped-def]
-    """Square heat map, rows = senders, columns = receivers."""
+#: Largest matrix drawn cell by cell; a bigger one is summed into blocks of consecutive ranks.
+MAX_HEAT_CELLS = 64
+
+
+def block_matrix(matrix, labels: Sequence[str]):  # type: ignore[no-untyped-def]
+    """``(matrix, labels)`` with at most :data:`MAX_HEAT_CELLS` rows and columns: blocks of consecutive
+    ranks summed, labelled ``first-last``."""
+    import numpy as np
+
     n = len(labels)
-    margin = 40
+    if n <= MAX_HEAT_CELLS:
+        return matrix, list(labels)
+    width = -(-n // MAX_HEAT_CELLS)
+    edges = list(range(0, n, width)) + [n]
+    blocks = np.add.reduceat(np.add.reduceat(np.asarray(matrix), edges[:-1], axis=0), edges[:-1], axis=1)
+    return blocks, [f"{labels[a]}-{labels[b - 1]}" for a, b in zip(edges[:-1], edges[1:])]
+
+
+def heatmap(matrix, labels: Sequence[str], fmt: Callable[[float], str], *, size: int = 480,  # type: ignore[no-untyped-def]
+            what: str = "") -> str:
+    """Square heat map, rows = senders, columns = receivers, with its colour scale (``what``: the unit's
+    name, e.g. "bytes"); over :data:`MAX_HEAT_CELLS` ranks, blocks of ranks (:func:`block_matrix`)."""
+    matrix, labels = block_matrix(matrix, labels)
+    n = len(labels)
+    margin = 70 if n and max(len(x) for x in labels) > 4 else 40
     cell = min(max((size - margin) / max(n, 1), 1.0), 40.0)
     total = margin + cell * n + 5
+    scale_w = 140
     top = float(matrix.max()) if n else 0.0
     body = [f'<text x="{margin}" y="12" {_FONT}>to rank &#8594;</text>',
             f'<text x="10" y="{margin + 10}" {_FONT} transform="rotate(90 10 {margin + 10})">from rank &#8594;</text>']
@@ -116,7 +139,18 @@ def heatmap(matrix, labels: Sequence[str], fmt: Callable[[float], str], *, size:
             body.append(f'<rect x="{margin + j * cell:.2f}" y="{margin + i * cell:.2f}" width="{cell:.2f}" '
                         f'height="{cell:.2f}" fill="{_heat(frac)}" stroke="#eee" stroke-width="0.5">'
                         f"<title>{_e(labels[i])} &#8594; {_e(labels[j])}: {_e(fmt(v))}</title></rect>")
-    return _svg(total, total, body, "heatmap")
+    # the colour scale: ten steps from 0 to the largest cell
+    x0 = total + 20
+    body.append(f'<text x="{x0}" y="{margin - 4}" {_FONT}>scale{(" (" + _e(what) + ")") if what else ""}</text>')
+    steps = 10
+    bar_h = max((total - margin - 20) / steps, 6.0)
+    for k in range(steps):
+        frac = 1 - k / (steps - 1)
+        body.append(f'<rect class="scale" x="{x0}" y="{margin + k * bar_h:.1f}" width="16" height="{bar_h:.1f}" '
+                    f'fill="{_heat(frac)}" stroke="#ccc" stroke-width="0.5"/>')
+    body.append(f'<text x="{x0 + 22}" y="{margin + 10}" {_FONT}>{_e(fmt(top))}</text>')
+    body.append(f'<text x="{x0 + 22}" y="{margin + steps * bar_h:.1f}" {_FONT}>{_e(fmt(0.0))}</text>')
+    return _svg(total + scale_w, max(total, margin + steps * bar_h + 10), body, "heatmap")
 
 
 def gantt(lanes: Sequence[tuple[str, Sequence[tuple[float, float, str, str]]]], t0: float, t1: float,

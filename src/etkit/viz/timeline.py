@@ -66,6 +66,9 @@ def _slices(ctx: AnalysisContext, rank: int, origin: float) -> Iterator[tuple[in
         if row in comm:
             size = int(trace.comm_size[row])
             args["comm"] = comm_label(types[i], int(trace.comm_type[row]))
+            waited = min(int(v.transfer[row]), int(sched.end_ns[row])) - int(sched.start_ns[row])
+            if waited > 0:  # waiting for peers, not moving data (etkit.model.accounting)
+                args["waiting_ns"] = waited
             if size != MISSING:
                 args["bytes"] = size
             pg = int(trace.pg_idx[row])
