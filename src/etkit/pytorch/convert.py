@@ -34,7 +34,7 @@ import numpy as np
 import orjson
 
 from ..format.attrs import PROFILER_CATEGORIES, make_attr
-from ..format.schema import CommType, GlobalMetadata, NodeType
+from ..format.schema import SCHEMA_VERSION, CommType, GlobalMetadata, NodeType
 from ..format.stream import TraceWriter
 from .comm import (CommArgumentError, CommKind, Family, classify_kernel, classify_op, group_name_arg, is_comm_kernel,
                    message_bytes, p2p_peer_and_tag, process_group_entries)
@@ -368,7 +368,7 @@ class _Converter:
         items = [refs[k] for k in np.argsort(np.array(keys, dtype=np.float64), kind="stable").tolist()]
         new_id = {ref: n for n, ref in enumerate(items, 1)}
 
-        meta = GlobalMetadata()
+        meta = GlobalMetadata(version=SCHEMA_VERSION)  # Chakra's converter leaves it empty
         host = self.host
         meta.attr.extend([make_attr("schema", host.schema), make_attr("pid", host.pid, "uint64_val"),
                           make_attr("time", host.time), make_attr("start_ts", host.start_ts, "uint64_val"),
