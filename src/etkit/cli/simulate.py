@@ -90,6 +90,10 @@ def run(args: argparse.Namespace) -> int:
         steps = sorted(result.step_samples_ns)
         print(f"{len(steps)} Monte Carlo runs (recorded cost spread): step time median {result.step_ns / 1e6:,.3f} ms, "
               f"mean {sum(steps) / len(steps) / 1e6:,.3f} ms, range {steps[0] / 1e6:,.3f}-{steps[-1] / 1e6:,.3f} ms")
+    if result.step_interval_ns and text_wanted(args):
+        low, high, coverage = result.step_interval_ns
+        print(f"out-of-sample interval (the calibration's held-out errors): a measured step time of "
+              f"{low / 1e6:,.3f}-{high / 1e6:,.3f} ms for {coverage:.0%} of jobs like those it was checked on")
     for w in result.warnings[:10]:
         print(f"warning: {w}", file=sys.stderr)
     figures = result.to_dict()

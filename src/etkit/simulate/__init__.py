@@ -220,9 +220,11 @@ def simulate(job: PreparedJob | Job | str | os.PathLike[str] | Sequence[str], ne
               "scale_compute": knobs.scale_compute, "scale_bandwidth": knobs.scale_bandwidth,
               "scale_latency": knobs.scale_latency, "collective_overhead_ns": dict(system.collective_overhead_ns),
               "stragglers": knobs.stragglers, "samples": runs, "seed": knobs.seed, "device": knobs.device.name if knobs.device else None}
-    return SimulationResult(figures, build_schedule(classes, out.start, out.end), out.events, nodes, simulated,
-                            len(classes), time.perf_counter() - began, notes + gpu_notes(classes, knobs) + out.warnings,
-                            config, steps)
+    result = SimulationResult(figures, build_schedule(classes, out.start, out.end), out.events, nodes, simulated,
+                              len(classes), time.perf_counter() - began, notes + gpu_notes(classes, knobs) + out.warnings,
+                              config, steps)
+    result.step_interval_ns = system.prediction_interval(result.step_ns)
+    return result
 
 
 def _run_step(classes, out) -> float:

@@ -150,7 +150,35 @@ class SystemConfig:
     #: each simulated instance of that type draws one recorded vector (members in random order) and
     #: releases each member at its own time (:func:`etkit.simulate.engine.run_engine`, Monte Carlo).
     collective_residuals_ns: tuple[tuple[str, int, tuple[tuple[float, ...], ...]], ...] = ()
+    #: etkit extension (``etkit-comm-slots-per-rank``): communication ops (collectives and SENDs) a rank
+    #: runs at once. 1 (ASTRA-sim: one comm op in flight per NPU) unless a backend runs several, as
+    #: gloo runs a group's calls on two worker threads (learned by ``etkit calibrate``).
+    comm_slots_per_rank: int = 1
+    #: etkit extension (``etkit-comm-slots-per-group``): collectives of one process group a rank runs at
+    #: once (0: only the per-rank limit). Above 1 a collective's direct dependency on the previous
+    #: collective of its group orders their issue, not their completion.
+    comm_slots_per_group: int = 0
+    #: etkit extension (``etkit-prediction-errors``): relative step-time errors of this calibration's
+    #: held-out predictions (each fitted job predicted by the model fitted on the others: predicted /
+    #: measured - 1); they give every prediction's interval (:meth:`prediction_interval`).
+    prediction_errors: tuple[float, ...] = ()
     source: str = "<defaults>"
+
+    def concurrent_group_calls(self) -> bool:
+        """Whether a rank may run two collectives of one group at once."""
+        return self.comm_slots_per_rank > 1 and self.comm_slots_per_group != 1
+
+    def prediction_interval(self, step_ns: float) -> tuple[float, float, float] | None:
+        """(low ns, high ns, coverage) of the measured step time a prediction ``step_ns`` stands for,
+        from the held-out errors (``prediction_errors``): with n of them and m the largest |error|, a
+        new job's measured time lies in [step / (1 + m), step / (1 - m)] with probability n / (n + 1)
+        when jobs are exchangeable (split conformal prediction); None without errors."""
+        if not self.prediction_errors:
+            return None
+        worst = max(abs(e) for e in self.prediction_errors)
+        n = len(self.prediction_errors)
+        high = step_ns / (1.0 - worst) if worst < 1.0 else math.inf
+        return step_ns / (1.0 + worst), high, n / (n + 1)
 
     def algorithm(self, family: str, dim: int) -> str:
         """Algorithm of ``family`` (all_reduce, ...) in network dimension ``dim`` (last entry repeats)."""
@@ -380,7 +408,11 @@ OVERHEAD_KEY = "etkit-collective-overhead"
 OVERHEAD_KINDS = tuple(c.name for c in CommType) + ("P2P",)
 #: System JSON key of the recorded cost residuals: ``{"ALL_GATHER": {"2": [[ns, ns], ...]}, ...}``.
 RESIDUALS_KEY = "etkit-collective-residuals"
-SYSTEM_KEYS = (*ASTRA_SYSTEM_KEYS, OVERHEAD_KEY, RESIDUALS_KEY)
+#: System JSON keys of the comm ops a rank runs at once, and of a calibration's held-out errors.
+SLOTS_RANK_KEY = "etkit-comm-slots-per-rank"
+SLOTS_GROUP_KEY = "etkit-comm-slots-per-group"
+ERRORS_KEY = "etkit-prediction-errors"
+SYSTEM_KEYS = (*ASTRA_SYSTEM_KEYS, OVERHEAD_KEY, RESIDUALS_KEY, SLOTS_RANK_KEY, SLOTS_GROUP_KEY, ERRORS_KEY)
 
 
 def _overheads(value: Any, source: str) -> tuple[tuple[str, float], ...]:
@@ -428,7 +460,9 @@ def system_from_dict(data: dict[str, Any], source: str, base: SystemConfig | Non
                "active-chunks-per-dimension": ("active_chunks_per_dimension", 1.0, True, True, MAX_SPLITS),
                "preferred-dataset-splits": ("preferred_dataset_splits", 1.0, True, True, MAX_SPLITS),
                "local-mem-bw": ("local_mem_bw_gbps", 0.0, False, False, None),
-               "peak-perf": ("peak_perf_tflops", 0.0, False, False, None)}
+               "peak-perf": ("peak_perf_tflops", 0.0, False, False, None),
+               SLOTS_RANK_KEY: ("comm_slots_per_rank", 1.0, True, True, MAX_SPLITS),
+               SLOTS_GROUP_KEY: ("comm_slots_per_group", 0.0, True, True, MAX_SPLITS)}
     for key, (attr, low, inclusive, integer, high) in numeric.items():
         if key in data:
             number = check_number(data[key], f"{source}: {key}", minimum=low, inclusive=inclusive, integer=integer,
@@ -454,6 +488,12 @@ def system_from_dict(data: dict[str, Any], source: str, base: SystemConfig | Non
         updates["collective_overhead_ns"] = _overheads(data[OVERHEAD_KEY], source)
     if RESIDUALS_KEY in data:
         updates["collective_residuals_ns"] = _residuals(data[RESIDUALS_KEY], source)
+    if ERRORS_KEY in data:
+        errors = data[ERRORS_KEY]
+        if not isinstance(errors, list) or not errors:
+            raise EtkitError(f"{source}: {ERRORS_KEY} must be a non-empty list of relative errors (e.g. [-0.04, 0.02])")
+        updates["prediction_errors"] = tuple(check_number(e, f"{source}: {ERRORS_KEY}[{i}]", minimum=-1.0, inclusive=False)
+                                             for i, e in enumerate(errors))
     return replace(cfg, **updates)
 
 

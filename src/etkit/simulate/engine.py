@@ -2,7 +2,9 @@
 collectives to the system layer and messages to the network, and reports blocked ranks instead of hanging.
 
 Per NPU there are three resources (one CPU op, one GPU compute op and one GPU communication op in
-flight: a collective or a SEND; RECV and memory nodes take none). Whenever one of a rank's nodes
+flight: a collective or a SEND; RECV and memory nodes take none; a system's ``etkit-comm-slots-per-rank``
+lets a backend such as gloo run several comm ops at once, ``etkit-comm-slots-per-group`` at most that many
+collectives of one group). Whenever one of a rank's nodes
 finishes, the rank issues, smallest node id first, every node whose dependencies are done and whose
 resource is free (ASTRA-sim's ``issue_dep_free_nodes``); METADATA and INVALID nodes finish at once
 and, as in ASTRA-sim, their children wait for the rank's next finish (etkit issues them at once when
@@ -158,7 +160,11 @@ class _Engine:
         self.indeg = [array("q", c.program.indegree) for c in classes]
         self.ready: list[list[list]] = [[[], [], []] for _ in range(n)]  # per resource: heap of (node id, row)
         self.free_ready: list[list] = [[] for _ in range(n)]  # ready nodes that take no resource: (node id, row)
-        self.busy = [[False, False, False] for _ in range(n)]
+        self.busy = [[0, 0, 0] for _ in range(n)]  # per resource: ops in flight
+        # ops each resource runs at once: one CPU, one compute op, comm-slots-per-rank comm ops (1: ASTRA-sim)
+        self.capacity = (1, 1, system.comm_slots_per_rank)
+        self.group_slots = system.comm_slots_per_group  # collectives of one group at once (0: no own limit)
+        self.group_busy: list[dict[str | None, int]] = [{} for _ in range(n)]
         self.inflight = [0] * n
         # per row, ns (NaN = not yet): compact arrays, handed to the result as numpy views without a copy
         self.start = [_nans(len(c.program)) for c in classes]
@@ -233,14 +239,21 @@ class _Engine:
     def issue_ready(self, c: int) -> None:
         """Issue every ready node whose resource is free, smallest id first (``issue_dep_free_nodes``):
         the nodes ready when it starts; those an instant node frees wait for the rank's next finish."""
-        busy, ready = self.busy[c], self.ready[c]
+        busy, ready, capacity = self.busy[c], self.ready[c], self.capacity
         while True:
             picks = self.free_ready[c]
             self.free_ready[c] = []
-            for res in (0, 1, 2):
+            for res in (0, 1):
                 if not busy[res] and ready[res]:
                     picks.append(heapq.heappop(ready[res]))
-                    busy[res] = True
+                    busy[res] = 1
+            if busy[2] < capacity[2] and ready[2]:
+                if self.group_slots:
+                    self.take_comm(c, picks)
+                else:
+                    while busy[2] < capacity[2] and ready[2]:
+                        picks.append(heapq.heappop(ready[2]))
+                        busy[2] += 1
             if not picks:
                 return
             if len(picks) > 1:
@@ -252,6 +265,24 @@ class _Engine:
             # etkit goes on where ASTRA-sim would stop: nothing left running on the rank to finish next
             if not deferred or self.inflight[c]:
                 return
+
+    def take_comm(self, c: int, picks: list) -> None:
+        """Ready comm ops up to the rank's comm slots, smallest id first, passing over collectives of a
+        group that already runs ``comm-slots-per-group`` of them (they stay ready)."""
+        busy, ready, prog, per_group = self.busy[c], self.ready[c][2], self.classes[c].program, self.group_busy[c]
+        passed = []
+        while busy[2] < self.capacity[2] and ready:
+            item = heapq.heappop(ready)
+            if prog.kind[item[1]] == K_COLL:
+                pg = prog.pg(item[1])
+                if per_group.get(pg, 0) >= self.group_slots:
+                    passed.append(item)
+                    continue
+                per_group[pg] = per_group.get(pg, 0) + 1
+            picks.append(item)
+            busy[2] += 1
+        for item in passed:
+            heapq.heappush(ready, item)
 
     def make_ready(self, c: int, row: int) -> None:
         prog = self.classes[c].program
@@ -283,7 +314,9 @@ class _Engine:
         self.end[c][row] = self.queue.now
         res = RESOURCE_OF_KIND[prog.kind[row]]
         if res >= 0:
-            self.busy[c][res] = False
+            self.busy[c][res] -= 1
+            if self.group_slots and prog.kind[row] == K_COLL:
+                self.group_busy[c][prog.pg(row)] -= 1
         indeg = self.indeg[c]
         children = prog.child_idx
         for i in range(prog.child_ptr[row], prog.child_ptr[row + 1]):

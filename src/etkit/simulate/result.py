@@ -77,6 +77,9 @@ class SimulationResult:
     warnings: list[str] = field(default_factory=list)
     config: dict = field(default_factory=dict)
     step_samples_ns: list[float] = field(default_factory=list)  # Monte Carlo: each run's step time (the result is the median run)
+    # a system calibrated with held-out errors (etkit-prediction-errors): (low ns, high ns, coverage) of the
+    # measured step time this prediction stands for (SystemConfig.prediction_interval)
+    step_interval_ns: tuple[float, float, float] | None = None
 
     @property
     def makespan_ns(self) -> int:
@@ -96,6 +99,8 @@ class SimulationResult:
             "ranks": {r: f.__dict__ for r, f in sorted(self.ranks.items())},
             "nodes": self.nodes, "simulated_nodes": self.simulated_nodes, "rank_classes": self.classes,
             "events": self.events, "wall_s": self.wall_s, "step_samples_ns": self.step_samples_ns, "warnings": self.warnings, "config": self.config,
+            "step_interval": None if self.step_interval_ns is None else dict(
+                zip(("low_ns", "high_ns", "coverage"), self.step_interval_ns)),
         }
 
     def table(self, limit: int = 64) -> list[str]:

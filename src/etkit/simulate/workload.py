@@ -219,8 +219,11 @@ def measured_gaps(trace: Trace, kind: np.ndarray, dur: np.ndarray) -> tuple[np.n
     (interpreter work no op records, which a parent annotation such as ``ProfilerStep#N`` would
     otherwise hold as one block) stays where it happened. When the op after a comm call started only
     once the communication had ended, the thread was blocked in it: that op gets a dependency on the
-    comm node, so the simulated wait replaces the measured one. Only for traces with timestamps and
-    thread ids (PyTorch conversions); returns (durations, extra parent rows, extra child rows).
+    comm node, so the simulated wait replaces the measured one. When it started earlier, the call
+    returned while its communication went on, and the thread's time in the call (from its start to
+    the next op) is added to that op, unless that op consumes a communication's result (it waited).
+    Only for traces with timestamps and thread ids (PyTorch conversions); returns (durations, extra
+    parent rows, extra child rows).
     """
     none = np.empty(0, np.int64)
     comm = (kind == K_COLL) | (kind == K_SEND) | (kind == K_RECV)
@@ -251,7 +254,29 @@ def measured_gaps(trace: Trace, kind: np.ndarray, dur: np.ndarray) -> tuple[np.n
     blocked = comm[cur] & (kind[nxt] == K_CPU) & (trace.start[nxt] >= end[cur])
     # the thread's time from the end of the communication to its next op (returning from the call) stays
     out[nxt[blocked]] += (trace.start[nxt[blocked]] - end[cur[blocked]]) * 1000.0
+    # a call that returned while its communication went on (an async collective, an isend) held the thread
+    # from its start until the next op: that time stays on the thread too (a loaded host may keep it for ms);
+    # not when the next op consumes a communication's result (the thread waited for it; a backend may
+    # close its record late, after the waiting thread went on)
+    issued = comm[cur] & (kind[nxt] == K_CPU) & (trace.start[nxt] < end[cur])
+    if issued.any():
+        parents = trace.rows_of(trace.data_deps)
+        known = parents >= 0
+        waits = np.zeros(len(trace), dtype=bool)
+        waits[trace.edge_sources("data")[known][comm[parents[known]]]] = True
+        issued &= ~waits[nxt]
+    out[nxt[issued]] += (trace.start[nxt[issued]] - trace.start[cur[issued]]) * 1000.0
     return out, cur[blocked], nxt[blocked]
+
+
+def _without_issue_order(trace: Trace, kind: np.ndarray, parent: np.ndarray,
+                         child: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The edges without those from a collective to the next collective of its group: the issue order
+    (PyTorch conversions chain a group's calls), which the engine keeps by issuing comm ops smallest id
+    first, for a backend that runs a group's calls side by side (``etkit-comm-slots-per-group`` > 1)."""
+    coll = kind == K_COLL
+    order = coll[parent] & coll[child] & (trace.pg_idx[parent] == trace.pg_idx[child])
+    return (parent[~order], child[~order]) if order.any() else (parent, child)
 
 
 def build_program(trace: Trace, rank: int, system: SystemConfig, knobs: Knobs) -> Program:
@@ -263,6 +288,8 @@ def build_program(trace: Trace, rank: int, system: SystemConfig, knobs: Knobs) -
         kind[(kind == K_GPU) & (trace.tensor_size == 0) & (trace.num_ops != MISSING)] = K_INSTANT
     dur = compute_durations(trace, kind, system, knobs, rank)
     parent, child = _dependency_rows(trace, knobs.deps, rank, problems)
+    if system.concurrent_group_calls():
+        parent, child = _without_issue_order(trace, kind, parent, child)
     if knobs.measured_gaps and not system.roofline_enabled:
         dur, extra_parent, extra_child = measured_gaps(trace, kind, dur)
         if len(extra_parent):
