@@ -19,9 +19,11 @@ measured step time.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -33,10 +35,12 @@ from ..errors import EtkitError, UsageError
 from ..fileio import atomic_output, read_bytes_maybe_gzip
 from ..format.schema import CommType, NodeType
 from .collectives import group_layout, p2p_time, plan_collective
-from .config import OVERHEAD_KEY, RESIDUALS_KEY, Dimension, NetworkConfig, SystemConfig
+from .config import (ERRORS_KEY, OVERHEAD_KEY, RESIDUALS_KEY, SLOTS_GROUP_KEY, SLOTS_RANK_KEY, Dimension, NetworkConfig,
+                     SystemConfig)
 from ..model.job import Job
 
-__all__ = ["measured_step_ns", "measured_steps_ns", "simulated_steps_ns", "step_rows", "Measurement", "Calibration", "measure", "fit", "calibrate", "write_calibration", "CALIBRATION_SYSTEM",
+__all__ = ["measured_step_ns", "measured_steps_ns", "simulated_steps_ns", "step_rows", "calibrate_from_job", "calibrate_from_jobs", "holdout_errors", "recorded_step_ns",
+           "messages_from_job", "comm_slots", "predict_errors", "Measurement", "Calibration", "measure", "fit", "calibrate", "write_calibration", "CALIBRATION_SYSTEM",
            "DEFAULT_SIZES"]
 
 #: System assumed by the fit: one chunk, no endpoint delay, ring everywhere.
@@ -44,7 +48,8 @@ CALIBRATION_SYSTEM = SystemConfig(endpoint_delay_ns=0.0, preferred_dataset_split
                                   local_mem_bw_gbps=1e6, source="etkit calibrate")
 DEFAULT_SIZES = (1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22)
 STEP_PREFIX = "ProfilerStep#"
-COLLECTIVES = {"all_reduce": CommType.ALL_REDUCE, "all_gather": CommType.ALL_GATHER, "broadcast": CommType.BROADCAST}
+COLLECTIVES = {"all_reduce": CommType.ALL_REDUCE, "all_gather": CommType.ALL_GATHER, "broadcast": CommType.BROADCAST,
+               "reduce_scatter": CommType.REDUCE_SCATTER, "all_to_all": CommType.ALL_TO_ALL, "send_recv": None}
 
 
 @dataclass(frozen=True)
@@ -69,14 +74,23 @@ class Calibration:
     # from a trace: per (CommType name, group size) one vector per recorded call, each member's cost
     # minus the fitted model's time (ns): the spread the simulator draws from
     residuals_ns: dict[tuple[str, int], list[tuple[float, ...]]] = field(default_factory=dict)
+    # comm ops a rank ran at once (any group / one group), as the backend showed (1: one at a time)
+    slots_per_rank: int = 1
+    slots_per_group: int = 1
+    # held-out step-time errors (predicted / measured - 1) by job: what a prediction's interval comes from
+    holdout: dict[str, float] = field(default_factory=dict)
 
     def network(self) -> NetworkConfig:
         return NetworkConfig((Dimension(self.topology, self.ranks, self.bandwidth_gbps, self.latency_ns),), "calibration")
 
     def system(self) -> SystemConfig:
-        """:data:`CALIBRATION_SYSTEM` with the fitted per-call overheads (what to simulate with)."""
+        """:data:`CALIBRATION_SYSTEM` with the fitted per-call overheads, recorded spread, comm slots and
+        held-out errors (what to simulate with)."""
         return replace(CALIBRATION_SYSTEM, collective_overhead_ns=tuple(sorted(self.overheads_ns.items())),
-                       collective_residuals_ns=tuple((k, g, tuple(v)) for (k, g), v in sorted(self.residuals_ns.items())))
+                       collective_residuals_ns=tuple((k, g, tuple(v)) for (k, g), v in sorted(self.residuals_ns.items())),
+                       comm_slots_per_rank=self.slots_per_rank,
+                       comm_slots_per_group=self.slots_per_group if self.slots_per_rank > 1 else 0,
+                       prediction_errors=tuple(self.holdout.values()))
 
 
 def measured_step_ns(job_dir: str | os.PathLike[str]) -> float:
@@ -142,29 +156,28 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _worker(rank: int, world: int, port: int, backend: str, sizes: tuple[int, ...], reps: int, queue) -> None:
+def _worker(rank: int, world: int, port: int, backend: str, sizes: tuple[int, ...], reps: int, queue,
+            collectives: tuple[str, ...] = tuple(COLLECTIVES)) -> None:
+    import warnings
+
     import torch
     import torch.distributed as dist
 
+    warnings.filterwarnings("ignore", category=FutureWarning)  # the *_tensor forms jobs call are deprecated names
     torch.set_num_threads(1)
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     out: list[tuple[str, int, list[float]]] = []
     try:
-        for name in COLLECTIVES:
+        for name in collectives:
             for size in sizes:
-                elems = max(size // 4, 1)
+                elems = max(size // 4 // world, 1) * world  # whole shards for reduce-scatter and all-to-all
                 tensor = torch.ones(elems, dtype=torch.float32)
-                gathered = [torch.empty(elems) for _ in range(world)] if name == "all_gather" else None
+                call = _call(dist, name, tensor, rank, world)
                 times = []
                 for rep in range(reps + 1):
                     dist.barrier()
                     began = time.perf_counter()
-                    if name == "all_reduce":
-                        dist.all_reduce(tensor)
-                    elif name == "all_gather":
-                        dist.all_gather(gathered, tensor)
-                    else:
-                        dist.broadcast(tensor, 0)
+                    call()
                     if rep:  # the first call warms up connections and buffers
                         times.append(time.perf_counter() - began)
                 out.append((name, elems * 4, times))
@@ -173,11 +186,40 @@ def _worker(rank: int, world: int, port: int, backend: str, sizes: tuple[int, ..
     queue.put((rank, out))
 
 
+def _call(dist, name: str, tensor, rank: int, world: int):
+    """One call of ``name`` on ``tensor`` as a PyTorch job makes it (the tensor forms FSDP, tensor and
+    sequence parallelism use: ``all_gather_into_tensor``, ``reduce_scatter_tensor``, ``all_to_all_single``;
+    P2P: rank 0 sends to rank 1). Its ``comm_size`` as a converted ET carries it: the whole tensor, the
+    shard for an all-gather."""
+    import torch
+
+    if name == "all_reduce":
+        return lambda: dist.all_reduce(tensor)
+    if name == "broadcast":
+        return lambda: dist.broadcast(tensor, 0)
+    if name == "all_gather":
+        full = torch.empty(tensor.numel() * world)
+        return lambda: dist.all_gather_into_tensor(full, tensor)
+    if name == "reduce_scatter":
+        shard = torch.empty(tensor.numel() // world)
+        return lambda: dist.reduce_scatter_tensor(shard, tensor)
+    if name == "all_to_all":
+        received = torch.empty_like(tensor)
+        return lambda: dist.all_to_all_single(received, tensor)
+    if rank == 0:
+        return lambda: dist.send(tensor, 1)
+    return (lambda: dist.recv(tensor, 0)) if rank == 1 else (lambda: None)
+
+
 def measure(ranks: int = 2, *, backend: str = "gloo", sizes: tuple[int, ...] = DEFAULT_SIZES, reps: int = 5,
-            timeout_s: float = 120.0) -> list[Measurement]:
-    """Time each collective at each size on ``ranks`` spawned processes (median over ``reps``)."""
+            timeout_s: float = 600.0, collectives: tuple[str, ...] = tuple(COLLECTIVES)) -> list[Measurement]:
+    """Time each of ``collectives`` (:data:`COLLECTIVES` keys; ``send_recv``: a message from rank 0 to
+    rank 1) at each size on ``ranks`` spawned processes (median over ``reps``)."""
     if ranks < 2:
         raise UsageError("calibrate needs at least 2 ranks")
+    unknown = [c for c in collectives if c not in COLLECTIVES]
+    if unknown:
+        raise UsageError(f"unknown collective(s) {', '.join(unknown)}; choose from {', '.join(COLLECTIVES)}")
     try:
         import torch.multiprocessing as mp
     except ImportError:
@@ -185,7 +227,7 @@ def measure(ranks: int = 2, *, backend: str = "gloo", sizes: tuple[int, ...] = D
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, ranks, port, backend, tuple(sizes), reps, queue)) for r in range(ranks)]
+    procs = [ctx.Process(target=_worker, args=(r, ranks, port, backend, tuple(sizes), reps, queue, tuple(collectives))) for r in range(ranks)]
     for p in procs:
         p.start()
     results: dict[int, list] = {}
@@ -214,16 +256,16 @@ def measure(ranks: int = 2, *, backend: str = "gloo", sizes: tuple[int, ...] = D
 
 def _kind(m: Measurement) -> str:
     """The overhead key of a measurement: a CommType name or ``P2P``."""
-    if m.collective in COLLECTIVES:
-        return COLLECTIVES[m.collective].name
-    return m.collective
+    kind = COLLECTIVES.get(m.collective, m.collective)
+    return "P2P" if kind is None else getattr(kind, "name", kind)
 
 
 def _model_ns(m: Measurement, network: NetworkConfig, ranks: int, system: SystemConfig = CALIBRATION_SYSTEM) -> float:
-    if m.collective == "P2P":
+    kind = _kind(m)
+    if kind == "P2P":
         return p2p_time(network, system, 0, 1, m.size)[0]
     layout = group_layout(tuple(range(m.group or ranks)), network)
-    comm_type = COLLECTIVES[m.collective] if m.collective in COLLECTIVES else CommType[m.collective]
+    comm_type = CommType[kind]
     return plan_collective(comm_type, m.size, layout, system).time_ns
 
 
@@ -373,6 +415,103 @@ def _member_costs(inst: _Instance, aligned: bool) -> list[float]:
     return [min(e - s for s, e in zip(inst.starts, inst.ends))] * len(inst.starts)
 
 
+def recorded_step_ns(job: Job) -> float | None:
+    """The measured time of a converted job's profiled steps, from its own trace: per rank the sum of its
+    ``ProfilerStep#N`` annotations' inclusive spans (``dur_ns``), the slowest rank's (what
+    :func:`measured_step_ns` reads from the Kineto files); None when no rank has such annotations."""
+    best = None
+    for trace in job.traces.values():
+        rows = list(step_rows(trace).values())
+        if rows:
+            spans = np.where(trace.dur_ns[rows] >= 0, trace.dur_ns[rows], trace.duration[rows].astype(np.int64) * 1000)
+            best = max(best or 0.0, float(spans.sum()))
+    return best
+
+
+def messages_from_job(job: Job, steps: set[int] | None = None) -> list[Measurement]:
+    """What a measured job says its point-to-point messages cost: one ``P2P`` :class:`Measurement` per
+    message (a SEND and the RECV it met: the k-th of each (source, destination, tag) on either side), from
+    when both sides had posted it until the receiver returned (the simulator delivers a message to both
+    at that moment). A blocking gloo SEND records its wait for the receiver, so the sender's record
+    says nothing more; a loaded host makes even a 512-byte message cost milliseconds (its threads must
+    be scheduled on both sides)."""
+    sides: dict[tuple[int, int, int], tuple[list, list]] = {}
+    for trace in job.traces.values():
+        step_starts = trace.start[list(step_rows(trace).values())].astype(np.float64)
+        step_names = list(step_rows(trace))
+        for side, node_type in enumerate((NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE)):
+            rows = np.flatnonzero((trace.types == node_type) & (trace.start > 0))
+            for row in rows[np.argsort(trace.start[rows], kind="stable")]:
+                key = (int(trace.comm_src[row]), int(trace.comm_dst[row]), int(trace.comm_tag[row]))
+                at = int(np.searchsorted(step_starts, float(trace.start[row]), side="right")) - 1
+                sides.setdefault(key, ([], []))[side].append(
+                    (float(trace.start[row]), float(trace.start[row] + trace.duration[row]), max(int(trace.comm_size[row]), 0),
+                     step_names[at] if at >= 0 else None))
+    out = []
+    for sends, recvs in sides.values():
+        for (s0, _, size, _), (r0, r1, _, step) in zip(sends, recvs):
+            if steps is None or step in steps:
+                out.append(Measurement("P2P", size, max(r1 - max(s0, r0), 0.0) * 1e-6, 2))
+    return out
+
+
+def backend_slots(backend: str) -> int:
+    """Collectives of one group a backend runs at once: gloo's worker threads per group (two per
+    device, one CPU device: ProcessGroupGloo's default), 1 for any other (NCCL: one stream per communicator)."""
+    from ..pytorch.convert import GLOO_THREADS_PER_GROUP
+
+    return GLOO_THREADS_PER_GROUP if backend == "gloo" else 1
+
+
+_BACKEND_CONFIG = re.compile(r'backend_config\\?"\s*:\s*\\?"([^"\\]*)')
+
+
+def job_backend(job: Job) -> str:
+    """The backend a converted PyTorch job's collectives ran on, from its ``process_group:init``
+    METADATA node's ``backend_config`` (``cpu:gloo,cuda:gloo``: "gloo", ``cuda:nccl``: "nccl", the first
+    device's); "" when no rank says."""
+    for trace in job.traces.values():
+        for row in np.flatnonzero(trace.types == NodeType.METADATA_NODE)[:4]:
+            found = _BACKEND_CONFIG.search(trace.node(int(row)).inputs.values)
+            if found and found.group(1):
+                return found.group(1).split(",")[0].split(":")[-1]
+    return ""
+
+
+def comm_slots(job: Job) -> tuple[int, int]:
+    """How many collectives a rank of ``job`` may run at once: (on any of its groups, on one group). The
+    most its recorded COMM nodes (a backend's records, e.g. ``gloo:all_reduce``, on its worker threads)
+    ran at once, and at least what the job's backend allows (:func:`backend_slots` per group, on each of
+    the rank's groups: a job whose calls never had the chance to overlap still ran on a backend that
+    would have let them). Calls that overlap
+    by the trace's rounding (1 µs) or less are not counted as concurrent."""
+    allowed = backend_slots(job_backend(job))
+    groups = job.groups.to_json().values()
+    most_groups = max((sum(r in g for g in groups) for r in job.traces), default=1)
+    per_rank, per_group = allowed * max(most_groups, 1), allowed
+    for trace in job.traces.values():
+        rows = np.flatnonzero((trace.types == NodeType.COMM_COLL_NODE) & (trace.start > 0))
+        pgs = trace.pg_names()
+        groups: dict[str, list[int]] = {}
+        for row in rows:
+            groups.setdefault(str(pgs[row] or "0"), []).append(int(row))
+        per_rank = max(per_rank, _most_at_once(trace, rows))
+        per_group = max([per_group] + [_most_at_once(trace, np.asarray(g)) for g in groups.values()])
+    return per_rank, per_group
+
+
+def _most_at_once(trace, rows: np.ndarray) -> int:
+    """The most of ``rows``' recorded intervals open at one time (those touching within 1 µs count apart)."""
+    if len(rows) < 2:
+        return len(rows)
+    starts = trace.start[rows].astype(np.float64)
+    ends = np.maximum(starts + trace.duration[rows].astype(np.float64) - _ROUNDING_US, starts)
+    times = np.concatenate([starts, ends])
+    steps = np.concatenate([np.ones(len(rows)), -np.ones(len(rows))])
+    order = np.lexsort((steps, times))  # at equal times an interval closes before the next opens
+    return int(np.max(np.cumsum(steps[order])))
+
+
 def measurements_from_job(job: Job, steps: set[int] | None = None) -> list[Measurement]:
     """What a measured job says its collectives cost: one :class:`Measurement` per member of every
     recorded instance (the k-th collective of a communicator; ``instance`` numbers them), only those
@@ -410,11 +549,33 @@ def calibrate_from_job(job: Job, *, steps: set[int] | None = None) -> Calibratio
     this reproduces the distribution, including the expected slowest member and the correlation
     between members of one call (on a loaded host they are slow together), that a mean cannot.
     """
-    measurements = measurements_from_job(job, steps)
+    return calibrate_from_jobs([job], steps=steps)
+
+
+def calibrate_from_jobs(jobs: Sequence[Job], *, steps: set[int] | None = None, holdout: bool = False,
+                        samples: int = 32, progress=None) -> Calibration:
+    """One model fitted to the communication of several measured jobs at once (``etkit calibrate
+    --from-trace P1 P2 ...``; :func:`calibrate_from_job` is this for one job): every job's members'
+    costs and messages in one fit, every job's recorded calls in the spread, and as many comm ops at
+    once per rank and per group as any job ran (:func:`comm_slots`).
+
+    ``holdout`` (two jobs or more): each job is also predicted by the model fitted on the others
+    (``samples`` Monte Carlo runs) and its error against its recorded step time kept in
+    :attr:`Calibration.holdout` (written as ``etkit-prediction-errors``): the spread of those errors is
+    the interval every later prediction carries (:meth:`SystemConfig.prediction_interval`)."""
+    if not jobs:
+        raise UsageError("calibrate --from-trace needs at least one job")
+    measurements: list[Measurement] = []
+    for job in jobs:
+        offset = 1 + max((m.instance for m in measurements), default=-1)
+        measurements.extend(replace(m, instance=m.instance + offset) for m in measurements_from_job(job, steps))
     if len({m.instance for m in measurements}) < 2:
-        raise UsageError(f"{job.prefix}: fewer than two timed collectives to calibrate from")
-    ranks = max(job.world_size, 2)
-    cal = fit(measurements, ranks, backend="trace", relative=False, per_type=True)
+        names = ", ".join(str(j.prefix) for j in jobs)
+        raise UsageError(f"{names}: fewer than two timed collectives to calibrate from")
+    messages = [m for job in jobs for m in messages_from_job(job, steps)]
+    ranks = max(max(j.world_size for j in jobs), 2)
+    cal = fit(measurements + messages, ranks, backend="trace", relative=False, per_type=True)
+    cal.measurements = measurements + messages
     network, system = cal.network(), cal.system()
     calls: dict[int, list[Measurement]] = {}
     for m in measurements:
@@ -423,12 +584,66 @@ def calibrate_from_job(job: Job, *, steps: set[int] | None = None) -> Calibratio
         model = _model_ns(members[0], network, ranks, system)
         cal.residuals_ns.setdefault((_kind(members[0]), members[0].group), []).append(
             tuple(round(m.seconds * 1e9 - model, 1) for m in members))
+    slots = [comm_slots(job) for job in jobs]
+    cal.slots_per_rank, cal.slots_per_group = max(s[0] for s in slots), max(s[1] for s in slots)
+    if holdout and len(jobs) > 1:
+        cal.holdout = holdout_errors(jobs, steps=steps, samples=samples, progress=progress)
     return cal
 
 
+def job_name(job: Job) -> str:
+    return Path(str(job.prefix)).name
+
+
+def holdout_errors(jobs: Sequence[Job], *, steps: set[int] | None = None, samples: int = 32,
+                   progress=None) -> dict[str, float]:
+    """Leave one job out: per job with a recorded step time, predicted by the model fitted on the other
+    jobs / its recorded step time - 1 (jobs the others cannot be fitted without, or without a recorded
+    step time, are left out)."""
+    from . import simulate
+    from .config import Knobs
+
+    out: dict[str, float] = {}
+    for i, job in enumerate(jobs):
+        measured = recorded_step_ns(job)
+        others = [j for k, j in enumerate(jobs) if k != i]
+        try:
+            cal = calibrate_from_jobs(others, steps=steps)
+        except UsageError:
+            cal = None
+        if measured and cal is not None:
+            result = simulate(job, cal.network(), cal.system(), Knobs(samples=samples))
+            out[job_name(job)] = result.step_ns / measured - 1.0
+        if progress is not None:
+            progress.advance()
+    return out
+
+
+def predict_errors(cal: Calibration, jobs: Sequence[Job], *, samples: int = 32, progress=None) -> dict[str, float]:
+    """Per job with a recorded step time: ``cal``'s prediction / the recorded step time - 1 (jobs the
+    calibration never saw: out-of-sample errors, e.g. of a micro-benchmark fit, ``etkit calibrate --check``)."""
+    from . import simulate
+    from .config import Knobs
+
+    out: dict[str, float] = {}
+    system = replace(cal.system(), prediction_errors=())
+    for job in jobs:
+        measured = recorded_step_ns(job)
+        if measured:  # a larger job: the fitted Switch with as many ports (its links as fitted)
+            network = replace(cal, ranks=max(cal.ranks, job.world_size)).network()
+            out[job_name(job)] = simulate(job, network, system, Knobs(samples=samples)).step_ns / measured - 1.0
+        if progress is not None:
+            progress.advance()
+    return out
+
+
 def calibrate(ranks: int = 2, *, backend: str = "gloo", sizes: tuple[int, ...] = DEFAULT_SIZES, reps: int = 5) -> Calibration:
-    """Measure and fit (what ``etkit calibrate`` runs)."""
-    return fit(measure(ranks, backend=backend, sizes=sizes, reps=reps), ranks, backend=backend)
+    """Measure and fit (what ``etkit calibrate`` runs): latency, bandwidth and a fixed overhead per call
+    type (relative errors: every size counts), and the comm ops the backend runs at once
+    (:func:`backend_slots` per group; the calibration's one group)."""
+    cal = fit(measure(ranks, backend=backend, sizes=sizes, reps=reps), ranks, backend=backend, per_type=True)
+    cal.slots_per_rank = cal.slots_per_group = backend_slots(backend)
+    return cal
 
 
 def write_calibration(cal: Calibration, path: str | os.PathLike[str]) -> tuple[Path, Path]:
@@ -438,6 +653,8 @@ def write_calibration(cal: Calibration, path: str | os.PathLike[str]) -> tuple[P
              "# use with the system file written beside it (one chunk, no endpoint delay)"]
     for m, err in zip(cal.measurements, cal.errors):
         lines.append(f"#   {m.collective:<10} {m.size:>9} B  {m.seconds * 1e6:>10.1f} us  fit error {err:+.1%}")
+    for name, err in cal.holdout.items():
+        lines.append(f"# held out: {name} predicted {err:+.1%} off its recorded step time")
     body = yaml.safe_dump(cal.network().to_yaml_dict(), default_flow_style=None, sort_keys=False)
     with atomic_output(path, compress=False) as out:
         out.write(("\n".join(lines) + "\n" + body).encode())
@@ -451,6 +668,11 @@ def write_calibration(cal: Calibration, path: str | os.PathLike[str]) -> tuple[P
               "local-mem-bw": s.local_mem_bw_gbps, "roofline-enabled": 0, "peak-perf": s.peak_perf_tflops}
     if cal.overheads_ns:
         system[OVERHEAD_KEY] = {k: round(v, 1) for k, v in sorted(cal.overheads_ns.items())}
+    if cal.slots_per_rank > 1:
+        system[SLOTS_RANK_KEY] = cal.slots_per_rank
+        system[SLOTS_GROUP_KEY] = cal.slots_per_group
+    if cal.holdout:
+        system[ERRORS_KEY] = [round(e, 5) for e in cal.holdout.values()]
     if cal.residuals_ns:
         residuals: dict[str, dict[str, list]] = {}
         for (kind, group), vectors in sorted(cal.residuals_ns.items()):
