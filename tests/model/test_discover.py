@@ -64,7 +64,10 @@ def test_a_mistyped_prefix_names_the_closest_job(folder):
                                         ("rank-0.kineto.json", "a Kineto")])
 def test_a_json_file_where_an_et_is_expected_says_what_it_is(name, kind, capsys):
     path = PYTORCH_JOBS / "ddp_mlp_ws2" / name
-    for verb in (["info"], ["validate"], ["analyze"], ["simulate", "--preset", "hgx-h100"], ["graph"], ["to-json"]):
+    verbs = [["info"], ["validate"], ["simulate", "--preset", "hgx-h100"], ["graph"], ["to-json"]]
+    if kind != "a Kineto":  # the analysis verbs read a Kineto trace as it is (converted on the fly)
+        verbs.append(["analyze"])
+    for verb in verbs:
         argv = [verb[0], str(path), *verb[1:]] + (["-o", "x.dot"] if verb[0] == "graph" else [])
         assert main(argv) == 2
         err = capsys.readouterr().err
