@@ -116,3 +116,19 @@ def kineto_converted(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str]
             done[name] = out / name
         return done[name]
     return prefix
+
+
+@pytest.fixture(scope="session")
+def kineto_job(kineto_converted):  # type: ignore[no-untyped-def]
+    """``kineto_job(name)``: the :class:`etkit.model.job.Job` of ``kineto_converted(name)``. A trace of some
+    ranks of a bigger job has a comm-groups file naming the others, so the ranks are loaded as they are."""
+    from etkit.model.groups import ProcessGroups
+    from etkit.model.job import Job
+    from etkit.model.trace import load_trace
+
+    def job(name: str):  # type: ignore[no-untyped-def]
+        prefix = kineto_converted(name)
+        traces = {int(f.name.split(".")[-2]): load_trace(f) for f in sorted(prefix.parent.glob(prefix.name + ".*.et"))}
+        groups = prefix.parent / f"{prefix.name}.comm_groups.json"
+        return Job(traces, ProcessGroups.load(groups) if groups.exists() else ProcessGroups(), str(prefix))
+    return job

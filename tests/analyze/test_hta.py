@@ -29,9 +29,6 @@ import pytest
 from etkit.analyze import gpu
 from etkit.analyze.context import prepare
 from etkit.executor import SerialExecutor
-from etkit.model.groups import ProcessGroups
-from etkit.model.job import Job
-from etkit.model.trace import load_trace
 from etkit.pytorch.kineto_convert import kineto_files
 
 from ..conftest import KINETO_TRACES, REPO
@@ -64,18 +61,9 @@ def hta(tmp_path_factory, ref_python) -> dict[str, dict]:
 
 
 @pytest.fixture(scope="session")
-def contexts(kineto_converted) -> dict[str, object]:
-    """etkit's analysis context of every converted trace (ranks of a job of which only some ranks are here:
-    their comm-groups file names the others, so the traces are loaded as they are)."""
-    out = {}
-    for name in KINETO_TRACES:
-        prefix = kineto_converted(name)
-        files = sorted(prefix.parent.glob(prefix.name + ".*.et"))
-        traces = {int(f.name.split(".")[-2]): load_trace(f) for f in files}
-        groups = prefix.parent / f"{prefix.name}.comm_groups.json"
-        job = Job(traces, ProcessGroups.load(groups) if groups.exists() else ProcessGroups(), str(prefix))
-        out[name] = prepare(job, executor=SerialExecutor())
-    return out
+def contexts(kineto_job) -> dict[str, object]:
+    """etkit's analysis context of every converted trace."""
+    return {name: prepare(kineto_job(name), executor=SerialExecutor()) for name in KINETO_TRACES}
 
 
 @pytest.mark.parametrize("name", GPU_TRACES)

@@ -176,3 +176,25 @@ def test_every_upstream_vector_analyses_and_renders(tmp_path):
         assert p.length_ns <= a.makespan_ns + 1.0, spec
         write_report(job, tmp_path / "r.html")
         write_timeline(job, tmp_path / "t.pftrace")
+
+
+def _critical_path_holds(a) -> None:  # type: ignore[no-untyped-def]
+    p = a.critical_path
+    on_path = list(zip(p.rank.tolist(), p.row.tolist()))
+    assert len(set(on_path)) == len(on_path)  # a simple path: no node twice
+    busiest = max(b.busy_ns for b in a.breakdown.ranks.values())
+    assert busiest <= p.length_ns <= a.makespan_ns
+    assert int(p.on_path_ns.sum() + p.wait_after_ns.sum()) == p.length_ns
+
+
+@pytest.mark.parametrize("name", ["ddp_mlp_ws2", "pp_sendrecv_ws2", "tp_transformer_ws2", "tp_transformer_ws4",
+                                  "all_to_all_ws4", "fsdp2_mlp_ws2", "hybrid_dp_tp_ws4", "cnn_single"])
+def test_critical_path_of_every_shared_job_is_a_simple_path_between_busy_and_makespan(converted_job, name):
+    _critical_path_holds(analyze_job(load_job(converted_job(name), executor=SerialExecutor())))
+
+
+def test_critical_path_of_every_kineto_trace_is_a_simple_path_between_busy_and_makespan(kineto_job):
+    from ..conftest import KINETO_TRACES
+
+    for name in KINETO_TRACES:
+        _critical_path_holds(analyze_job(kineto_job(name)))

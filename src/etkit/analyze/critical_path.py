@@ -10,7 +10,9 @@ and a dependency of a caller counts for its first callee.
 Measured traces miss some dependencies, so on them (schedule source "trace") two more rules apply: a
 send that ended together with a receive posted after it waited for the receiver; and a node whose
 recorded predecessors all ended well before it began is taken to have waited for the op of its rank
-that ended last before it (counted in the notes).
+that ended last before it, and one that nothing explains (no op of its rank ended by its start) for the
+op of its rank that started last before it, which was running when it began (both counted in the notes).
+The path is a simple path: no node is on it twice.
 
 Each node on the path is credited with the time from its start to the next path node's start (or its
 own end); the gaps are "caller" time when an enclosing op of the same thread was running (host
@@ -144,11 +146,17 @@ class _RankWalk:
         self.implicit = 0
         if measured:
             pred = self._wait_on_latest(pred, start, end, leaf)
+            pred = self._started_before(pred, start, leaf)
         self.pred = pred.tolist()
         self.start = start.tolist()
         self.end = end.tolist()
         self.leaf = leaf.tolist()
         self.linked: set[int] = set()  # rows tied to other ranks (collective members, receives)
+
+    def _started_before(self, pred: np.ndarray, start: np.ndarray, leaf: np.ndarray) -> np.ndarray:
+        out, found = _started_before_impl(pred, start, leaf)
+        self.implicit += found
+        return out
 
     def _wait_on_latest(self, pred: np.ndarray, start: np.ndarray, end: np.ndarray, leaf: np.ndarray) -> np.ndarray:  # noqa: D401
         """Measured traces miss dependencies (a blocking receive whose consumer lists only the op
@@ -174,6 +182,20 @@ class _RankWalk:
         out[rows[better]] = cand[better]
         self.implicit = int(better.sum())
         return out
+
+
+def _started_before_impl(pred: np.ndarray, start: np.ndarray, leaf: np.ndarray) -> tuple[np.ndarray, int]:
+    """For a leaf that nothing before it explains (no predecessor ended by its start), the leaf of its rank
+    that started last before it: it was running when this one began (the op launching a kernel, the thread
+    that issued a call). Its start is earlier, so following it never comes back."""
+    rows = np.flatnonzero(leaf)
+    rows = rows[np.argsort(start[rows], kind="stable")]
+    starts = start[rows]
+    k = np.searchsorted(starts, start[rows], side="left") - 1
+    missing = (pred[rows] < 0) & (k >= 0)
+    out = pred.copy()
+    out[rows[missing]] = rows[k[missing]]
+    return out, int(missing.sum())
 
 
 def _precedes(src: np.ndarray, dst: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -279,7 +301,7 @@ def critical_path(job: Job, schedule: Schedule | None = None, *,
     implicit = sum(w.implicit for w in walks.values())
     if implicit:
         result.notes.append(f"{implicit} node(s) had no recorded dependency explaining their start; the walk "
-                            "took the op of the same rank that ended last before them")
+                            "took the op of the same rank that ended last before them (none ended: the one that started last)")
     return result
 
 

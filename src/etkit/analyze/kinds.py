@@ -1,7 +1,7 @@
 """What kind of work each node is: compute, host CPU, communication, memory or other.
 
 Every analysis groups time by these kinds, so the rule lives here once. Range markers
-(``ProfilerStep#N``) nest their ops on their thread's track like any call, but their own time is the
+(``ProfilerStep#N``, and the ``record_function`` ranges a profile records as user annotations) nest their ops on their thread's track like any call, but their own time is the
 thread between ops (Python, blocking waits), so :func:`time_kinds` makes it "other". A COMP node with
 ``is_cpu_op`` true is host work ("cpu") on a rank that also has device compute; on a rank whose COMP
 nodes all run on the CPU (a CPU-only PyTorch job) host work *is* the compute, so it counts as
@@ -20,6 +20,7 @@ from ..model.trace import Trace
 __all__ = ["KIND_NAMES", "COMPUTE", "CPU", "COMM", "MEMORY", "OTHER", "node_kinds", "comm_label", "time_kinds", "annotation_rows"]
 
 _SYNC = PROFILER_CATEGORIES.index("cuda_sync")
+_USER_ANNOTATION = PROFILER_CATEGORIES.index("user_annotation")
 _TYPE_KIND = np.full(16, OTHER, dtype=np.int8)
 _TYPE_KIND[NodeType.COMP_NODE] = COMPUTE
 _TYPE_KIND[[NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, NodeType.COMM_COLL_NODE]] = COMM
@@ -32,9 +33,11 @@ ANNOTATION_PREFIXES = ("ProfilerStep#",)
 
 
 def annotation_rows(trace: Trace) -> np.ndarray:
-    """Boolean per row: the node is a range marker such as ``ProfilerStep#3``."""
+    """Boolean per row: the node is a range marker: a ``ProfilerStep#3``, or a compute node a profile records
+    as a user annotation (``record_function`` ranges, ``cat`` user_annotation)."""
     marks = np.fromiter((s.startswith(ANNOTATION_PREFIXES) for s in trace.strings), dtype=bool, count=len(trace.strings))
-    return marks[trace.name_idx] if marks.any() else np.zeros(len(trace), dtype=bool)
+    out = marks[trace.name_idx] if marks.any() else np.zeros(len(trace), dtype=bool)
+    return out | ((trace.cat == _USER_ANNOTATION) & (trace.types == NodeType.COMP_NODE))
 
 
 def node_kinds(trace: Trace) -> np.ndarray:
