@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .columnar import PAD, _scan, _simple_attributes, _string_table, _STRING_VAL, _ONEOF_WIRE_LUT
+from .columnar import MISSING, PAD, _INT_KIND, _ONEOF_WIRE_LUT, _STRING_VAL, _int_values, _plain_int, _scan, \
+    _simple_attributes, _string_table
 from .wire import WireFault
 
 __all__ = ["RecordParts", "record_parts", "joined_spans", "span_table"]
@@ -38,6 +39,49 @@ class RecordParts:
     attr_kind: np.ndarray  # oneof field number of its value (0: none)
     attr_text: np.ndarray  # string_val: index into ``strings`` (-1: not a string)
     strings: list[str]  # distinct string values (string_val, and string_list elements)
+    attr_value: np.ndarray | None = None  # the value field's varint or fixed bits, or its payload length
+    attr_value_off: np.ndarray | None = None  # where the value field's payload starts
+    scalars: dict[int, np.ndarray] | None = None  # top-level varint fields asked for: number -> per record (0: unset)
+    buf: bytes = b""  # the buffer the offsets point into (padded)
+
+    def int_values(self) -> np.ndarray:
+        """Per attribute, its integer value as the trace columns hold it (any integer or bool kind; MISSING for
+        other kinds and for uint64 values beyond int64)."""
+        out = np.full(self.attr_kind.size, MISSING, dtype=np.int64)
+        sel = _INT_KIND[np.minimum(self.attr_kind, 33)]
+        out[sel] = _int_values(self.attr_kind[sel], self.attr_value[sel])  # type: ignore[index]
+        return out
+
+    def ints(self, name: str) -> np.ndarray:
+        """Per record, the integer value of its attribute ``name`` (one of the names asked for) as the trace
+        columns hold it: any integer or bool kind, the last one of a record wins, :data:`MISSING` where none."""
+        n = int(self.io_off.shape[0])
+        out = np.full(n, MISSING, dtype=np.int64)
+        sel = np.flatnonzero((self.attr_name == self.names.index(name)) & _INT_KIND[np.minimum(self.attr_kind, 33)])
+        if sel.size:
+            out[self.attr_row[sel]] = _int_values(self.attr_kind[sel], self.attr_value[sel])  # type: ignore[index]
+        return out
+
+    def texts(self, name: str) -> tuple[np.ndarray, list[str]]:
+        """Per record, its attribute ``name`` as text (a string, or an integer written out, as the trace's
+        ``pg_name`` column reads it; the last one of a record wins): an index into the returned table, -1: none."""
+        mine = self.attr_name == self.names.index(name)
+        text = np.full(mine.size, -1, dtype=np.int64)  # per attribute
+        table: list[str] = []
+        rows = np.flatnonzero(mine & (self.attr_kind == _STRING_VAL))
+        if rows.size:
+            text[rows], table = _string_table(self.buf, np.frombuffer(self.buf, dtype=np.uint8), self.attr_value_off[rows],
+                                              self.attr_value[rows].astype(np.int64))  # type: ignore[index]
+        numbers = np.flatnonzero(mine & (self.attr_kind != _STRING_VAL) & _INT_KIND[np.minimum(self.attr_kind, 33)])
+        if numbers.size:  # rare: integer values, written out one by one
+            index = {t: i for i, t in enumerate(table)}
+            for j in numbers.tolist():
+                text[j] = index.setdefault(str(_plain_int(int(self.attr_kind[j]), int(self.attr_value[j]))), len(index))  # type: ignore[index]
+            table = list(index)
+        out = np.full(int(self.io_off.shape[0]), -1, dtype=np.int64)
+        valid = np.flatnonzero(text >= 0)  # attributes in wire order: a record's last valid one wins
+        out[self.attr_row[valid]] = text[valid]
+        return out, table
 
 
 def _keep(numbers: tuple[int, ...]):  # noqa: ANN202
@@ -67,30 +111,49 @@ def _named(b: np.ndarray, off: np.ndarray, length: np.ndarray, names: Sequence[s
     return out
 
 
-def record_parts(buf: bytes, rec_off: np.ndarray, rec_len: np.ndarray, names: Sequence[str] | None = None) -> RecordParts | None:
+def record_parts(buf: bytes, rec_off: np.ndarray, rec_len: np.ndarray, names: Sequence[str] | None = None, *,
+                 io: bool = True, strings: bool = True, scalars: Sequence[int] = ()) -> RecordParts | None:
     """The IOInfo spans and attributes of the records ``buf[rec_off:rec_off+rec_len]`` (None: parse them one by one).
 
     ``names``: the attribute names the caller wants to tell apart (then :attr:`RecordParts.names` is
-    ``names``, and other attributes have -1); None: a table of every name (costlier: one per attribute)."""
+    ``names``, and other attributes have -1); None: a table of every name (costlier: one per attribute).
+    ``io=False`` leaves the IOInfo spans out (all -1), ``strings=False`` the table of string values (every
+    ``attr_text`` -1); ``scalars``: top-level varint fields (``3`` type, ``6`` start, ...) to return per record,
+    the last one of a record winning as protobuf reads them.
+
+    The walk checks the wire format but is not a proof that protobuf accepts the records (the trace
+    loader's is): callers read what protobuf would read from records that a loader accepts."""
     n = int(rec_off.size)
     padded = buf + bytes(PAD)
     b = np.frombuffer(padded, dtype=np.uint8)
+    top = {number: np.zeros(n, dtype=np.uint64) for number in scalars}
+    wanted = np.zeros(64, dtype=bool)
+    wanted[list(scalars)] = True
+
+    def store_scalars(msgs: np.ndarray, field: np.ndarray, wire: np.ndarray, val: np.ndarray, off: np.ndarray) -> None:
+        m = (wire == 0) & wanted[np.minimum(field, 63)]
+        if m.any():
+            for number, column in top.items():
+                mine = m & (field == number)
+                column[msgs[mine]] = val[mine]
+
     try:
-        f = _scan(b, rec_off.astype(np.int64), (rec_off + rec_len).astype(np.int64), _keep((8, 9, 10)), _nothing)
+        f = _scan(b, rec_off.astype(np.int64), (rec_off + rec_len).astype(np.int64), _keep((8, 9, 10) if io else (10,)),
+                  store_scalars if scalars else _nothing)
         io_off = np.full((n, 2), -1, dtype=np.int64)
         io_len = np.zeros((n, 2), dtype=np.int64)
-        io = np.flatnonzero(f.field != 10)
-        if io.size:
-            if np.bincount(f.msg[io] * 2 + (f.field[io] - 8), minlength=2 * n).max() > 1:
+        spans = np.flatnonzero(f.field != 10)
+        if spans.size:
+            if np.bincount(f.msg[spans] * 2 + (f.field[spans] - 8), minlength=2 * n).max() > 1:
                 raise WireFault("an IOInfo field given twice")  # protobuf merges those: leave it to protobuf
-            side = (f.field[io] - 8).astype(np.int64)
-            io_off[f.msg[io], side], io_len[f.msg[io], side] = f.offset[io], f.value[io].astype(np.int64)
+            side = (f.field[spans] - 8).astype(np.int64)
+            io_off[f.msg[spans], side], io_len[f.msg[spans], side] = f.offset[spans], f.value[spans].astype(np.int64)
         text_off = np.full((n, 6), -1, dtype=np.int64)
         text_len = np.zeros((n, 6), dtype=np.int64)
-        if io.size:
-            start = f.offset[io]
-            g = _scan(b, start, start + f.value[io].astype(np.int64), _keep((1, 2, 3)), _nothing)
-            rows, slot = f.msg[io][g.msg], side[g.msg] * 3 + g.field - 1
+        if spans.size:
+            start = f.offset[spans]
+            g = _scan(b, start, start + f.value[spans].astype(np.int64), _keep((1, 2, 3)), _nothing)
+            rows, slot = f.msg[spans][g.msg], side[g.msg] * 3 + g.field - 1
             if rows.size and np.bincount(rows * 6 + slot, minlength=6 * n).max() > 1:
                 raise WireFault("an IOInfo text given twice")
             text_off[rows, slot], text_len[rows, slot] = g.offset, g.value.astype(np.int64)
@@ -116,22 +179,24 @@ def record_parts(buf: bytes, rec_off: np.ndarray, rec_len: np.ndarray, names: Se
         else:
             names = list(names)
             attr_name = _named(b, name_off, name_len, names)
-        text = kind == _STRING_VAL
         attr_text = np.full(na, -1, dtype=np.int32)
-        attr_text[text], strings = _string_table(padded, b, v_off[text], value[text].astype(np.int64))
-        lists = np.flatnonzero(kind == _STRING_LIST)
+        table: list[str] = []
+        text = kind == _STRING_VAL
+        if strings:
+            attr_text[text], table = _string_table(padded, b, v_off[text], value[text].astype(np.int64))
+        lists = np.flatnonzero(kind == _STRING_LIST) if strings else np.zeros(0, dtype=np.int64)
         if lists.size:  # rare: the elements of string lists join the table
             g = _scan(b, v_off[lists], v_off[lists] + value[lists].astype(np.int64), _keep((1,)), _nothing)
-            known = set(strings)
+            known = set(table)
             for o, l in zip(g.offset.tolist(), g.value.astype(np.int64).tolist()):
                 s = padded[o:o + l].decode("utf-8")
                 if s not in known:
                     known.add(s)
-                    strings.append(s)
+                    table.append(s)
     except (WireFault, UnicodeDecodeError, ValueError, IndexError):
         return None
     return RecordParts(io_off, io_len, text_off, text_len, f.msg[attrs], attr_name, names, a_start, a_end - a_start, kind,
-                       attr_text, strings)
+                        attr_text, table, value, v_off, top, padded)
 
 
 def joined_spans(buf: bytes, off: np.ndarray, length: np.ndarray, sep: bytes) -> bytes:
