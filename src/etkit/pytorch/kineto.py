@@ -101,6 +101,7 @@ class KinetoTrace:
     sync_wait_stream: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     sync_wait_corr: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     sync_correlation: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    cache: dict[str, Any] = field(default_factory=dict, repr=False)  # derived tables (e.g. the nesting), once
 
     # exact integer ns (see the module docstring)
     @property
@@ -301,7 +302,8 @@ def load_kineto(path: str | os.PathLike[str], *, rank: int | None = None) -> Kin
                                 or max(tid, rf, ext, pid) > _MAX_ID or min(tid, rf, ext, pid) < -_MAX_ID:
                             tid, pid = _id(tid, "tid"), _id(pid, "pid")
                             rf, ext = _id(rf, "args.Record function id"), _id(ext, "args.External id")
-                        if not (float is type(ts) is type(dur)) or not (0 <= dur <= _MAX_US and -_MAX_US <= ts <= _MAX_US):
+                        if not ((type(ts) is float or type(ts) is int) and (type(dur) is float or type(dur) is int)) \
+                                or not (0 <= dur <= _MAX_US and -_MAX_US <= ts <= _MAX_US):
                             ts, dur = _time(ts, "ts"), _time(dur, "dur")
                         name = ev.get("name", "")
                         index = names.get(name) if type(name) is str else None
@@ -313,6 +315,30 @@ def load_kineto(path: str | os.PathLike[str], *, rank: int | None = None) -> Kin
                         add_cpu((index, ts, dur, tid, rf, ext))
                         cpu_cat.append(0 if cat == "cpu_op" else 1)
                 elif cat in GPU_CATEGORIES:
+                    args = ev.get("args")
+                    name, ts, dur = ev.get("name"), ev.get("ts"), ev.get("dur")
+                    if type(args) is dict and type(name) is str:  # the common case, checked inline
+                        stream, corr, ext = args.get("stream"), args.get("correlation", _NO_ID), args.get("External id", _NO_ID)
+                        nbytes = _NO_ID if cat == "kernel" else args.get("bytes", _NO_ID)
+                        if (int is type(stream) is type(corr) is type(ext) is type(nbytes)
+                                and -_MAX_ID <= min(stream, corr, ext, nbytes) and max(stream, corr, ext, nbytes) <= _MAX_ID
+                                and (type(ts) is float or type(ts) is int)
+                                and (type(dur) is float or type(dur) is int) and 0 <= dur <= _MAX_US
+                                and abs(ts) <= _MAX_US and "Collective name" not in args
+                                and "Process Group Name" not in args):
+                            index = names.get(name)
+                            if index is None:
+                                index = names[name] = len(names)
+                            gpu[0].append(index)
+                            gpu[1].append(float(ts))
+                            gpu[2].append(float(dur))
+                            gpu[3].append(stream)
+                            gpu[4].append(corr)
+                            gpu[5].append(ext)
+                            gpu[6].append(None)
+                            gpu[7].append(cat)
+                            gpu[8].append(nbytes)
+                            continue
                     args = _args(ev)
                     gpu[0].append(names.setdefault(_name(ev), len(names)))
                     gpu[1].append(_time(ev.get("ts"), "ts"))
@@ -328,6 +354,25 @@ def load_kineto(path: str | os.PathLike[str], *, rank: int | None = None) -> Kin
                     if "Collective name" in args:
                         gpu_args[len(gpu[0]) - 1] = {k: args[k] for k in COMM_ARGS if k in args}
                 elif cat in LAUNCH_CATEGORIES:
+                    args = ev.get("args")
+                    name, ts, dur, tid = ev.get("name"), ev.get("ts"), ev.get("dur"), ev.get("tid")
+                    if type(args) is dict and type(name) is str:  # the common case, checked inline
+                        corr, ext = args.get("correlation", _NO_ID), args.get("External id", _NO_ID)
+                        if (int is type(tid) is type(corr) is type(ext) and -_MAX_ID <= min(tid, corr, ext)
+                                and max(tid, corr, ext) <= _MAX_ID and (type(ts) is float or type(ts) is int)
+                                and (type(dur) is float or type(dur) is int) and 0 <= dur <= _MAX_US
+                                and abs(ts) <= _MAX_US):
+                            index = names.get(name)
+                            if index is None:
+                                index = names[name] = len(names)
+                            launch[0].append(float(ts))
+                            launch[1].append(tid)
+                            launch[2].append(corr)
+                            launch[3].append(ext)
+                            launch[4].append(index)
+                            launch[5].append(float(dur))
+                            launch[6].append(cat == "cuda_driver")
+                            continue
                     args = _args(ev)
                     launch[0].append(_time(ev.get("ts"), "ts"))
                     launch[1].append(_id(ev.get("tid"), "tid"))

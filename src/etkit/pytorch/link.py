@@ -270,7 +270,13 @@ def _greedy_align(wanted: list[str], have: list[str], start: int, window: int = 
 def _kineto_nesting(kin: KinetoTrace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Innermost enclosing CPU event on the same thread (-1 = none) and exclusive duration of every CPU
     event, and the enclosing CPU event of every runtime call (``cudaLaunchKernel``...). Runtime calls hold
-    nothing, but their time is their caller's callee time, not its self time."""
+    nothing, but their time is their caller's callee time, not its self time. Computed once per trace."""
+    if "nesting" not in kin.cache:
+        kin.cache["nesting"] = _nesting(kin)
+    return kin.cache["nesting"]
+
+
+def _nesting(kin: KinetoTrace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n, m = len(kin.cpu_ts), len(kin.launch_ts)
     ts = np.concatenate((kin.cpu_ts, kin.launch_ts)).tolist()
     dur_all = np.concatenate((kin.cpu_dur, kin.launch_dur if len(kin.launch_dur) == m else np.zeros(m)))
