@@ -30,9 +30,16 @@ def communicator_key(pg_name: str | None) -> str:
 
 @dataclass(frozen=True)
 class ProcessGroups:
-    """``pg_name`` -> sorted global ranks. An empty tuple means every rank of the job."""
+    """``pg_name`` -> sorted global ranks. An empty tuple means every rank of the job. ``listed``: a
+    group's ranks in the order its source listed them, where that is not sorted (ASTRA-sim runs a
+    group's collectives on a ring in that order)."""
 
     groups: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    listed: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def in_order(self, pg_name: str | None, world_size: int) -> tuple[int, ...]:
+        """:meth:`members` in the order the group was listed."""
+        return self.listed.get(pg_name) or self.members(pg_name, world_size)  # type: ignore[arg-type]
 
     def members(self, pg_name: str | None, world_size: int) -> tuple[int, ...]:
         """Global ranks of group ``pg_name`` in a job of ``world_size`` ranks."""
@@ -47,7 +54,8 @@ class ProcessGroups:
         return pg_name in ("", WORLD, None) or pg_name in self.groups
 
     def merged(self, other: ProcessGroups) -> ProcessGroups:
-        return ProcessGroups({**self.groups, **other.groups})
+        listed = {k: v for k, v in self.listed.items() if k not in other.groups}
+        return ProcessGroups({**self.groups, **other.groups}, {**listed, **other.listed})
 
     def to_json(self) -> dict[str, list[int]]:
         return {name: list(ranks) for name, ranks in self.groups.items()}
@@ -59,7 +67,8 @@ class ProcessGroups:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Iterable[int]]) -> ProcessGroups:
-        return cls({str(k): tuple(sorted(int(r) for r in v)) for k, v in data.items()})
+        given = {str(k): tuple(int(r) for r in v) for k, v in data.items()}
+        return cls({k: tuple(sorted(v)) for k, v in given.items()}, _unsorted(given))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ProcessGroups:
@@ -70,7 +79,12 @@ class ProcessGroups:
             raise EtkitError(f"{path}: cannot read comm groups ({exc})") from None
         if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
             raise EtkitError(f'{path}: comm groups must be a JSON object {{"<pg_name>": [ranks...]}}')
-        return cls({str(name): checked_ranks(ranks, f"{path}: group {str(name)[:40]!r}") for name, ranks in data.items()})
+        groups = {str(name): checked_ranks(ranks, f"{path}: group {str(name)[:40]!r}") for name, ranks in data.items()}
+        return cls(groups, _unsorted({str(name): tuple(ranks) for name, ranks in data.items()}))
+
+
+def _unsorted(given: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    return {k: v for k, v in given.items() if list(v) != sorted(v)}
 
 
 def parse_process_group_init(values: str, *, where: str = "process_group:init") -> ProcessGroups:
