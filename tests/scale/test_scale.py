@@ -141,6 +141,18 @@ def test_tensor_parallel_shards_and_pipeline_merges(llm_job, tmp_path) -> None:
     assert scale(llm_job, tmp_path / "r", ranks=24, executor=EX).new_layout == "tp2,dp6,pp2"
 
 
+def test_a_job_with_no_group_peer_or_metadata_node_is_copied(tmp_path) -> None:
+    """Nothing to stamp (one-rank collectives of the default group, nothing else): the copies are the source."""
+    from etkit.generate.collective import write_collective
+
+    write_collective(str(tmp_path / "ar"), "all_reduce", "64KiB", 4, executor=EX)
+    report = scale(tmp_path / "ar", tmp_path / "ar8", dp=8, executor=EX)
+    assert report.valid and report.ranks == 8
+    assert _files(tmp_path / "ar8") == sorted(f"{r}.et" for r in range(8))
+    for rank in range(8):  # rank r is a copy of source rank r mod 4
+        assert filecmp.cmp(f"{tmp_path}/ar.{rank % 4}.et", f"{tmp_path}/ar8.{rank}.et", shallow=False), rank
+
+
 def test_refusals_are_one_line(llm_job, tmp_path) -> None:
     with pytest.raises(EtkitError, match="refusing to write over an input"):
         scale(llm_job, llm_job, dp=4, executor=EX)

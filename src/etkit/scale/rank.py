@@ -328,7 +328,7 @@ def _template(trace: Trace, task: SourceTask) -> _Copies:
     stamped[np.flatnonzero(order >= fast.rows.size)] = [others[r][0] == "stamped" for r in rows[order >= fast.rows.size].tolist()]
     # pieces: the metadata record, then per entry the run before it and its slots (3 for a stamped record), a last run
     width = np.where(stamped, 4, 2)
-    run_at = 1 + np.concatenate([[0], np.cumsum(width)[:-1]]).astype(np.int64)
+    run_at = 1 + np.cumsum(width) - width  # (empty when no record is special)
     pieces = np.empty(2 + int(width.sum()), dtype=object)
     meta = trace.metadata_record if trace.metadata_record is not None else trace.metadata.SerializeToString()
     pieces[0] = frame(meta)
