@@ -7,11 +7,13 @@ ETs byte for byte, reports value for value. One test kills a worker process in t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -138,6 +140,65 @@ def test_cli_executor_option_and_environment(dask, job64, tmp_path, capsys, monk
     capsys.readouterr()
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes() == (tmp_path / "c.json").read_bytes()
     assert isinstance(executor_from_spec(address), DaskExecutor)
+
+
+@contextlib.contextmanager
+def _tracks_tasks(dask) -> Iterator[list[str]]:
+    """The keys of the cluster tasks that computed rank views in the ``with`` block (filled at its end)."""
+    keys: list[str] = []
+    with distributed.get_task_stream(client=dask.client) as stream:
+        yield keys
+    keys.extend(str(t["key"]) for t in stream.data if "etkit-tracks" in str(t["key"]))
+
+
+def _view_columns(ctx) -> dict:
+    return {r: (v.kinds.tolist(), v.transfer.tolist(), v.tracks.track.tolist(), v.tracks.names, v.tracks.leaf.tolist(),
+                v.tracks.seg_start.tolist(), v.tracks.seg_end.tolist(), v.tracks.seg_row.tolist(),
+                None if v.tracks.parent is None else v.tracks.parent.tolist()) for r, v in ctx.views.items()}
+
+
+@pytest.mark.shared_data
+def test_analyses_run_their_per_rank_work_on_the_cluster(dask, job64, converted_job, tmp_path) -> None:
+    from etkit.analyze.context import prepare as prepare_analysis
+
+    # a generated job (times from durations) and a profiled one (trace timestamps, calls nested on threads)
+    for prefix in (job64, converted_job("tp_transformer_ws2")):
+        job = load_job(prefix, executor=SERIAL)
+        with _tracks_tasks(dask) as keys:
+            ctx, analysis = prepare_analysis(job, executor=dask), analyze_job(job, executor=dask)
+        assert keys, "no rank view was computed on the cluster"
+        local = prepare_analysis(job, executor=SERIAL)
+        assert _view_columns(ctx) == _view_columns(local)
+        assert analysis.to_json() == analyze_job(job, executor=SERIAL).to_json()
+    # a rank file that changed after the job was loaded is named, not analysed as another trace
+    copy = tmp_path / "copy"
+    for rank in range(2):
+        Path(f"{copy}.{rank}.et").write_bytes(Path(f"{converted_job('tp_transformer_ws2')}.{rank}.et").read_bytes())
+    job = load_job(copy, executor=SERIAL)
+    Path(f"{copy}.1.et").write_bytes(Path(f"{job64}.1.et").read_bytes())
+    with pytest.raises(EtkitError, match=r"copy\.1\.et: rank 1's file changed after it was loaded"):
+        analyze_job(job, executor=dask)
+
+
+@pytest.mark.shared_data
+def test_analysis_verbs_give_the_same_outputs_on_the_cluster(dask, converted_job, tmp_path, capsys) -> None:
+    prefix = str(converted_job("tp_transformer_ws2"))
+    address = dask.address.replace("tcp://", "dask://")
+    outputs = {}
+    for name, where in (("serial", "serial"), ("dask", address)):
+        out = tmp_path / name
+        out.mkdir()
+        with _tracks_tasks(dask) as keys:
+            codes = [main(["analyze", prefix, "-q", "--executor", where, "--json", str(out / "a.json")]),
+                     main(["timeline", prefix, "-q", "--executor", where, "-o", str(out / "t.json")]),
+                     main(["report", prefix, "-q", "--executor", where, "-o", str(out / "r.html")]),
+                     main(["diff", prefix, prefix, "-q", "--executor", where, "--json", str(out / "d.json")])]
+        assert codes == [0, 0, 0, 0]
+        assert bool(keys) == (where == address)
+        outputs[name] = {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+    capsys.readouterr()
+    assert sorted(outputs["dask"]) == ["a.json", "d.json", "r.html", "t.json"]
+    assert outputs["dask"] == outputs["serial"]
 
 
 def test_a_worker_killed_mid_run_has_its_tasks_rerun(cluster, dask, job64) -> None:

@@ -7,11 +7,12 @@ run on the same job (``etkit analyze``, the report) they share one :class:`Analy
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..executor import Executor, SerialExecutor
+from ..executor import Executor, SerialExecutor, in_client
 from ..model.job import Job
 from ..model.schedule import RankSchedule, Schedule
 from ..model.trace import Trace
@@ -80,9 +81,59 @@ def _view(item: tuple[int, Trace, RankSchedule, bool]) -> RankView:
     return RankView(rank, trace, sched, time_kinds(trace, kinds), tracks)
 
 
+@dataclass
+class _ViewColumns:
+    """What a remote task sends back for one rank: its time kinds and tracks, not the trace."""
+
+    kinds: np.ndarray
+    tracks: RankTracks
+
+
+def _view_from_file(item: tuple[int, str, int, int, RankSchedule, bool]) -> _ViewColumns:
+    """A rank's view computed where its file is (a cluster worker): ``(rank, path, rows, id sum, schedule,
+    nesting)``; the file must still hold the trace the client loaded."""
+    from ..errors import EtkitError
+    from ..model.trace import load_trace
+
+    rank, path, rows, id_sum, sched, nesting = item
+    trace = load_trace(path)
+    if len(trace) != rows or _id_sum(trace) != id_sum:
+        raise EtkitError(f"{path}: rank {rank}'s file changed after it was loaded (its nodes differ): analyse it again")
+    view = _view((rank, trace, sched, nesting))
+    return _ViewColumns(view.kinds, view.tracks)
+
+
+def _id_sum(trace: Trace) -> int:
+    return int(trace.ids.sum(dtype=np.uint64))
+
+
+def _from_files(job: Job) -> bool:
+    """Every trace of ``job`` came from a file that is still there (so a remote worker can read it)."""
+    return all(t.path and os.path.isfile(t.path) for t in job.traces.values())
+
+
+def _views(job: Job, schedule: Schedule, executor: Executor) -> dict[int, RankView]:
+    """Every rank's :class:`RankView`, one executor task per rank. On a remote executor (a Dask cluster) the
+    task reads the rank's file there and sends back the kinds and tracks only, never the trace; a job held
+    in memory (no files) is worked on in this machine's pool instead (:func:`etkit.executor.in_client`)."""
+    nesting = schedule.source == "trace"  # only profiled times nest calls inside calls
+    ranks = sorted(job.traces)
+    if getattr(executor, "remote", False) and _from_files(job):
+        items = [(r, os.path.abspath(job.traces[r].path), len(job.traces[r]), _id_sum(job.traces[r]),
+                  schedule.ranks[r], nesting) for r in ranks]
+        columns = executor.map(_view_from_file, items, desc="tracks")
+        return {r: RankView(r, job.traces[r], schedule.ranks[r], c.kinds, c.tracks) for r, c in zip(ranks, columns)}
+    items = [(r, job.traces[r], schedule.ranks[r], nesting) for r in ranks]
+    return {v.rank: v for v in in_client(executor).map(_view, items, desc="tracks")}
+
+
 def prepare(job: Job, schedule: Schedule | None = None, *, executor: Executor | None = None,
             context: AnalysisContext | None = None) -> AnalysisContext:
-    """The shared context for analysing ``job`` (``context`` is returned as is when given)."""
+    """The shared context for analysing ``job`` (``context`` is returned as is when given).
+
+    The per-rank part (node kinds and tracks) runs one task per rank on ``executor`` (default: in this
+    process); the cross-rank parts (matching, the schedule without timestamps, transfer times) run here.
+    """
     if context is not None:
         return context
     cross = match_cross_rank(job)
@@ -92,10 +143,7 @@ def prepare(job: Job, schedule: Schedule | None = None, *, executor: Executor | 
         from ..errors import UsageError
 
         raise UsageError(f"schedule has no times for rank(s) {missing[:8]}")
-    executor = executor or SerialExecutor()
-    nesting = schedule.source == "trace"  # only profiled times nest calls inside calls
-    items = [(r, job.traces[r], schedule.ranks[r], nesting) for r in sorted(job.traces)]
-    views = {v.rank: v for v in executor.map(_view, items, desc="tracks")}
+    views = _views(job, schedule, executor or SerialExecutor())
     for rank, transfer in transfer_times(cross, {r: v.sched for r, v in views.items()}).items():
         views[rank].transfer = transfer
     return AnalysisContext(job, schedule, cross, views)

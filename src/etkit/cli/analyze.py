@@ -17,8 +17,8 @@ import argparse
 from typing import TYPE_CHECKING
 
 from ..vocab import ANALYZE_ALGORITHMS
-from .common import (add_json, add_quiet, add_simulation_inputs, add_workers, executor_from, non_negative_float,
-                     positive_int, simulation_from, text_wanted, wants_simulation, write_json)
+from .common import (add_json, add_quiet, add_simulation_inputs, add_workers, executor_from, explicit_executor,
+                     non_negative_float, positive_int, simulation_from, text_wanted, wants_simulation, write_json)
 
 if TYPE_CHECKING:
     from ..model.job import Job
@@ -128,7 +128,8 @@ def run(args: argparse.Namespace) -> int:
     from ..analyze.text import render_analysis
 
     job, schedule = load_with_schedule(args)
-    analysis = analyze_job(job, schedule, algorithm=args.algorithm, straggler_threshold=args.straggler_threshold)
+    analysis = analyze_job(job, schedule, algorithm=args.algorithm, straggler_threshold=args.straggler_threshold,
+                           executor=explicit_executor(args))
     if text_wanted(args):
         print(render_analysis(analysis, max_ranks=args.max_ranks, top=args.top), end="")
     if args.json:

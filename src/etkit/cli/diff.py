@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from .analyze import add_schedule_arguments, load_with_schedule
-from .common import add_json, positive_int, text_wanted, write_json
+from .common import add_json, explicit_executor, positive_int, text_wanted, write_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
 
     a_job, a_sched = load_with_schedule(args, args.a)
     b_job, b_sched = load_with_schedule(args, args.b)
-    d = diff_analyses(analyze_job(a_job, a_sched), analyze_job(b_job, b_sched))
+    executor = explicit_executor(args)
+    d = diff_analyses(analyze_job(a_job, a_sched, executor=executor), analyze_job(b_job, b_sched, executor=executor))
     if text_wanted(args):
         print(render_diff(d, top=args.top), end="")
     if args.json:

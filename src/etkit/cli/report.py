@@ -12,7 +12,7 @@ import argparse
 from ..errors import UsageError
 from ..vocab import ANALYZE_ALGORITHMS
 from .analyze import add_job_arguments, load_with_schedule
-from .common import default_output
+from .common import default_output, explicit_executor
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     job, schedule = load_with_schedule(args)
     baseline, baseline_schedule = load_with_schedule(args, args.baseline) if args.baseline else (None, None)
     path = write_report(job, output, schedule=schedule, baseline=baseline, baseline_schedule=baseline_schedule,
-                        iteration=args.iteration, title=args.title, algorithm=args.algorithm)
+                        iteration=args.iteration, title=args.title, algorithm=args.algorithm,
+                        executor=explicit_executor(args))
     print(f"wrote {path}")
     return 0

@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 
 from .analyze import add_job_arguments, load_with_schedule
-from .common import default_output, positive_float
+from .common import default_output, explicit_executor, positive_float
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         timeline_format(Path(output))  # a name of another kind (x.html) stops here, before any loading
     job, schedule = load_with_schedule(args)
     result = write_timeline(job, output, schedule=schedule, max_bytes=int(args.max_mb * (1 << 20)),
-                            flows=not args.no_flows, fmt=args.format)
+                            flows=not args.no_flows, fmt=args.format, executor=explicit_executor(args))
     for note in result.notes:
         print(note)
     print(f"{result.events} slices, {result.flows} arrows")

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
-from ..executor import Executor, default_executor
+from ..executor import Executor, default_executor, in_client
 from .comm import dtype_bytes
 from .convert import RankReport, convert_linked
 from .host import HostOp, HostTrace
@@ -240,7 +240,8 @@ def load_kineto_job(spec: str | os.PathLike[str], *, executor: Executor | None =
         wanted = [(r.rank, r.path) for r in report.ranks if ranks is None or r.rank in ranks]
         if not wanted:
             raise UsageError(f"{spec}: no rank {ranks} among its ranks {[r.rank for r in report.ranks]}")
-        traces = executor.map(load_trace, [p for _, p in wanted], desc="load")
+        # the traces are kept here: a cluster's workers would send them through its scheduler (in_client)
+        traces = in_client(executor).map(load_trace, [p for _, p in wanted], desc="load")
         groups = ProcessGroups.load(report.comm_groups) if report.comm_groups else ProcessGroups()
     return Job({r: t for (r, _), t in zip(wanted, traces)}, groups, str(spec))
 

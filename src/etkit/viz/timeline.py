@@ -26,6 +26,7 @@ import orjson
 
 from ..analyze.context import AnalysisContext, prepare
 from ..analyze.kinds import KIND_NAMES, comm_label
+from ..executor import Executor
 from ..fileio import atomic_output
 from ..model.job import Job
 from ..model.schedule import Schedule
@@ -198,10 +199,11 @@ def timeline_format(out: Path) -> str:
 
 def write_timeline(job: Job, out: str | os.PathLike[str], *, schedule: Schedule | None = None,
                    max_bytes: int = MAX_JSON_BYTES, flows: bool = True, fmt: str | None = None,
-                   context: AnalysisContext | None = None) -> TimelineResult:
+                   context: AnalysisContext | None = None, executor: Executor | None = None) -> TimelineResult:
     """Write ``job``'s timeline: Chrome JSON (split into parts past ``max_bytes``) or, with ``fmt="proto"``
-    or a ``.pftrace`` name, one Perfetto protobuf trace of any size."""
-    ctx = prepare(job, schedule, context=context)
+    or a ``.pftrace`` name, one Perfetto protobuf trace of any size. ``executor`` runs the per-rank
+    preparation (:func:`etkit.analyze.context.prepare`; default: in this process)."""
+    ctx = prepare(job, schedule, context=context, executor=executor)
     out = Path(out)
     fmt = fmt or timeline_format(out)
     if fmt not in ("json", "proto"):
