@@ -18,7 +18,7 @@ from etkit.model.job import Job, load_job
 from etkit.model.trace import Trace
 from etkit.simulate import Knobs, simulate
 from etkit.simulate.calibrate import (CALIBRATION_SYSTEM, calibrate_from_job, calibrate_from_jobs, comm_slots,
-                                      messages_from_job, recorded_step_ns, write_calibration)
+                                      compute_scale, messages_from_job, recorded_step_ns, write_calibration)
 from etkit.simulate.config import SystemConfig, load_config, system_from_dict
 
 from ..conftest import PYTORCH_JOBS
@@ -92,17 +92,36 @@ def _measured(nodes: list[tuple[int, str, int, int, list[int]]]) -> list[Node]:
     return out
 
 
+def _two_ranks(nodes) -> Job:
+    return Job({r: Trace.from_nodes(GlobalMetadata(version="0.0.4"), _measured(nodes)) for r in range(2)},
+               ProcessGroups.from_mapping({"0": [0, 1]}))
+
+
 def test_an_async_calls_time_on_its_thread_stays_there() -> None:
     """op 1 (10 us), then an async all-reduce issued at 1,010 us that returned to the thread only at
     1,500 us (a loaded host descheduled it; its gloo record ran until 3,000 us), then op 3 (10 us) that
     does not wait for it: the thread was busy in the call from 1,010 to 1,500 us, so op 3 ends at 510 us
     after the rank's start, as recorded, not 20 us."""
     nodes = [(1, "cpu", 1_000, 10, []), (2, "coll", 1_010, 1_990, [1]), (3, "cpu", 1_500, 10, [1])]
-    two = Job({r: Trace.from_nodes(GlobalMetadata(version="0.0.4"), _measured(nodes)) for r in range(2)},
-              ProcessGroups.from_mapping({"0": [0, 1]}))
+    two = _two_ranks(nodes)
     result = simulate(two, net(("Switch", 2, 1e9, 1.0)), CALIBRATION_SYSTEM, Knobs(samples=0))
     op3 = result.schedule.ranks[0].end_ns[2] - result.schedule.ranks[0].start_ns[0]
     assert op3 == pytest.approx(510_000.0)
+
+
+@pytest.mark.parametrize("knobs", [Knobs(samples=0, scale_compute=2.0), Knobs(samples=0, stragglers={0: 2.0})])
+def test_the_compute_factor_scales_a_measured_threads_timeline(knobs) -> None:
+    """--scale-compute and --straggler reach a measured trace's thread: op 1 (its 10 us to the call), the
+    510 us the thread held before op 3 ended, all twice as long on rank 0 (op 3 ends at 1,020 us, not 510);
+    compute_scale finds that factor between the job and the same job recorded on a host twice as slow."""
+    nodes = [(1, "cpu", 1_000, 10, []), (2, "coll", 1_010, 1_990, [1]), (3, "cpu", 1_500, 10, [1])]
+    two = _two_ranks(nodes)
+    network = net(("Switch", 2, 1e9, 1.0))
+    sched = simulate(two, network, CALIBRATION_SYSTEM, knobs).schedule.ranks[0]
+    assert sched.end_ns[2] - sched.start_ns[0] == pytest.approx(1_020_000.0)
+    slow = _two_ranks([(i, k, 1_000 + 2 * (s - 1_000), 2 * d, deps) for i, k, s, d, deps in nodes])
+    assert compute_scale(two, slow, network) == pytest.approx(2.0)
+    assert compute_scale(two, two, network) == pytest.approx(1.0)
 
 
 @pytest.fixture(scope="module")

@@ -40,7 +40,7 @@ from .config import (ERRORS_KEY, OVERHEAD_KEY, RESIDUALS_KEY, SLOTS_GROUP_KEY, S
 from ..model.job import Job
 
 __all__ = ["measured_step_ns", "measured_steps_ns", "simulated_steps_ns", "step_rows", "calibrate_from_job", "calibrate_from_jobs", "holdout_errors", "recorded_step_ns",
-           "messages_from_job", "comm_slots", "predict_errors", "Measurement", "Calibration", "measure", "fit", "calibrate", "write_calibration", "CALIBRATION_SYSTEM",
+           "messages_from_job", "comm_slots", "predict_errors", "compute_scale", "Measurement", "Calibration", "measure", "fit", "calibrate", "write_calibration", "CALIBRATION_SYSTEM",
            "DEFAULT_SIZES"]
 
 #: System assumed by the fit: one chunk, no endpoint delay, ring everywhere.
@@ -635,6 +635,27 @@ def predict_errors(cal: Calibration, jobs: Sequence[Job], *, samples: int = 32, 
         if progress is not None:
             progress.advance()
     return out
+
+
+def compute_scale(job: Job, like: Job, network: NetworkConfig, system: SystemConfig = CALIBRATION_SYSTEM) -> float:
+    """How much longer the host that measured ``like`` took for the compute of ``job``: the compute time the
+    simulator replays for ``like`` (every rank's ``compute_ns``: its ops and the measured time between them,
+    waits on communication left out) over that of ``job``, per rank on average. ``job`` is the same program
+    recorded elsewhere, e.g. a job ``etkit scale`` made from a smaller one, whose op times are those of the
+    smaller job's host: 4 ranks on a 2-core host run each op about twice as long as 2 ranks did. Predicting
+    ``like`` from ``job`` needs ``Knobs(scale_compute=compute_scale(job, like, ...))`` as it needs a
+    network fitted to ``like``'s host."""
+    from . import simulate
+    from .config import Knobs
+
+    def total(j: Job) -> float:
+        ranks = simulate(j, network, system, Knobs(samples=0)).ranks.values()
+        return float(sum(f.compute_ns for f in ranks)) / max(len(ranks), 1)
+
+    mine = total(job)
+    if mine <= 0:
+        raise UsageError(f"{job.prefix}: no compute to compare with {like.prefix}")
+    return total(like) / mine
 
 
 def calibrate(ranks: int = 2, *, backend: str = "gloo", sizes: tuple[int, ...] = DEFAULT_SIZES, reps: int = 5) -> Calibration:

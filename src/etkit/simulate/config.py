@@ -234,6 +234,11 @@ class Knobs:
     samples: int = 32
     seed: int = 0
 
+    def compute_factor(self, rank: int) -> float:
+        """What every compute and CPU op time of ``rank`` is multiplied by (``scale_compute`` x its straggler
+        factor), the measured time between a thread's ops included."""
+        return self.scale_compute * self.stragglers.get(rank, 1.0)
+
     def __post_init__(self) -> None:
         if not all(math.isfinite(x) for x in (self.scale_compute, self.scale_bandwidth, self.scale_latency)) or \
                 self.scale_compute <= 0 or self.scale_bandwidth <= 0 or self.scale_latency < 0:

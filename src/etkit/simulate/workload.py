@@ -140,8 +140,7 @@ def compute_durations(trace: Trace, kind: np.ndarray, system: SystemConfig, knob
     elif knobs.device is not None and knobs.trace_device is not None:
         dur = np.where(gpu, dur * _device_ratio(ops, nbytes, knobs.trace_device, knobs.device), dur)
     compute = (kind == K_GPU) | (kind == K_CPU)
-    factor = knobs.scale_compute * knobs.stragglers.get(rank, 1.0)
-    dur = np.where(compute, dur * factor, dur)
+    dur = np.where(compute, dur * knobs.compute_factor(rank), dur)
     dur = np.where(kind == K_MEM, np.maximum(nbytes / system.local_mem_bw_gbps, 1.0), dur)
     dur[(kind == K_INSTANT) | (kind == K_COLL) | (kind == K_SEND) | (kind == K_RECV)] = 0.0
     return dur
@@ -182,13 +181,15 @@ def _unique_edges(parent: np.ndarray, child: np.ndarray, n: int) -> tuple[np.nda
     return key // max(n, 1), key % max(n, 1)
 
 
-def strip_waits(trace: Trace, kind: np.ndarray, dur: np.ndarray, parent: np.ndarray, child: np.ndarray) -> np.ndarray:
+def strip_waits(trace: Trace, kind: np.ndarray, dur: np.ndarray, parent: np.ndarray, child: np.ndarray,
+                factor: float = 1.0) -> np.ndarray:
     """Durations without the time ops spent blocked on a communication they depend on.
 
     In a measured trace, the op that waits for a collective (or a message) records the blocking in its
     own duration; the simulator models that wait itself, so replaying it too would count it twice. For
     every non-comm op that depends on a comm node, the part of its recorded interval before the comm
-    node's recorded end is removed (traces without timestamps are left as they are).
+    node's recorded end is removed (traces without timestamps are left as they are); ``factor`` is the
+    compute factor ``dur`` was scaled by (:meth:`Knobs.compute_factor`): the removed part is scaled alike.
     """
     if not (trace.start > 0).any():
         return dur
@@ -199,7 +200,7 @@ def strip_waits(trace: Trace, kind: np.ndarray, dur: np.ndarray, parent: np.ndar
     start_us = trace.start.astype(np.float64)
     comm_end = np.zeros(len(trace))
     np.maximum.at(comm_end, child[edges], start_us[parent[edges]] + trace.duration[parent[edges]].astype(np.float64))
-    waited = np.clip(comm_end - start_us, 0.0, trace.duration.astype(np.float64)) * 1000.0
+    waited = np.clip(comm_end - start_us, 0.0, trace.duration.astype(np.float64)) * 1000.0 * factor
     waiting = comm_end > 0
     out = dur.copy()
     out[waiting] = np.maximum(dur[waiting] - waited[waiting], 1.0)
@@ -212,7 +213,8 @@ def thread_ids(trace: Trace, rows: np.ndarray) -> np.ndarray:
     return np.where(tid == MISSING, -1, tid).astype(np.int64)
 
 
-def measured_gaps(trace: Trace, kind: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def measured_gaps(trace: Trace, kind: np.ndarray, dur: np.ndarray,
+                  factor: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Durations (and extra edges) that keep each thread's measured timeline.
 
     A CPU op lasts until the next op or comm call of its thread starts, so the time between ops
@@ -222,8 +224,9 @@ def measured_gaps(trace: Trace, kind: np.ndarray, dur: np.ndarray) -> tuple[np.n
     comm node, so the simulated wait replaces the measured one. When it started earlier, the call
     returned while its communication went on, and the thread's time in the call (from its start to
     the next op) is added to that op, unless that op consumes a communication's result (it waited).
-    Only for traces with timestamps and thread ids (PyTorch conversions); returns (durations, extra
-    parent rows, extra child rows).
+    The thread's measured times are multiplied by ``factor`` (:meth:`Knobs.compute_factor`: a slower host
+    or a straggler runs the interpreter slower too). Only for traces with timestamps and thread ids
+    (PyTorch conversions); returns (durations, extra parent rows, extra child rows).
     """
     none = np.empty(0, np.int64)
     comm = (kind == K_COLL) | (kind == K_SEND) | (kind == K_RECV)
@@ -249,11 +252,11 @@ def measured_gaps(trace: Trace, kind: np.ndarray, dur: np.ndarray) -> tuple[np.n
     gap = (st[1:] - st[:-1])[same]
     out = dur.copy()
     cpu = kind[cur] == K_CPU
-    out[cur[cpu]] = np.maximum(gap[cpu] * 1000.0, 1.0)
+    out[cur[cpu]] = np.maximum(gap[cpu] * 1000.0 * factor, 1.0)
     end = trace.start.astype(np.float64) + trace.duration.astype(np.float64)
     blocked = comm[cur] & (kind[nxt] == K_CPU) & (trace.start[nxt] >= end[cur])
     # the thread's time from the end of the communication to its next op (returning from the call) stays
-    out[nxt[blocked]] += (trace.start[nxt[blocked]] - end[cur[blocked]]) * 1000.0
+    out[nxt[blocked]] += (trace.start[nxt[blocked]] - end[cur[blocked]]) * 1000.0 * factor
     # a call that returned while its communication went on (an async collective, an isend) held the thread
     # from its start until the next op: that time stays on the thread too (a loaded host may keep it for ms);
     # not when the next op consumes a communication's result (the thread waited for it; a backend may
@@ -265,7 +268,7 @@ def measured_gaps(trace: Trace, kind: np.ndarray, dur: np.ndarray) -> tuple[np.n
         waits = np.zeros(len(trace), dtype=bool)
         waits[trace.edge_sources("data")[known][comm[parents[known]]]] = True
         issued &= ~waits[nxt]
-    out[nxt[issued]] += (trace.start[nxt[issued]] - trace.start[cur[issued]]) * 1000.0
+    out[nxt[issued]] += (trace.start[nxt[issued]] - trace.start[cur[issued]]) * 1000.0 * factor
     return out, cur[blocked], nxt[blocked]
 
 
@@ -291,11 +294,11 @@ def build_program(trace: Trace, rank: int, system: SystemConfig, knobs: Knobs) -
     if system.concurrent_group_calls():
         parent, child = _without_issue_order(trace, kind, parent, child)
     if knobs.measured_gaps and not system.roofline_enabled:
-        dur, extra_parent, extra_child = measured_gaps(trace, kind, dur)
+        dur, extra_parent, extra_child = measured_gaps(trace, kind, dur, knobs.compute_factor(rank))
         if len(extra_parent):
             parent, child = _unique_edges(np.concatenate([parent, extra_parent]), np.concatenate([child, extra_child]), n)
     if knobs.strip_waits:
-        dur = strip_waits(trace, kind, dur, parent, child)
+        dur = strip_waits(trace, kind, dur, parent, child, knobs.compute_factor(rank))
     duration = _array("d", dur)
     del dur
     # edges come sorted by parent, then child: the CSR is a count per parent; numpy copies go as soon as
