@@ -1,7 +1,7 @@
 """A real 3-rank CPU/gloo job in which one rank is late: the planted straggler of tests/analyze/test_stragglers.py.
 
 Run as a script (``python late_rank_job.py OUT_DIR``): it spawns :data:`WORLD` ranks (loopback ``file://``
-rendezvous); every rank records :data:`STEPS` profiled steps with :func:`etkit.collect.profile`. A step is
+rendezvous); every rank records :data:`STEPS` profiled steps with :func:`etkit.pytorch.collect.profile`. A step is
 a small matmul then an all-reduce of its result, as data-parallel training does; rank :data:`LATE` sleeps
 :data:`SLEEP_S` before its step's work, so every other rank waits for it in the all-reduce.
 """
@@ -23,7 +23,7 @@ def _rank(rank: int, out_dir: str, init_file: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from etkit.collect import profile
+    from etkit.pytorch.collect import profile
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)

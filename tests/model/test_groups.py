@@ -4,6 +4,7 @@ malformed groups a one-line error naming the file and node."""
 from __future__ import annotations
 
 import gzip
+import importlib
 import json
 from pathlib import Path
 
@@ -83,9 +84,8 @@ def test_groups_of_a_converted_pytorch_job_are_the_host_traces_own(tmp_path: Pat
         assert job.members(name) == (ranks or tuple(range(4)))
 
 
-def test_the_literal_parser_has_one_home():
-    import etkit.literal
-    import etkit.pytorch.literal
-
-    assert etkit.pytorch.literal.parse_literal is etkit.literal.parse_literal
-    assert etkit.pytorch.literal.LiteralError is etkit.literal.LiteralError
+@pytest.mark.parametrize("shim", ["etkit.pytorch.literal", "etkit.feeder", "etkit.collect"])
+def test_no_reexport_shims(shim):
+    """Each name has one home (etkit.literal, etkit.model.feeder, etkit.pytorch.collect): no second import path."""
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(shim)

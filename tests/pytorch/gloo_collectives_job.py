@@ -1,7 +1,7 @@
-"""A real 4-rank CPU/gloo job that issues the collectives no example workload does, recorded with etkit.collect.
+"""A real 4-rank CPU/gloo job that issues the collectives no example workload does, recorded with etkit.pytorch.collect.
 
 Run as a script (``python gloo_collectives_job.py OUT_DIR``): it spawns 4 ranks (loopback ``file://``
-rendezvous) and every rank records one profiled step with :func:`etkit.collect.profile`. Each step issues,
+rendezvous) and every rank records one profiled step with :func:`etkit.pytorch.collect.profile`. Each step issues,
 in this order (the plan :func:`expected_calls` describes independently of any trace):
 
 * ``barrier`` on the world group;
@@ -63,7 +63,7 @@ def _rank(rank: int, out_dir: str, init_file: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from etkit.collect import profile
+    from etkit.pytorch.collect import profile
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.torch
 
 
 def test_profile_records_the_same_steps_in_both_files(tmp_path):
-    from etkit.collect import profile
+    from etkit.pytorch.collect import profile
 
     model = torch.nn.Linear(8, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -41,7 +41,7 @@ def test_profile_records_the_same_steps_in_both_files(tmp_path):
 
 
 def test_profile_refuses_a_loop_that_is_too_short(tmp_path):
-    from etkit.collect import profile
+    from etkit.pytorch.collect import profile
 
     with pytest.raises(EtkitError, match="ran 1 steps"):
         with profile(tmp_path, rank=0, steps=2) as rec:
@@ -102,7 +102,7 @@ def test_a_timeout_names_the_unfinished_ranks(tmp_path):
 
 def test_an_interrupted_profile_leaves_no_trace_under_the_real_names(tmp_path):
     """PyTorch writes the traces while recording: they live under .partial names until complete."""
-    from etkit.collect import profile
+    from etkit.pytorch.collect import profile
 
     model = torch.nn.Linear(8, 4)
     with pytest.raises(RuntimeError, match="rank died"):

@@ -1,5 +1,5 @@
 """A real 4-rank gloo job (barrier, reduce, gather, scatter, list-form all_gather, send/recv in subgroups),
-recorded with etkit.collect.profile in spawned ranks, converted, and every COMM node checked against the
+recorded with etkit.pytorch.collect.profile in spawned ranks, converted, and every COMM node checked against the
 raw host traces (read independently, tests/pytorch/raw.py) and the job's own plan (gloo_collectives_job.py).
 """
 

@@ -12,7 +12,7 @@ from .common import add_quiet, add_ranks, positive_float, positive_int
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("collect", help="record real PyTorch jobs (host ET + Kineto per rank)",
                                    description="Record PyTorch execution traces. In your own code use "
-                                               "etkit.collect.profile(); 'example' runs a built-in job.")
+                                               "etkit.pytorch.collect.profile(); 'example' runs a built-in job.")
     sub = parser.add_subparsers(dest="what", metavar="WHAT")
     sub.required = True
     ex = sub.add_parser("example", help="run a built-in example job on CPU (gloo, spawned ranks)",

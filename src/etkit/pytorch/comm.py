@@ -222,7 +222,7 @@ def p2p_peer_and_tag(kind: CommKind, inputs: list[Any] | None) -> tuple[int | No
 def process_group_entries(inputs: list[Any] | None, where: str) -> list[dict[str, Any]]:
     """The group descriptions of a ``## process_group:init ##`` op: its string argument is a JSON list (or,
     in older traces, a Python literal) of ``{pg_name, pg_desc, ranks, group_size, ...}`` objects."""
-    from .literal import LiteralError, parse_literal
+    from ..literal import LiteralError, parse_literal
 
     for value in inputs or []:
         if not isinstance(value, str):

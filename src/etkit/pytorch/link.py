@@ -755,7 +755,7 @@ def _check_coverage(report: LinkReport, kineto: KinetoTrace) -> None:
     if linkable and report.linked_ops < LOW_COVERAGE * linkable:
         report.warnings.append(
             f"only {report.linked_ops} of {linkable} host ops matched an event of {kineto.path}: the Kineto "
-            "trace may cover other steps (record both with one profiler, e.g. etkit.collect.profile)")
+            "trace may cover other steps (record both with one profiler, e.g. etkit.pytorch.collect.profile)")
 
 
 def from_linked_host(host: HostTrace) -> LinkedRank:

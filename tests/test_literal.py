@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from etkit.errors import EtkitError
-from etkit.pytorch.literal import MAX_DEPTH, LiteralError, parse_literal
+from etkit.literal import MAX_DEPTH, LiteralError, parse_literal
 
 scalars = st.one_of(st.integers(), st.booleans(), st.none(), st.text(max_size=12),
                     st.floats(allow_nan=False, allow_infinity=False))
