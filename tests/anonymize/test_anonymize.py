@@ -160,6 +160,21 @@ def test_shapes_sizes_and_jitter_options(tmp_path) -> None:
         changes.append(np.abs(after.duration[timed].astype(float) - before.duration[timed]) / before.duration[timed])
     change = np.concatenate(changes)
     assert change.max() <= 0.2 and change.max() > 0 and jittered[2].max_jitter == pytest.approx(change.max())
+    for rank in (0, 1):
+        _assert_same_event_order(load_trace(f"{prefix}.{rank}.et"), load_trace(f"{tmp_path}/j2.{rank}.et"))
+
+
+def _events(trace) -> np.ndarray:
+    timed = trace.start > 0
+    return np.concatenate([trace.start[timed], trace.start[timed] + trace.duration[timed]]).astype(np.int64)
+
+
+def _assert_same_event_order(before, after) -> None:
+    """The jitter moves events on a jittered clock: every start and end keeps its place among the rank's
+    events (ties stay ties), so nesting and the order of a thread's ops are as measured."""
+    old, new = _events(before), _events(after)
+    order = np.argsort(old, kind="stable")
+    assert (np.sign(np.diff(new[order])) == np.sign(np.diff(old[order]))).all()
 
 
 def test_comm_sizes_round_up_to_powers_of_two(tmp_path) -> None:
@@ -224,6 +239,10 @@ def test_a_real_job_keeps_its_simulation_and_analysis(hybrid, tmp_path) -> None:
     original = job_view(hybrid, executor=ex)
     same = compare_views(original, job_view(tmp_path / "hy", executor=ex))
     assert same.identical, same.lines()
+    jittered = anonymize(hybrid, tmp_path / "hj", policy=load_policy(None).with_options(jitter=0.02, seed=3), executor=ex)
+    assert jittered.ok and 0.0 < jittered.max_jitter <= 0.02
+    for rank in range(4):
+        _assert_same_event_order(load_trace(f"{hybrid}.{rank}.et"), load_trace(f"{tmp_path}/hj.{rank}.et"))
 
 
 def test_the_node_by_node_path_writes_the_same_bytes(tmp_path, monkeypatch) -> None:
@@ -237,3 +256,35 @@ def test_the_node_by_node_path_writes_the_same_bytes(tmp_path, monkeypatch) -> N
     anonymize(prefix, tmp_path / "slow", policy=policy, executor=SerialExecutor())
     for r in (0, 1):
         assert open(f"{tmp_path}/fast.{r}.et", "rb").read() == open(f"{tmp_path}/slow.{r}.et", "rb").read()
+
+
+@pytest.mark.parametrize("spacing", ["canonical", "mixed"])
+def test_values_rewritten_vectorised_as_one_by_one(spacing) -> None:
+    """IoRewriter.values_sides (np.unique numbering, numpy string functions) writes what values_many writes,
+    the tensor and storage counts and the strings found included."""
+    from etkit.anonymize.ioinfo import IoRewriter, starts_of
+
+    rng = np.random.default_rng(5)
+    sep = (lambda: ", ") if spacing == "canonical" else (lambda: rng.choice([", ", ",", ",  "]))
+
+    def tensor() -> str:
+        tid, sid = rng.integers(0, 40, 2)
+        lead = "0" if spacing == "mixed" and rng.random() < 0.1 else ""
+        device = rng.choice(["cpu", "cuda:0", "cuda:1", "meta"])
+        return f"[{lead}{tid}{sep()}{sid}{sep()}{rng.integers(-1, 9)}{sep()}{rng.integers(0, 999)}{sep()}4{sep()}'{device}']"
+
+    def text() -> str:
+        items = [rng.choice([tensor(), "'secret name'", "3.5", "True", "\"it's\"", f"[{tensor()}, {tensor()}]", "[]", ""])
+                 for _ in range(rng.integers(0, 5))]
+        return "[" + ", ".join(i for i in items if i) + "]" if rng.random() > 0.1 else ""
+
+    sides = [[text().encode() for _ in range(60)] for _ in range(2)]
+    one = IoRewriter()
+    expected = [one.values_many(side) for side in sides]
+    vec = IoRewriter()
+    packed = [(b"\x1f".join(side), np.fromiter(map(len, side), dtype=np.int64, count=len(side))) for side in sides]
+    got = vec.values_sides(*packed)
+    for side, (blob, starts, lengths) in zip(expected, got):
+        assert [blob[s:s + k] for s, k in zip(starts.tolist(), lengths.tolist())] == side
+    assert vec.tensors_renumbered == one.tensors_renumbered > 20 and vec.found == one.found
+    assert starts_of(np.array([3, 0, 2]), 1).tolist() == [0, 4, 5]

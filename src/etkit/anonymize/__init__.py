@@ -11,8 +11,8 @@ in :data:`~etkit.anonymize.policy.DEFAULT_POLICY_TEXT`):
   and tensor values go; tensor and storage ids are renumbered per rank; shapes are kept, bucketed or
   dropped;
 - process groups are renumbered (``"0"`` stays every rank); timestamps are shifted so the job starts at
-  1 us; durations are kept or jittered by a seeded relative noise; comm sizes kept or rounded to powers
-  of two; GlobalMetadata keeps its version only.
+  1 us; durations are kept or jittered (each rank's clock, so that no event changes order); comm sizes
+  kept or rounded to powers of two; GlobalMetadata keeps its version only.
 
 Ranks are streamed one executor task at a time (a survey pass, then a rewrite pass), the job is written
 aside and swapped in (:func:`etkit.fileio.job_output`). Then the proof: every text string

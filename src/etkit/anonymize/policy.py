@@ -30,7 +30,8 @@ keep_names:             # names kept as they are (shell patterns): PyTorch's ite
   - "ProfilerStep#*"    # analyses and calibration use to find the steps
 timestamps: shift       # shift: every rank by the same amount, the earliest timestamp becomes 1 us (0 means
                         # "no timestamp" to Chakra readers) | keep | drop
-jitter: 0.0             # durations: 0 = kept; r > 0 = each multiplied by a seeded uniform factor in [1-r, 1+r]
+jitter: 0.0             # durations: 0 = kept; r > 0 = each rank's clock jittered: every gap between two events
+                        # (so every duration) times a seeded factor in [1-r, 1+r], no event changes order
 seed: 0                 # seed of the jitter (the same seed gives the same bytes)
 shapes: keep            # IOInfo shapes: keep | bucket (every dimension rounded up to a power of two) | drop
 comm_sizes: keep        # comm_size (and a send/recv's tensor_size): keep | pow2 (rounded up to a power of two)
@@ -53,6 +54,7 @@ attributes:             # per node attribute: keep | drop (kept ones are numbers
   involved_dim: keep
   tid: keep             # profiled thread and stream: the tracks analyses and the simulator rebuild
   stream: keep
+  cat: keep             # the profiler's category (cpu_op, user_annotation, kernel, ...): analyses read it
   ts_ns: keep           # shifted like the timestamps
   dur_ns: keep          # jittered like the durations
 other_attributes: drop  # attributes not listed above (rf_id, seq_id, op_schema, fw_parent, scope, ...)
@@ -68,7 +70,7 @@ FLOPS_MODES = ("derive", "keep")
 
 #: Attributes the trace columns hold (read without decoding nodes; see etkit.model.trace).
 HOT_ATTRIBUTES = ("is_cpu_op", "num_ops", "tensor_size", "comm_type", "comm_size", "comm_src", "comm_dst",
-                  "comm_tag", "comm_priority", "pg_name", "tid", "stream", "ts_ns", "dur_ns")
+                  "comm_tag", "comm_priority", "pg_name", "tid", "stream", "cat", "ts_ns", "dur_ns")
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,12 @@ from ..format.attrs import CANONICAL_KINDS, make_attr
 from ..format.encode import AttrColumn, NodeTable, Packed, encode_nodes, encode_strings
 from ..format.parts import joined_spans, record_parts, span_table
 from ..format.schema import GlobalMetadata, Node, NodeType
-from ..format.stream import TraceWriter
+from ..fileio import atomic_output
+from ..format.stream import frame
 from ..model.groups import parse_process_group_init
-from ..model.job import groups_from_trace
+from ..model.survey import survey_file
 from ..model.trace import MISSING, Trace, load_trace
-from .ioinfo import IoRewriter, parse_shapes, quoted_strings
+from .ioinfo import IoRewriter, parse_shapes, quoted_strings, starts_of
 from .leaks import text_strings
 from .opclass import GEMM_CLASSES, node_class
 from .policy import HOT_ATTRIBUTES, Policy
@@ -53,14 +54,14 @@ class RankSurvey:
 
 
 def survey_rank(item: tuple[int, str]) -> RankSurvey:
-    """Executor task: what the job-wide choices need from one rank file."""
+    """Executor task: what the job-wide choices need from one rank file (:func:`etkit.model.survey.survey_file`)."""
     rank, path = item
-    trace = load_trace(path)
-    timed = trace.start[trace.start > 0]
-    ts = trace.ts_ns[(trace.ts_ns != MISSING) & (trace.ts_ns > 0)] if hasattr(trace, "ts_ns") else np.empty(0)
-    names = frozenset(trace.strings[i] for i in np.unique(trace.pg_idx[trace.pg_idx >= 0]).tolist())
-    return RankSurvey(rank, len(trace), int(timed.min()) if timed.size else None, int(ts.min()) if ts.size else None,
-                      names, dict(groups_from_trace(trace).groups))
+    survey = survey_file(path, ints=("ts_ns",), start=True)
+    timed = survey.start[survey.start > 0]  # type: ignore[index]
+    ts = survey.ints["ts_ns"]
+    ts = ts[(ts != MISSING) & (ts > 0)]
+    return RankSurvey(rank, len(survey), int(timed.min()) if timed.size else None, int(ts.min()) if ts.size else None,
+                      survey.pg_names, dict(survey.declared.groups))
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,64 @@ def _jittered(values: np.ndarray, noise: np.ndarray | None) -> np.ndarray:
         return values
     v = values.astype(np.int64)
     return (v + np.trunc(v * noise).astype(np.int64)).astype(values.dtype)
+
+
+@dataclass(frozen=True)
+class _Warp:
+    """A jittered clock of one rank: its distinct event times (starts and ends, in µs) and their new times.
+
+    Each gap between consecutive events changes by ``trunc(gap * u)`` (``|u| <= R``, seeded), so every
+    duration and every gap between two events changes by at most R, no gap becomes zero, and no two events
+    change order: the nesting, the order of the thread's ops and whether an op started before or after a
+    communication ended (what simulators and analyses read from the timeline) stay as they were. Jittering
+    each duration alone would move an op's end past the next op's start, and the start differences would
+    still tell the exact durations."""
+
+    old: np.ndarray
+    new: np.ndarray
+
+    @classmethod
+    def of(cls, start: np.ndarray, duration: np.ndarray, noise: np.ndarray) -> _Warp:
+        timed = start > 0
+        events = np.unique(np.concatenate([start[timed], start[timed] + duration[timed]]).astype(np.int64))
+        if not events.size:
+            return cls(events, events)
+        gaps = np.diff(events)
+        new = np.empty_like(events)
+        new[0] = events[0]
+        np.cumsum(gaps + np.trunc(gaps * noise[:gaps.size]).astype(np.int64), out=new[1:])
+        new[1:] += events[0]
+        return cls(events, new)
+
+    def times(self, values: np.ndarray) -> np.ndarray:
+        """The new time of each event time of ``values``."""
+        return self.new[np.searchsorted(self.old, values)]
+
+    def times_ns(self, values: np.ndarray) -> np.ndarray:
+        """Nanosecond times on the same clock (linear between its events, shifted alike outside them)."""
+        if self.old.size < 2:
+            return values + (int(self.new[0] - self.old[0]) * 1000 if self.old.size else 0)
+        us = values.astype(np.float64) / 1000.0
+        offset = np.interp(us, self.old.astype(np.float64), (self.new - self.old).astype(np.float64))
+        return values + np.rint(offset * 1000.0).astype(np.int64)
+
+
+def _warp_ns(warp: _Warp, ts: np.ndarray, dur: np.ndarray, noise: np.ndarray, bound: float) -> None:
+    """``ts_ns``/``dur_ns`` (in place) on the jittered clock: a timed node's end and start move with it, its
+    duration kept within ``bound`` of the measured one (the rounding to a nanosecond may not exceed it);
+    a duration without a timestamp is jittered alone."""
+    timed = (ts != MISSING) & (dur != MISSING)
+    alone = (dur != MISSING) & ~timed
+    dur[alone] = _jittered(dur[alone], noise[alone])
+    if not timed.any():
+        return
+    t, d = ts[timed], dur[timed]
+    new_ts = warp.times_ns(t)
+    slack = np.floor(d * bound).astype(np.int64)
+    dur[timed] = np.clip(warp.times_ns(t + d) - new_ts, d - slack, d + slack)
+    ts[timed] = new_ts
+    untimed_ts = (ts != MISSING) & ~timed
+    ts[untimed_ts] = warp.times_ns(ts[untimed_ts])
 
 
 def _pow2(values: np.ndarray) -> np.ndarray:
@@ -165,6 +224,14 @@ def _group_init_values(text: str, pg_map: dict[str, str]) -> str:
     return str([orjson.dumps(entries).decode()])
 
 
+@dataclass
+class _Shapes:
+    """Each node's IOInfo shapes text, per side: an index into that side's table of texts (-1: no IOInfo)."""
+
+    index: np.ndarray  # (nodes, 2)
+    texts: list[list[str]]
+
+
 class _RankWriter:
     """Builds the anonymised nodes of one rank."""
 
@@ -176,29 +243,37 @@ class _RankWriter:
 
     def timing(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
         trace, policy, task = self.trace, self.policy, self.task
-        noise = _jitter_factors(policy, task.rank, len(trace))
         start = trace.start.astype(np.int64)
-        if policy.timestamps == "drop":
-            start = np.zeros_like(start)
-        elif policy.timestamps == "shift":
-            start = np.where(start > 0, start - task.shift_us, 0)
-        duration = _jittered(trace.duration.astype(np.int64), noise)
+        duration = trace.duration.astype(np.int64)
+        n = len(trace)
+        noise = _jitter_factors(policy, task.rank, 3 * n)  # per node, then per gap between events (at most 2n)
+        warp = None
         if noise is not None:
+            warp = _Warp.of(start, duration, noise[n:])
+            timed = start > 0
+            new_start, new_end = warp.times(start[timed]), warp.times(start[timed] + duration[timed])
+            duration = _jittered(duration, noise[:n])  # nodes without a timestamp: their duration alone
+            duration[timed] = new_end - new_start
+            start[timed] = new_start
             d = trace.duration.astype(np.float64)
             changed = d > 0
             if changed.any():
                 self.outcome.max_jitter = float(np.max(np.abs(duration[changed] - d[changed]) / d[changed]))
+        if policy.timestamps == "drop":
+            start = np.zeros_like(start)
+        elif policy.timestamps == "shift":
+            start = np.where(start > 0, start - task.shift_us, 0)
         ts = dur = None
         if hasattr(trace, "ts_ns"):
             ts = trace.ts_ns.copy()
+            dur = trace.dur_ns.copy()
             have = ts != MISSING
+            if warp is not None:
+                _warp_ns(warp, ts, dur, noise[:n], policy.jitter)
             if policy.timestamps == "drop":
                 ts[:] = MISSING
             elif policy.timestamps == "shift":
                 ts[have] = ts[have] - task.shift_ns
-            dur = trace.dur_ns.copy()
-            have = dur != MISSING
-            dur[have] = _jittered(dur[have], None if noise is None else noise[have])
         return start, duration, ts, dur
 
     def int_columns(self, ts: np.ndarray | None, dur: np.ndarray | None) -> list[AttrColumn]:
@@ -209,7 +284,7 @@ class _RankWriter:
         if policy.keeps("is_cpu_op"):
             out.append(AttrColumn("is_cpu_op", "bool_val", np.where(trace.is_cpu_op < 0, MISSING, trace.is_cpu_op)))
         for name in ("num_ops", "tensor_size", "comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag",
-                     "comm_priority", "tid", "stream", "ts_ns", "dur_ns"):
+                     "comm_priority", "tid", "stream", "cat", "ts_ns", "dur_ns"):
             if not policy.keeps(name):
                 continue
             col = ts if name == "ts_ns" else dur if name == "dur_ns" else getattr(trace, name, None)
@@ -238,80 +313,97 @@ class _RankWriter:
             rows &= trace.is_cpu_op != 1
         return rows
 
-    def derived_flops(self, names: list[str], classes: list[str], shapes: dict[int, tuple[str, str]]) -> dict[int, int]:
-        """num_ops for leaf GEMM/convolution rows without one, from the shapes of their IOInfo."""
+    def derived_flops(self, names: list[str], classes: list[str], shapes: _Shapes) -> tuple[np.ndarray, np.ndarray]:
+        """num_ops for leaf GEMM/convolution rows without one, from the shapes of their IOInfo: the rows and
+        their FLOPs, worked out once per distinct (name, input shapes, output shapes)."""
         candidates = self.flop_rows()
+        none = np.zeros(0, dtype=np.int64)
         if candidates is None:
-            return {}
-        trace = self.trace
-        rows = np.flatnonzero(candidates)
-        out = {}
-        parsed: dict[str, list | None] = {}
+            return none, none
+        rows = _leaf_rows(self.trace, np.flatnonzero(candidates))
+        if not rows.size:
+            return none, none
+        keys = np.stack([self.trace.name_idx[rows].astype(np.int64), shapes.index[rows, 0], shapes.index[rows, 1]], axis=1)
+        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+        parsed = [[parse_shapes(t) for t in side] for side in shapes.texts]
+        flops = []
+        for name, into, out in unique.tolist():
+            value = _gemm_flops(names[name], classes[name].removesuffix("_backward"),
+                                parsed[0][into] if into >= 0 else None, parsed[1][out] if out >= 0 else None)
+            flops.append(value if value is not None and value > 0 else 0)
+        per_row = np.asarray(flops, dtype=np.int64)[inverse.ravel()]
+        keep = per_row > 0
+        self.outcome.flops_derived = int(keep.sum())
+        return rows[keep], per_row[keep]
 
-        def shape(text: str) -> list | None:
-            if text not in parsed:
-                parsed[text] = parse_shapes(text)
-            return parsed[text]
-
-        for row in _leaf_rows(trace, rows).tolist():
-            if row not in shapes:
-                continue
-            name = names[int(trace.name_idx[row])]
-            cls = classes[int(trace.name_idx[row])]
-            flops = _gemm_flops(name, cls.removesuffix("_backward"), shape(shapes[row][0]), shape(shapes[row][1]))
-            if flops is not None and flops > 0:
-                out[row] = flops
-        self.outcome.flops_derived = len(out)
-        return out
-
-    def io_columns(self, view: _RankView) -> tuple[Packed, np.ndarray, np.ndarray, dict[int, tuple[str, str]]]:
+    def io_columns(self, view: _RankView) -> tuple[Packed, np.ndarray, np.ndarray, _Shapes]:
         """The rewritten IOInfo of every node: the encoded messages, the index of each node's inputs and
-        outputs among them (-1: none), and the shapes texts of the FLOP candidates.
+        outputs among them (-1: none), and each node's shapes texts (for the FLOPs).
 
-        All values texts of a side are rewritten in one batch (:meth:`IoRewriter.values_many`); shapes and
-        types texts once per distinct text."""
+        The values texts of both sides are rewritten in one batch (:meth:`IoRewriter.values_sides`); shapes
+        and types texts once per distinct text."""
         trace, task, io, strings = self.trace, self.task, self.io, self.outcome.strings
         n = len(trace)
         metadata = trace.types == NodeType.METADATA_NODE
-        candidates = self.flop_rows()
         index = np.full((n, 2), -1, dtype=np.int64)
-        blobs, offsets_all, sizes_all, texts = [], [], [], {}
-        base = 0
+        shapes = _Shapes(np.full((n, 2), -1, dtype=np.int64), [[], []])
+        rewritten = io.values_sides((view.values[0], view.value_len[0]), (view.values[1], view.value_len[1]))
+        blobs, offsets_all, sizes_all = [], [], []
+        base = size = 0
         for side in (0, 1):
             rows = view.io_rows[side]
             m = int(rows.size)
             if not m:
                 continue
-            new_values = io.values_many(view.values[side].split(b"\x1f"))
-            for i in np.flatnonzero(metadata[rows]).tolist():  # process_group:init: names and ranks only
-                text = view.values[side].split(b"\x1f")[i].decode("utf-8", "surrogateescape")
-                strings.update(quoted_strings(text))
-                if "pg_name" in text:
-                    new_values[i] = _group_init_values(text, task.pg_map).encode()
+            text, starts, lengths = rewritten[side]
+            init = np.flatnonzero(metadata[rows])
+            if init.size:  # process_group:init: names and ranks only
+                text, starts, lengths = self._group_inits(view.values[side], view.value_len[side], init, text, starts,
+                                                          lengths)
             shape_idx, shape_texts = view.shapes[side]
             new_shapes = [io.shapes_text(t).encode() for t in shape_texts]
             type_idx, type_texts = view.types[side]
             for t in type_texts:
                 strings.update(quoted_strings(t))
             new_types = [io.types_text(t).encode() for t in type_texts]
-            lengths = np.fromiter(map(len, new_values), dtype=np.int64, count=m)
-            starts = np.zeros(m, dtype=np.int64)
-            np.cumsum(lengths[:-1], out=starts[1:])
-            blob, offsets, sizes = encode_strings(m, [(1, Packed.of(b"".join(new_values), starts, lengths), np.arange(m)),
+            blob, offsets, sizes = encode_strings(m, [(1, Packed.of(text, starts, lengths), np.arange(m)),
                                                       (2, new_shapes, shape_idx.astype(np.int64)),
                                                       (3, new_types, type_idx.astype(np.int64))])
             blobs.append(blob)
-            offsets_all.append(offsets + sum(len(x) for x in blobs[:-1]))
+            offsets_all.append(offsets + size)
             sizes_all.append(sizes)
+            size += len(blob)
             index[rows, side] = np.where(sizes > 0, base + np.arange(m), -1)  # an IOInfo left empty is left out
             base += m
-            if candidates is not None:
-                for i in np.flatnonzero(candidates[rows]).tolist():
-                    texts.setdefault(int(rows[i]), ["", ""])[side] = shape_texts[int(shape_idx[i])]
+            shapes.index[rows, side] = shape_idx
+            shapes.texts[side] = shape_texts
         strings.update(io.found)
         packed = Packed.of(b"".join(blobs), np.concatenate(offsets_all) if offsets_all else np.zeros(0, np.int64),
                            np.concatenate(sizes_all) if sizes_all else np.zeros(0, np.int64))
-        return packed, index[:, 0], index[:, 1], {r: (v[0], v[1]) for r, v in texts.items()}
+        return packed, index[:, 0], index[:, 1], shapes
+
+    def _group_inits(self, original: bytes, original_len: np.ndarray, init: np.ndarray, text: bytes,
+                     starts: np.ndarray, lengths: np.ndarray) -> tuple[bytes, np.ndarray, np.ndarray]:
+        """The values texts ``text`` (spans ``starts``/``lengths``) with those of the ``process_group:init`` nodes
+        ``init`` made from their original text (``original``, one byte apart): the groups renamed, nothing but
+        names and ranks kept."""
+        o_starts = starts_of(original_len, 1)
+        pieces, new_lengths, done = [], lengths.copy(), 0
+        for i in init.tolist():
+            value = original[o_starts[i]:o_starts[i] + original_len[i]].decode("utf-8", "surrogateescape")
+            self.outcome.strings.update(quoted_strings(value))
+            if "pg_name" in value:
+                new = _group_init_values(value, self.task.pg_map).encode()
+                pieces.extend((text[done:starts[i]], new))
+                done = int(starts[i] + lengths[i])
+                new_lengths[i] = len(new)
+        if not pieces:
+            return text, starts, lengths
+        pieces.append(text[done:])
+        gaps = np.diff(starts) - lengths[:-1]  # what lies between the texts (a separator, or nothing)
+        new_starts = starts_of(new_lengths, 0)
+        new_starts[1:] += np.cumsum(gaps)
+        return b"".join(pieces), new_starts, new_lengths
 
     def run(self) -> RankOutcome:
         trace, policy, task = self.trace, self.policy, self.task
@@ -330,23 +422,26 @@ class _RankWriter:
         new_names = [name if policy.keeps_name(name) else cls for name, cls in zip(names, classes)]
         self._classes = classes
         io_table, inputs, outputs, shapes = self.io_columns(view)
-        flops = self.derived_flops(names, classes, shapes)
+        flop_rows, flops = self.derived_flops(names, classes, shapes)
         start, duration, ts, dur = self.timing()
         attrs = self.int_columns(ts, dur)
-        if flops:
+        if flop_rows.size:
             for column in attrs:
                 if column.name == "num_ops":
-                    column.values = column.values.copy()
-                    column.values[list(flops)] = list(flops.values())
+                    column.values = np.array(column.values, copy=True)
+                    column.values[flop_rows] = flops
                     break
             else:
                 ops = np.full(n, MISSING, dtype=np.int64)
-                ops[list(flops)] = list(flops.values())
+                ops[flop_rows] = flops
                 attrs.insert(1 if attrs and attrs[0].name == "is_cpu_op" else 0, AttrColumn("num_ops", "int64_val", ops))
         if policy.keeps("pg_name") and (trace.pg_idx >= 0).any():
             renamed = [task.pg_map.get(s, s) for s in names]
-            table = list(dict.fromkeys(renamed))
-            position = np.asarray([table.index(r) for r in renamed] + [-1], dtype=np.int64)
+            first = {}
+            for r in renamed:
+                first.setdefault(r, len(first))
+            table = list(first)
+            position = np.asarray([first[r] for r in renamed] + [-1], dtype=np.int64)
             encoded = [make_attr("pg_name", t).SerializeToString() for t in table]
             attrs.append(AttrColumn("pg_name", table=encoded, index=position[trace.pg_idx]))
         for name, (rows, payloads) in view.extra(policy).items():
@@ -365,10 +460,13 @@ class _RankWriter:
         nodes = NodeTable(trace.ids, trace.types, [s.encode() for s in table_names], name_idx,
                           trace.ctrl_ptr, trace.ctrl_deps, trace.data_ptr, trace.data_deps,
                           start.astype(np.uint64), duration.astype(np.uint64), io_table, inputs, outputs, attrs)
-        blob, offsets, lengths = encode_nodes(nodes)
-        with TraceWriter(task.target, _metadata(trace, policy), compress=False) as writer:
-            writer.write_records([blob[o:o + k] for o, k in zip(offsets.tolist(), lengths.tolist())])
-        self.outcome.tensors = len(self.io.tensor_ids)
+        framed, _, lengths = encode_nodes(nodes, framed=True)
+        if lengths.size and not lengths.min():
+            raise ValueError("refusing to write an empty node record")  # as TraceWriter does
+        with atomic_output(task.target, compress=False) as out:
+            out.write(frame(_metadata(trace, policy).SerializeToString()))
+            out.write(framed)
+        self.outcome.tensors = self.io.tensors_renumbered
         self.outcome.strings = text_strings(strings)
         return self.outcome
 
@@ -380,6 +478,7 @@ class _RankView:
 
     io_rows: list[np.ndarray]  # per side (inputs, outputs): the rows that have that IOInfo
     values: list[bytes]  # per side: their values texts joined by \\x1f
+    value_len: list[np.ndarray]  # per side: the length of each values text
     shapes: list[tuple[np.ndarray, list[str]]]  # per side: each row's shapes text as an index into a table
     types: list[tuple[np.ndarray, list[str]]]
     strings: list[str]
@@ -399,12 +498,13 @@ class _RankView:
 
     @classmethod
     def _from_parts(cls, blob: bytes, parts) -> _RankView:  # noqa: ANN001
-        rows, values, shapes, types = [], [], [], []
+        rows, values, value_len, shapes, types = [], [], [], [], []
         for side in (0, 1):
             have = np.flatnonzero(parts.io_off[:, side] >= 0)
             rows.append(have)
             off, size = parts.text_off[have], parts.text_len[have]
             values.append(joined_spans(blob, off[:, 3 * side], size[:, 3 * side], b"\x1f"))
+            value_len.append(np.where(off[:, 3 * side] >= 0, size[:, 3 * side], 0).astype(np.int64))
             shapes.append(span_table(blob, off[:, 3 * side + 1], size[:, 3 * side + 1]))
             types.append(span_table(blob, off[:, 3 * side + 2], size[:, 3 * side + 2]))
         attrs: dict[str, tuple[list[int], list[bytes]]] = {}
@@ -414,7 +514,7 @@ class _RankView:
             sel = np.flatnonzero(parts.attr_name == i)
             attrs[name] = (parts.attr_row[sel].tolist(),
                            [blob[o:o + k] for o, k in zip(parts.attr_off[sel].tolist(), parts.attr_len[sel].tolist())])
-        return cls(rows, values, shapes, types, parts.strings, attrs)
+        return cls(rows, values, value_len, shapes, types, parts.strings, attrs)
 
     @classmethod
     def _parsed(cls, trace: Trace) -> _RankView:
@@ -444,8 +544,9 @@ class _RankView:
             index: dict[str, int] = {}
             return np.asarray([index.setdefault(t, len(index)) for t in column], dtype=np.int32), list(index)
 
-        return cls([np.asarray(r, dtype=np.int64) for r in rows],
-                   [b"\x1f".join(t[0].encode("utf-8", "surrogateescape") for t in side) for side in texts],
+        encoded = [[t[0].encode("utf-8", "surrogateescape") for t in side] for side in texts]
+        return cls([np.asarray(r, dtype=np.int64) for r in rows], [b"\x1f".join(side) for side in encoded],
+                   [np.fromiter(map(len, side), dtype=np.int64, count=len(side)) for side in encoded],
                    [table([t[1] for t in side]) for side in texts], [table([t[2] for t in side]) for side in texts],
                    strings, attrs)
 

@@ -33,8 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "--policy and the options below applied) and exit")
     p.add_argument("--shapes", choices=("keep", "bucket", "drop"), help="tensor shapes: keep, bucket (every "
                    "dimension rounded up to a power of two) or drop (default: the policy's, keep)")
-    p.add_argument("--jitter", type=_fraction, metavar="R", help="multiply every duration by a seeded uniform factor "
-                   "in [1-R, 1+R] (e.g. 0.02; default: the policy's, 0 = durations kept)")
+    p.add_argument("--jitter", type=_fraction, metavar="R", help="jitter each rank's clock: every gap between two events "
+                   "(so every duration) times a seeded factor in [1-R, 1+R], no event changes order (e.g. 0.02; "
+                   "default: the policy's, 0 = durations kept)")
     p.add_argument("--seed", type=int, help="seed of --jitter (default: the policy's, 0)")
     p.add_argument("--comm-sizes", choices=("keep", "pow2"), help="comm_size: keep, or pow2 (rounded up to a power "
                    "of two); default: the policy's, keep")
