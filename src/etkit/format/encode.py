@@ -200,13 +200,19 @@ def _int_attr(column: AttrColumn) -> _Piece:
     return _Piece(length, put)
 
 
-def _assemble(n: int, pieces: list[_Piece]) -> tuple[bytes, np.ndarray, np.ndarray]:
+def _assemble(n: int, pieces: list[_Piece], framed: bool = False) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """The messages of ``pieces`` one after the other (each after its varint length when ``framed``, as an
+    ``.et`` file frames its records): the bytes, and each message's offset and length (prefix excluded)."""
     lengths = np.zeros(n, dtype=np.int64)
     for piece in pieces:
         lengths += piece.length
+    prefix = _varint_len(lengths.astype(np.uint64)) if framed else np.zeros(n, dtype=np.int64)
     offsets = np.zeros(n, dtype=np.int64)
-    np.cumsum(lengths[:-1], out=offsets[1:])
-    out = np.zeros(int(lengths.sum()), dtype=np.uint8)
+    np.cumsum((lengths + prefix)[:-1], out=offsets[1:])
+    offsets += prefix
+    out = np.zeros(int(lengths.sum() + prefix.sum()), dtype=np.uint8)
+    if framed:
+        _put_varints(out, offsets - prefix, lengths.astype(np.uint64), prefix)
     pos = offsets.copy()
     for piece in pieces:
         piece.put(out, pos)
@@ -228,8 +234,11 @@ def encode_strings(n: int, fields: Sequence[tuple[int, Table, np.ndarray]]) -> t
     return _assemble(n, pieces)
 
 
-def encode_nodes(table: NodeTable) -> tuple[bytes, np.ndarray, np.ndarray]:
-    """The Node records of ``table``: one byte string and each record's offset and length in it."""
+def encode_nodes(table: NodeTable, *, framed: bool = False) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """The Node records of ``table``: one byte string and each record's offset and length in it.
+
+    ``framed``: each record after its length prefix, as a trace file holds them (the bytes follow the
+    file's GlobalMetadata record as they are)."""
     n = int(table.ids.size)
     if n == 0:
         return b"", np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
@@ -250,7 +259,7 @@ def encode_nodes(table: NodeTable) -> tuple[bytes, np.ndarray, np.ndarray]:
                 pieces.append(_int_attr(column))
         elif column.index is not None and (column.index >= 0).any():
             pieces.append(_table_field(b"\x52", column.table, column.index))
-    return _assemble(n, pieces)
+    return _assemble(n, pieces, framed)
 
 
 def _non_empty(names: Sequence[bytes], idx: np.ndarray) -> np.ndarray:
