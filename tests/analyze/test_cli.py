@@ -115,3 +115,22 @@ def test_to_pandas_gives_every_table(prefixes):
     frames = a.to_pandas()
     assert set(frames) == {t.name for t in a.tables()}
     assert isinstance(frames["breakdown"], pd.DataFrame) and list(frames["breakdown"]["rank"]) == [0, 1]
+
+
+def test_long_names_are_cut_in_the_middle_and_kept_whole_in_the_report_tooltip(tmp_path, capsys):
+    import html
+
+    name = "aten::" + "very_long_template_argument_" * 6 + "end_of_kernel_name"
+    prefix = write_job(tmp_path, {r: [comp(1, 100, 20, name=name), coll(2, 120, 30, [1])] for r in range(2)})
+    assert main(["analyze", prefix, "-q", "-j", "1"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("aten::"))
+    shown = row.split()[0]
+    assert "\u2026" in shown and len(shown) < len(name)
+    head, tail = shown.split("\u2026")
+    assert name.startswith(head) and name.endswith(tail) and tail.endswith("end_of_kernel_name")
+    page = tmp_path / "r.html"
+    assert main(["report", prefix, "-q", "-j", "1", "--ranks", "1", "-o", str(page)]) == 0
+    text = html.unescape(page.read_text())
+    assert f'title="{name}"' in text and "\u2026" in text
+    assert "rank 1" in text and "rank 0" not in text  # --ranks draws the ranks it names only

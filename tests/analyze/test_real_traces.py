@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 from collections import Counter, defaultdict
+from decimal import Decimal
 
 import numpy as np
 import pytest
@@ -83,6 +84,20 @@ def test_pytorch_figures_match_kineto(converted, name):
         k_span = max(e["ts"] + e["dur"] for e in events) - min(e["ts"] for e in events)
         span = one.breakdown.ranks[rank].span_ns / 1e3
         assert 0.98 * k_span <= span <= k_span + 1
+
+
+@pytest.mark.parametrize("name", JOBS)
+def test_measured_times_are_kineto_s_to_the_nanosecond(converted, name):
+    """A ``ProfilerStep#``'s inclusive time is Kineto's own, to the ns (callees on other threads and the
+    main thread's collectives included), and times are not rounded to float64 epoch ns (multiples of 256)."""
+    job = converted[name]
+    for rank in sorted(job.traces):
+        steps = [e for e in _kineto(name, rank) if e["name"].startswith("ProfilerStep#")]
+        one = analyze_job(Job({rank: job.traces[rank]}, job.groups, job.prefix))
+        got = {o.name: o.total_ns for o in one.top_ops.by_name if o.name.startswith("ProfilerStep#")}
+        assert got == {e["name"]: int(Decimal(repr(e["dur"])) * 1000) for e in steps} != {}
+    starts = np.asarray(analyze_job(job).critical_path.start_ns, dtype=np.int64)
+    assert len(starts) > 10 and np.mean(starts % 256 == 0) < 0.05
 
 
 @pytest.mark.parametrize("name", JOBS)

@@ -82,3 +82,24 @@ def rank_files(job: Path) -> dict[int, tuple[Path, Path | None]]:
             kin = [k for k in job.iterdir() if re.match(rf"rank-{r}\.kineto\.json(\.gz)?$", k.name)]
             out[r] = (p, kin[0] if kin else None)
     return dict(sorted(out.items()))
+
+
+def stream_order_breaks(trace: Any) -> tuple[int, list[tuple[str, str]]]:
+    """Of a converted ET's GPU activity (every node on a stream but the GPU-side user annotations): how many
+    nodes follow another on their stream, and the ``(previous, node)`` names of those that do not depend
+    directly on the node before them there (start order, then duration)."""
+    import numpy as np
+
+    from etkit.format.attrs import PROFILER_CATEGORIES
+    from etkit.model.trace import MISSING
+
+    on = np.flatnonzero((trace.stream != MISSING) & (trace.cat != PROFILER_CATEGORIES.index("gpu_user_annotation")))
+    pairs, breaks = 0, []
+    for stream in np.unique(trace.stream[on]).tolist():
+        rows = on[trace.stream[on] == stream]
+        rows = rows[np.lexsort((trace.dur_ns[rows], trace.ts_ns[rows]))]
+        for prev, row in zip(rows[:-1].tolist(), rows[1:].tolist()):
+            pairs += 1
+            if int(trace.ids[prev]) not in {int(d) for d in trace.deps_of(row)}:
+                breaks.append((trace.name(prev), trace.name(row)))
+    return pairs, breaks

@@ -4,7 +4,7 @@ Checked on the real GPU traces with a host execution trace (param's ``linear`` j
 pair) against the raw Kineto JSON read here independently: the window is the time the host trace's ops
 cover in Kineto; every GPU event launched in it (or, without a launch, running in it) is a node on its
 stream, with its Kineto start and duration to the nanosecond; copies and sets are memory nodes; the
-report's Kineto and ET GPU times are equal.
+report's Kineto and ET GPU times are equal; each activity depends on the one before it on its stream.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from etkit.model.trace import MISSING, load_trace
 from etkit.pytorch.job import convert_files
 
 from ..conftest import UPSTREAM
+from .raw import stream_order_breaks
 
 pytestmark = pytest.mark.shared_data
 PARAM = UPSTREAM / "facebookresearch-param" / "et_replay" / "tests" / "inputs"
@@ -77,3 +78,6 @@ def test_every_gpu_event_of_the_window_is_in_the_et(tmp_path, name):
     assert report.gpu_events == len(wanted) and report.link["kernels_outside"] + len(gpu) == \
         sum(1 for e in events if e.get("cat") in GPU)
     assert report.runtime_ops > 0  # CUDA runtime calls kept for launch statistics
+    # stream order: every activity depends on the one before it on its stream
+    pairs, breaks = stream_order_breaks(trace)
+    assert pairs >= len(wanted) - len({w[1] for w in wanted}) and breaks == []

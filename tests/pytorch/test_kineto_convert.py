@@ -27,6 +27,7 @@ from etkit.model.trace import MISSING, load_trace
 from etkit.validate import validate, validate_trace
 
 from ..conftest import KINETO_TRACES, PYTORCH_JOBS
+from .raw import stream_order_breaks
 
 pytestmark = pytest.mark.shared_data
 GPU = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -76,6 +77,19 @@ def test_every_gpu_event_is_a_node_of_its_stream(kineto_converted, name):
     parents = trace.rows_of(trace.ctrl_deps[trace.ctrl_ptr[launched]])
     assert (trace.cat[parents] == RUNTIME).all()
     assert validate_trace(trace) == []  # every per-file rule of etkit validate
+
+
+#: Traces whose stream order the Kineto-alone conversion does not yet keep everywhere (see the xfail).
+STREAM_ORDER_GAPS = {"hta-diff-test"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
+    strict=True, reason="an NCCL COMM node written before kernels that ran ahead of it on its stream does not "
+                        "depend on them (1 of 15,628 stream neighbours)")) if n in STREAM_ORDER_GAPS else n
+    for n in sorted(KINETO_TRACES)])
+def test_every_gpu_activity_follows_the_one_before_it_on_its_stream(kineto_converted, name):
+    pairs, breaks = stream_order_breaks(load_trace(_rank_file(kineto_converted(name))))
+    assert breaks == [], (pairs, breaks[:3])
 
 
 @pytest.mark.parametrize("job", ["ddp_mlp_ws2", "pp_sendrecv_ws2", "tp_transformer_ws4", "all_to_all_ws4"])
