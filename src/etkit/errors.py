@@ -36,6 +36,31 @@ class UsageError(EtkitError):
     """An argument or option value that cannot be used, e.g. a prefix that matches no file."""
 
 
+class OptionError(UsageError):
+    """A value of a library option (a keyword argument, a field of an options object) that cannot be used.
+
+    The message is a template whose ``{name}`` fields are the options it is about: ``str()`` reads in the
+    library's words (``scale_compute=0.0 must be a positive finite number``), :meth:`as_flags` in the CLI's
+    (``--scale-compute 0.0 must be ...``; a flag is its option's name with ``-`` for ``_``). Literal braces
+    in the rest of the template are doubled, as in :meth:`str.format`."""
+
+    def __init__(self, template: str, **options: object) -> None:
+        self.template = template
+        self.options = options
+        super().__init__(template.format(**{k: f"{k}={v!r}" for k, v in options.items()}))
+
+    def as_flags(self) -> str:
+        """The message with each option written as the command-line flag that sets it."""
+        return self.template.format(**{k: f"--{k.replace('_', '-')} {v}" for k, v in self.options.items()})
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (_rebuild_option_error, (self.template, self.options))
+
+
+def _rebuild_option_error(template: str, options: dict[str, object]) -> OptionError:
+    return OptionError(template, **options)
+
+
 def _rebuild_format_error(path: str, message: str, record: int | None, offset: int | None) -> TraceFormatError:
     return TraceFormatError(path, message, record=record, offset=offset)
 

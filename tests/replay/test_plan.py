@@ -117,12 +117,12 @@ def test_dependency_cycle_is_an_error(tmp_path):
 def test_rank_count_and_device_are_checked_before_launching():
     from etkit.replay import ReplayOptions, replay_job
 
-    with pytest.raises(EtkitError, match="--ranks 3 but the trace has 4 ranks"):
+    with pytest.raises(EtkitError, match="ranks=3 but the trace has 4 ranks"):
         replay_job(str(MICRO / "all_reduce" / "4npus_1MB" / "all_reduce"), ranks=3)
     if not __import__("torch").cuda.is_available():
         with pytest.raises(EtkitError, match="no CUDA device"):
             ReplayOptions(device="cuda").resolved()
-    with pytest.raises(EtkitError, match="needs --device cuda"):
+    with pytest.raises(EtkitError, match="backend='nccl' needs device='cuda'"):
         ReplayOptions(device="cpu", backend="nccl").resolved()
 
 

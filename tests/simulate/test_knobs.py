@@ -159,7 +159,7 @@ def test_scale_latency_scales_link_latency_and_call_overheads() -> None:
     assert scaled.makespan_ns == pytest.approx(direct.makespan_ns)
     plain = simulate(job, net(("Ring", 4, 100.0, 4_000.0)), slow_sys)
     assert scaled.makespan_ns < plain.makespan_ns  # latency and overheads both shrank
-    with pytest.raises(Exception, match="scale-latency"):
+    with pytest.raises(Exception, match="scale_latency"):
         Knobs(scale_latency=-1)
 
 

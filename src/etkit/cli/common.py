@@ -181,9 +181,10 @@ def knobs_from(args: argparse.Namespace, preset_device: Any = None) -> Any:
     if device is not None and trace_device is None:
         raise UsageError("--device needs --trace-device (or a preset / etkit system file naming the trace's device)")
     raw = getattr(args, "raw_durations", False)
-    return Knobs(getattr(args, "scale_compute", 1.0), getattr(args, "scale_bandwidth", 1.0),
-                 dict(parse_straggler(s) for s in getattr(args, "straggler", [])), device, trace_device,
-                 getattr(args, "congestion", "unaware"), getattr(args, "deps", "both"), measured_gaps=not raw,
+    return Knobs(scale_compute=getattr(args, "scale_compute", 1.0), scale_bandwidth=getattr(args, "scale_bandwidth", 1.0),
+                 stragglers=dict(parse_straggler(s) for s in getattr(args, "straggler", [])), device=device,
+                 trace_device=trace_device, congestion=getattr(args, "congestion", "unaware"),
+                 deps=getattr(args, "deps", "both"), measured_gaps=not raw,
                  strip_waits=not raw, scale_latency=getattr(args, "scale_latency", 1.0),
                  measured_start=getattr(args, "measured_start", False), samples=getattr(args, "samples", 32),
                  seed=getattr(args, "seed", 0))

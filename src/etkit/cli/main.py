@@ -17,7 +17,7 @@ import sys  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 
 from .. import __version__  # noqa: E402
-from ..errors import EtkitError  # noqa: E402
+from ..errors import EtkitError, OptionError  # noqa: E402
 from ..safetext import printable  # noqa: E402
 from .common import VerbParser, reported_warnings  # noqa: E402
 
@@ -53,8 +53,9 @@ def _run(args: argparse.Namespace) -> int:
     try:
         with guard.running(args), reported_warnings(f"etkit {args.verb}"):
             return int(args.func(args) or 0)
-    except EtkitError as exc:
-        print(f"etkit {args.verb}: {printable(str(exc), newlines=False)}", file=sys.stderr)
+    except EtkitError as exc:  # a library option's value is named by the flag that set it
+        message = exc.as_flags() if isinstance(exc, OptionError) else str(exc)
+        print(f"etkit {args.verb}: {printable(message, newlines=False)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader of our stdout went away (| head): nothing left to say
         return 0

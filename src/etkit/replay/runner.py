@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import EtkitError
+from ..errors import EtkitError, OptionError
 from ..executor import SerialExecutor
 from ..model.job import Job, load_job
 from ..model.trace import load_trace
@@ -57,13 +57,13 @@ class ReplayOptions:
         device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
         backend = self.backend or ("nccl" if device == "cuda" else "gloo")
         if device == "cuda" and not torch.cuda.is_available():
-            raise EtkitError("--device cuda: no CUDA device is available on this host")
+            raise OptionError("{device}: no CUDA device is available on this host", device=device)
         if backend == "nccl" and device != "cuda":
-            raise EtkitError("--backend nccl needs --device cuda")
+            raise OptionError("{backend} needs {device}", backend=backend, device="cuda")
         if self.iters < 1 or self.warmup < 0:
-            raise EtkitError("--iters must be >= 1 and --warmup >= 0")
+            raise OptionError("{iters} must be >= 1 and {warmup} >= 0", iters=self.iters, warmup=self.warmup)
         if self.max_buffer_bytes is not None and self.max_buffer_bytes <= 0:
-            raise EtkitError("--max-buffer-bytes must be positive")
+            raise OptionError("{max_buffer_bytes} must be positive", max_buffer_bytes=self.max_buffer_bytes)
         return replace(self, backend=backend, device=device)
 
 
@@ -264,7 +264,8 @@ def replay_job(spec: str | os.PathLike[str] | list[str] | Job, *, ranks: int | N
     options = (options or ReplayOptions()).resolved()
     job = spec if isinstance(spec, Job) else load_job(spec, comm_groups=comm_groups, executor=SerialExecutor())
     if ranks is not None and ranks != job.world_size:
-        raise EtkitError(f"{job.prefix or 'job'}: --ranks {ranks} but the trace has {job.world_size} ranks")
+        where = str(job.prefix or "job").replace("{", "{{").replace("}", "}}")
+        raise OptionError(f"{where}: {{ranks}} but the trace has {job.world_size} ranks", ranks=ranks)
     plan = plan_job(job, options.mode)
     check_buffers(job, plan, options)
     results = _torchrun(plan, options) if in_torchrun() else _spawn(plan, options, quiet)

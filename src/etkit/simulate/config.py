@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import EtkitError, UsageError
+from ..errors import EtkitError, OptionError, UsageError
 from ..filekind import require
 from ..format.schema import CommType
 from ..generate.devices import DEVICES, Device, get_device
@@ -210,9 +210,9 @@ class SystemConfig:
                                                      for k, g, vecs in self.collective_residuals_ns))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Knobs:
-    """What-if changes applied without editing files."""
+    """What-if changes applied without editing files (keyword arguments only)."""
 
     scale_compute: float = 1.0
     scale_bandwidth: float = 1.0
@@ -240,10 +240,12 @@ class Knobs:
         return self.scale_compute * self.stragglers.get(rank, 1.0)
 
     def __post_init__(self) -> None:
-        if not all(math.isfinite(x) for x in (self.scale_compute, self.scale_bandwidth, self.scale_latency)) or \
-                self.scale_compute <= 0 or self.scale_bandwidth <= 0 or self.scale_latency < 0:
-            raise UsageError("--scale-compute and --scale-bandwidth must be positive finite numbers, --scale-latency "
-                             "a finite number not below 0")
+        for name in ("scale_compute", "scale_bandwidth"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise OptionError(f"{{{name}}} must be a positive finite number", **{name: value})
+        if not (math.isfinite(self.scale_latency) and self.scale_latency >= 0):
+            raise OptionError("{scale_latency} must be a finite number not below 0", scale_latency=self.scale_latency)
         if self.congestion not in ("aware", "unaware"):
             raise UsageError(f"congestion mode must be 'aware' or 'unaware', not {self.congestion!r}")
         if self.samples < 0:
