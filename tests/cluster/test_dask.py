@@ -181,6 +181,22 @@ def test_analyses_run_their_per_rank_work_on_the_cluster(dask, job64, converted_
 
 
 @pytest.mark.shared_data
+def test_a_kineto_trace_is_converted_in_the_client_under_a_cluster_executor(dask) -> None:
+    """Converted on the fly into this machine's temporary folder, which a cluster's workers cannot reach: the
+    conversion runs in the client's pool, the analysis is the serial one."""
+    from etkit.pytorch.kineto_convert import load_kineto_job
+
+    from ..conftest import KINETO_TRACES
+
+    trace = KINETO_TRACES["hta-event-sync-streams"]
+    with distributed.get_task_stream(client=dask.client) as stream:
+        job = load_kineto_job(trace, executor=dask)
+    assert not [t for t in stream.data if "etkit-" in str(t["key"])]
+    local = load_kineto_job(trace, executor=SERIAL)
+    assert analyze_job(job).to_json() == analyze_job(local).to_json()
+
+
+@pytest.mark.shared_data
 def test_analysis_verbs_give_the_same_outputs_on_the_cluster(dask, converted_job, tmp_path, capsys) -> None:
     prefix = str(converted_job("tp_transformer_ws2"))
     address = dask.address.replace("tcp://", "dask://")

@@ -226,22 +226,23 @@ def load_kineto_job(spec: str | os.PathLike[str], *, executor: Executor | None =
     """Convert the Kineto trace(s) at ``spec`` to ETs in a temporary folder and load them as a
     :class:`etkit.model.job.Job` (what ``analyze``, ``report``, ``timeline`` and ``diff`` do with a Kineto
     input); ``ranks`` keeps only those ranks. The job's process groups are the traces' own, also when
-    the folder holds only some ranks of the job."""
+    the folder holds only some ranks of the job. The temporary folder is this machine's, so under a remote
+    executor (a Dask cluster) the ranks are converted and read in this machine's pool
+    (:func:`etkit.executor.in_client`); ``etkit convert kineto`` to a shared folder runs them on the cluster."""
     import tempfile
 
     from ..model.groups import ProcessGroups
     from ..model.job import Job
     from ..model.trace import load_trace
 
-    executor = executor or default_executor()
+    local = in_client(executor or default_executor())  # the temporary folder is not on the cluster's file system
     with tempfile.TemporaryDirectory(prefix="etkit-kineto-") as tmp:
         prefix = Path(tmp) / default_prefix(spec)
-        report = convert_kineto(spec, prefix, executor=executor)
+        report = convert_kineto(spec, prefix, executor=local)
         wanted = [(r.rank, r.path) for r in report.ranks if ranks is None or r.rank in ranks]
         if not wanted:
             raise UsageError(f"{spec}: no rank {ranks} among its ranks {[r.rank for r in report.ranks]}")
-        # the traces are kept here: a cluster's workers would send them through its scheduler (in_client)
-        traces = in_client(executor).map(load_trace, [p for _, p in wanted], desc="load")
+        traces = local.map(load_trace, [p for _, p in wanted], desc="load")
         groups = ProcessGroups.load(report.comm_groups) if report.comm_groups else ProcessGroups()
     return Job({r: t for (r, _), t in zip(wanted, traces)}, groups, str(spec))
 
