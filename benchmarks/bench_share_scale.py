@@ -48,7 +48,8 @@ def make_job(prefix: Path, ranks: int, nodes: int) -> int:
             for i in range(1, nodes + 1):
                 op = _OPS[i % len(_OPS)]
                 node = Node(id=i, name=op, start_time_micros=1_700_000_000_000_000 + 3 * i, duration_micros=i % 37 + 1)
-                node.ctrl_deps.append(max(1, i - i % 7))
+                if 0 < i - i % 7 < i:  # the first node of its group of 7 is its parent
+                    node.ctrl_deps.append(i - i % 7)
                 if i > 1:
                     node.data_deps.append(i - 1)
                 node.attr.extend([make_attr("rf_id", i), make_attr("seq_id", i // 3), make_attr("tid", 1),

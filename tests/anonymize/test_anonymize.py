@@ -66,6 +66,7 @@ def test_the_default_policy_is_the_written_text() -> None:
                          "types", "flops", "metadata", "attributes", "other_attributes"}
     assert policy.keeps("comm_size") and policy.keeps("pg_name") and not policy.keeps("op_schema")
     assert not policy.keeps("rf_id") and policy.keeps_name("ProfilerStep#3") and not policy.keeps_name("aten::mm")
+    assert policy.keeps_name("cudaLaunchKernel") and not policy.keeps_name("cudaLaunchKernelOfAcme")
 
 
 def test_policy_files_override_keys_and_refuse_mistakes(tmp_path) -> None:
@@ -175,6 +176,19 @@ def _assert_same_event_order(before, after) -> None:
     old, new = _events(before), _events(after)
     order = np.argsort(old, kind="stable")
     assert (np.sign(np.diff(new[order])) == np.sign(np.diff(old[order]))).all()
+
+
+def test_cuda_launch_calls_keep_their_names(tmp_path) -> None:
+    """The GPU launch statistics find launches by the CUDA runtime call's name: a public API name, kept
+    (and listed as kept on purpose); a name that only starts like one is not."""
+    prefix = tmp_path / "g"
+    nodes = [node(1, name="cudaLaunchKernel", duration=4, start=10), node(2, name="cudaLaunchKernelOfAcme", duration=4, start=20),
+             node(3, name="cudaMemcpyAsync", duration=4, start=30)]
+    write_trace(f"{prefix}.0.et", GlobalMetadata(), nodes)
+    report = anonymize(prefix, tmp_path / "o", executor=SerialExecutor())
+    out = load_trace(f"{tmp_path}/o.0.et")
+    assert [out.name(i) for i in range(3)] == ["cudaLaunchKernel", "runtime", "cudaMemcpyAsync"]
+    assert report.ok and "cudaLaunchKernelOfAcme" not in report.leaks
 
 
 def test_comm_sizes_round_up_to_powers_of_two(tmp_path) -> None:

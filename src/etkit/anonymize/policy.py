@@ -27,7 +27,11 @@ DEFAULT_POLICY_TEXT = """\
 names: class            # node names: class (the op's class: gemm, conv, attention, ...; comm nodes their
                         # collective) | keep
 keep_names:             # names kept as they are (shell patterns): PyTorch's iteration markers, which
-  - "ProfilerStep#*"    # analyses and calibration use to find the steps
+  - "ProfilerStep#*"    # analyses and calibration use to find the steps, and the CUDA runtime calls
+  - cudaLaunchKernel    # that launch kernels and copies (public API names; the GPU launch statistics
+  - cudaLaunchKernelExC # find the launches by them)
+  - cudaMemcpyAsync
+  - cudaMemsetAsync
 timestamps: shift       # shift: every rank by the same amount, the earliest timestamp becomes 1 us (0 means
                         # "no timestamp" to Chakra readers) | keep | drop
 jitter: 0.0             # durations: 0 = kept; r > 0 = each rank's clock jittered: every gap between two events
@@ -78,7 +82,8 @@ class Policy:
     """What to keep. See :data:`DEFAULT_POLICY_TEXT` for the meaning of each field."""
 
     names: str = "class"
-    keep_names: tuple[str, ...] = ("ProfilerStep#*",)
+    keep_names: tuple[str, ...] = ("ProfilerStep#*", "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync",
+                                   "cudaMemsetAsync")
     timestamps: str = "shift"
     jitter: float = 0.0
     seed: int = 0
