@@ -8,7 +8,7 @@ from etkit import vocab
 def test_names_match_their_tables() -> None:
     from etkit.analyze.comm import ALGORITHMS
     from etkit.generate.collective import COLLECTIVE_TYPES
-    from etkit.generate.devices import DEVICES
+    from etkit.model.devices import DEVICES
     from etkit.generate.dlrm import DLRM_MODELS
     from etkit.generate.layout import RECOMPUTE_MODES, SCHEDULES
     from etkit.generate.llm import MODELS

@@ -33,7 +33,7 @@ DLRM_MODELS = ("dlrm-mlperf", "dlrm-small")
 #: Serving presets of ``generate llm-serve --serving-preset`` (``etkit.generate.serve.SERVE_PRESETS``).
 SERVE_PRESETS = ("llama3-70b-h100", "llama3-70b-h200", "llama3-8b-h100", "llama3-8b-h200", "mixtral-8x7b-h100",
                  "mixtral-8x7b-h200")
-#: Roofline device presets (``etkit.generate.devices.DEVICES``).
+#: Roofline device presets (``etkit.model.devices.DEVICES``).
 DEVICES = ("A100", "H100", "H200", "MI300X")
 #: Element types of generated work (``etkit.generate.training.DTYPE_BYTES``).
 DTYPES = ("bf16", "fp16", "fp32", "fp8")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from etkit.errors import UsageError
-from etkit.generate.devices import DEVICES, Device, get_device
+from etkit.model.devices import DEVICES, Device, get_device
 
 
 def test_presets_are_the_public_figures() -> None:

@@ -74,7 +74,10 @@ def test_unmatched_send_is_listed_not_issued(tmp_path):
     r0 = [node(1, "send", NodeType.COMM_SEND_NODE, comm_dst=1, comm_src=0, comm_size=16, comm_tag=3),
           node(2, "send2", NodeType.COMM_SEND_NODE, deps=(1,), comm_dst=1, comm_src=0, comm_size=16, comm_tag=3)]
     r1 = [node(1, "recv", NodeType.COMM_RECV_NODE, comm_src=0, comm_dst=1, comm_size=16, comm_tag=3)]
-    plan = plan_job(_load(write_nodes_job(tmp_path, "p", {0: r0, 1: r1})), "comm")
+    job = _load(write_nodes_job(tmp_path, "p", {0: r0, 1: r1}))
+    with pytest.raises(EtkitError, match=r"node 2: send of 16 bytes to rank 1 tag 3 has no matching recv.*would hang"):
+        plan_job(job, "comm")  # as etkit validate: an unmatched send is an error
+    plan = plan_job(job, "comm", allow_mismatch=True)
     assert plan.ranks[0].action.tolist() == [Action.SEND, Action.SKIP]
     assert "no matching peer" in plan.ranks[0].reasons[1]
     assert plan.ranks[1].action.tolist() == [Action.RECV]
@@ -130,7 +133,11 @@ def test_members_that_recorded_different_sizes_get_the_largest(tmp_path):
     def ar(size: int) -> list:
         return [node(1, "ar", NodeType.COMM_COLL_NODE, comm_type=int(CommType.ALL_REDUCE), comm_size=size)]
 
-    plan = plan_job(_load(write_nodes_job(tmp_path, "s", {0: ar(64), 1: ar(256)})), "comm")
+    job = _load(write_nodes_job(tmp_path, "s", {0: ar(64), 1: ar(256)}))
+    with pytest.raises(EtkitError, match=r"ALL_REDUCE #1 on pg '0' moves 256 bytes, rank 0 moves 64 "
+                                         r"\[collective-size-mismatch\]"):
+        plan_job(job, "comm")  # as etkit validate
+    plan = plan_job(job, "comm", allow_mismatch=True)
     assert [p.comm[0].nbytes for p in plan.ranks.values()] == [256, 256]
     assert "recorded [64, 256] bytes; replayed with 256" in plan.notes[0]
 

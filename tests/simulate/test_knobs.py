@@ -9,7 +9,7 @@ import pytest
 from etkit.cli.main import main
 from etkit.errors import EtkitError
 from etkit.format.schema import CommType
-from etkit.generate.devices import get_device
+from etkit.model.devices import get_device
 from etkit.simulate import Knobs, load_config, simulate
 from etkit.simulate.config import PRESETS, SystemConfig, system_from_dict
 from etkit.simulate.synthetic import chain_job

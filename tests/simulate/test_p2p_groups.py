@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from etkit.format.schema import CommType
-from etkit.simulate import Knobs, simulate
+from etkit.simulate import Knobs, SimulationBlocked, simulate
 from etkit.simulate.synthetic import chain_job
 
 from ..conftest import UPSTREAM
@@ -58,9 +58,13 @@ def test_messages_match_in_order_by_tag() -> None:
     assert not result.warnings
 
 
-def test_size_mismatch_is_a_warning() -> None:
+def test_size_mismatch_is_refused_unless_allowed() -> None:
     j = job({0: [p2p(1, "send", 100, dst=1)], 1: [p2p(1, "recv", 200, src=0)]})
-    result = simulate(j, net(("Ring", 2, BW, LAT)), system())
+    with pytest.raises(SimulationBlocked) as info:  # as etkit validate: a p2p-size-mismatch error
+        simulate(j, net(("Ring", 2, BW, LAT)), system())
+    assert info.value.report.disagreements == ["rank 0 node 1: [p2p-size-mismatch] send to rank 1 tag any is 100 bytes "
+                                               "but its recv (rank 1 node 1) expects 200"]
+    result = simulate(j, net(("Ring", 2, BW, LAT)), system(), allow_mismatch=True)
     assert any("100 bytes" in w and "200 bytes" in w for w in result.warnings)
 
 

@@ -46,6 +46,7 @@ import numpy as np
 
 from ..format.attrs import PROFILER_CATEGORIES
 from ..model.accounting import union_intervals, union_length
+from ..model.edges import ctrl_parent
 from ..model.job import Job
 from ..model.schedule import Schedule
 from ..model.trace import Trace
@@ -115,7 +116,7 @@ def _launchers(trace: Trace, rows: np.ndarray) -> np.ndarray:
     last = np.ones(len(d), dtype=bool)
     last[:-1] = d[1:] != d[:-1]
     out[d[last]] = s[last]
-    parent = _call_parent(trace)[rows]  # a kernel's launch is its ctrl parent
+    parent = ctrl_parent(trace)[rows]  # a kernel's launch is its ctrl parent
     launched = (parent >= 0) & np.isin(trace.cat[np.maximum(parent, 0)], _RUNTIME_CATS)
     result = out[rows]
     result[launched] = parent[launched]
@@ -441,22 +442,13 @@ class KernelSequence:
     cpu_ns: int  # the ops' time, summed
 
 
-def _call_parent(trace: Trace) -> np.ndarray:
-    """Per row, its ctrl-dep parent row (-1: none)."""
-    parent = np.full(len(trace), -1, dtype=np.int64)
-    has = np.flatnonzero(np.diff(trace.ctrl_ptr) > 0)
-    parent[has] = trace.rows_of(trace.ctrl_deps[trace.ctrl_ptr[has]])
-    parent[parent == np.arange(len(trace))] = -1
-    return parent
-
-
 def frequent_kernel_sequences(job: Job, operator: str, schedule: Schedule | None = None, *, rank: int = 0,
                               min_pattern_len: int = 3, top_k: int = 5, include_last_step: bool = False,
                               context: AnalysisContext | None = None) -> list[KernelSequence]:
     """The most frequent kernel sequences launched by ops named like ``operator`` (see the module docstring)."""
     g = gpu_ranks(_context(job, schedule, context), include_last_step=include_last_step)[rank]
     trace = g.view.trace
-    parent = _call_parent(trace)
+    parent = ctrl_parent(trace)
     host = np.zeros(len(trace), dtype=bool)
     host[g.host] = True
     depth = np.zeros(len(trace), dtype=np.int64)

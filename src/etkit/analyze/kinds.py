@@ -15,6 +15,7 @@ import numpy as np
 from ..format.attrs import PROFILER_CATEGORIES
 from ..format.schema import CommType, NodeType
 from ..model.accounting import COMM, COMPUTE, CPU, KIND_NAMES, MEMORY, OTHER, host_counts_as_compute
+from ..model.steps import STEP_PREFIX
 from ..model.trace import Trace
 
 __all__ = ["KIND_NAMES", "COMPUTE", "CPU", "COMM", "MEMORY", "OTHER", "node_kinds", "comm_label", "time_kinds", "annotation_rows"]
@@ -29,7 +30,7 @@ _TYPE_KIND[[NodeType.MEM_LOAD_NODE, NodeType.MEM_STORE_NODE]] = MEMORY
 
 #: Name prefixes of nodes that only mark a range (the profiler's iteration marker): their own time is
 #: the thread between ops (Python, blocking waits), not compute.
-ANNOTATION_PREFIXES = ("ProfilerStep#",)
+ANNOTATION_PREFIXES = (STEP_PREFIX,)
 
 
 def annotation_rows(trace: Trace) -> np.ndarray:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DependencyError
+from ..model.edges import ctrl_parent, edges
 from ..model.job import Job
 from ..model.schedule import RankSchedule, Schedule, has_timestamps, measured_times, schedule_from_timestamps
 from ..model.trace import Trace
@@ -68,11 +69,7 @@ def _stretch_callers(trace: Trace, sched: RankSchedule) -> None:
     precise = measured_times(trace)[2]
     if precise.all():
         return
-    parent = np.full(n, -1, dtype=np.int64)
-    first = trace.ctrl_ptr[:-1][np.diff(trace.ctrl_ptr) > 0]
-    has = np.flatnonzero(np.diff(trace.ctrl_ptr) > 0)
-    parent[has] = trace.rows_of(trace.ctrl_deps[first])
-    parent[parent == np.arange(n)] = -1
+    parent = ctrl_parent(trace)
     counted = sched.ran & (node_kinds(trace) != COMM)
     parent[~counted] = -1
     depth = np.zeros(n, dtype=np.int64)
@@ -121,12 +118,11 @@ def schedule_from_simulation(job: Job, network: Any = None, system: Any = None, 
 
 
 def dependency_rows(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """Dependencies as rows: ``(dst_rows, src_rows)`` per edge, data deps then ctrl deps (ASTRA-sim's
-    feeder honours both), edges to unknown ids and to the node itself dropped."""
-    src = np.concatenate((trace.rows_of(trace.data_deps), trace.rows_of(trace.ctrl_deps)))
-    dst = np.concatenate((trace.edge_sources("data"), trace.edge_sources("ctrl")))
-    keep = (src >= 0) & (src != dst)
-    return dst[keep], src[keep]
+    """Dependencies as rows: ``(dst_rows, src_rows)`` per edge, i.e. (child, parent) of
+    :func:`etkit.model.edges.edges`, data deps then ctrl deps (ASTRA-sim's feeder honours both), edges to
+    unknown ids and to the node itself dropped."""
+    found = edges(trace).resolved()
+    return found.child, found.parent
 
 
 def topological_order(trace: Trace) -> np.ndarray:

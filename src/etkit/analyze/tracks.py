@@ -15,13 +15,12 @@ import numpy as np
 
 from ..model.accounting import union_intervals, union_length
 from ..model.schedule import RankSchedule
+from ..model.kinds import RESOURCE_NAMES
 from ..model.trace import MISSING, Trace
 from .kinds import COMM, COMPUTE, CPU, KIND_NAMES, MEMORY
 
 __all__ = ["RankTracks", "rank_tracks", "union_intervals", "union_length", "RESOURCE_NAMES"]
 
-#: Names of the resource codes a simulated :class:`RankSchedule` may carry.
-RESOURCE_NAMES = ("cpu", "compute", "comm", "memory")
 _KIND_RESOURCE = {COMPUTE: "compute", CPU: "cpu", COMM: "comm", MEMORY: "memory"}
 
 

@@ -172,7 +172,7 @@ def knobs_from(args: argparse.Namespace, preset_device: Any = None) -> Any:
     """The what-if :class:`~etkit.simulate.Knobs` on the command line (``preset_device``: the device the
     preset or etkit system file names, the default ``--trace-device``)."""
     from ..errors import UsageError
-    from ..generate.devices import get_device
+    from ..model.devices import get_device
     from ..simulate import Knobs
     from ..simulate.whatif import parse_straggler
 

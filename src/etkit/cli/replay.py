@@ -35,6 +35,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="most memory one communication of one rank may hold, e.g. 4GiB (default: half of "
                              "this host's available memory, or the GPU's free memory, over the ranks sharing it); "
                              "a larger message stops the replay before any rank starts")
+    parser.add_argument("--allow-mismatch", action="store_true",
+                        help="replay a job whose ranks disagree about a collective's size (every member gets the "
+                             "largest) or a send/recv without a partner (left out and listed) instead of refusing it, "
+                             "as etkit validate does (a collective sequence that differs is always refused)")
     parser.add_argument("--threads", type=positive_int, default=1, metavar="T", help="intra-op CPU threads per rank (default 1)")
     add_json(parser, "the full report")
     parser.add_argument("--timeline", default=None, metavar="OUT.json",
@@ -48,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
 
     options = ReplayOptions(mode=args.mode, iters=args.iters, warmup=args.warmup, backend=args.backend,
                             device=args.device, timeout_s=args.timeout, threads=args.threads,
-                            host_time=not args.no_host_time, max_buffer_bytes=args.max_buffer_bytes)
+                            host_time=not args.no_host_time, max_buffer_bytes=args.max_buffer_bytes,
+                            allow_mismatch=args.allow_mismatch)
     report = replay_job(args.prefix, ranks=args.ranks, options=options, comm_groups=args.comm_groups,
                         quiet=args.quiet)
     if in_torchrun() and os.environ["RANK"] != "0":

@@ -36,12 +36,12 @@ import numpy as np
 from ..errors import EtkitError
 from ..format.schema import NodeType
 from ..model.groups import ProcessGroups, communicator_key
+from ..model.matching import CommRecord, comm_record, match_comm
 from ..model.trace import MISSING
 from ..simulate.config import NetworkConfig, SystemConfig
 from ..simulate.loader import load_columns
 from ..validate.findings import ERROR, Finding, FindingSink
-from ..validate.job_rules import check_collectives
-from ..validate.rank_rules import CommRecord, check_trace, comm_record
+from ..validate.rank_rules import check_trace
 
 __all__ = ["ExportError", "RankSummary", "RankTask", "ExportPlan", "summarise", "plan_export",
            "MAX_GROUP_ID", "TAG_LIMIT"]
@@ -127,6 +127,11 @@ def _fail(prefix: str, problems: Sequence[str]) -> ExportError:
     return ExportError(f"{prefix}: cannot export for ASTRA-sim: {problems[0]}{more}")
 
 
+def _p2p_rule(rule: str) -> bool:
+    """Point-to-point findings: :func:`_pair_messages` reports them in ASTRA-sim's words."""
+    return rule.startswith(("p2p-", "unmatched-"))
+
+
 def _where(rank: int, node: int | None) -> str:
     return f"rank {rank}" + (f" node {node}" if node is not None else "")
 
@@ -143,7 +148,7 @@ def plan_export(summaries: Mapping[int, RankSummary], groups: ProcessGroups, *, 
     problems = [f"{_where(f.rank, f.node_id)}: [{f.rule}] {f.message}"
                 for s in summaries.values() for f in s.findings if f.severity == ERROR and f.rule not in _REPAIRED]
     problems += [f"{_where(f.rank, f.node_id)}: [{f.rule}] {f.message}"
-                 for f in check_collectives(records, groups, world) if f.severity == ERROR and f.rule not in _REPAIRED]
+                 for f in match_comm(records, groups, world).errors() if f.rule not in _REPAIRED and not _p2p_rule(f.rule)]
     if problems:
         raise _fail(source, problems)
     changes: dict[str, int] = defaultdict(int)
@@ -187,6 +192,11 @@ def _used_communicators(records: Mapping[int, CommRecord], groups: ProcessGroups
             if key not in used:
                 used[key] = tuple(groups.members(key, world))
     return used
+
+
+def _tag_or_zero(tags: np.ndarray) -> np.ndarray:
+    """Tags as ASTRA-sim reads them: a missing ``comm_tag`` is 0."""
+    return np.where(tags == MISSING, 0, tags)
 
 
 def _canonical_id(name: str) -> int | None:
@@ -267,6 +277,7 @@ def _pair_messages(records: Mapping[int, CommRecord], world: int, source: str, c
         small = sizes < least
         changes[f"messages grown to {least} bytes" if least > 1 else "empty messages grown to 1 byte"] += int(small.sum())
         sizes[small] = least
+    tag_of = {r: (_tag_or_zero(rec.send_tag), _tag_or_zero(rec.recv_tag)) for r, rec in records.items()}
     recv_src = {r: rec.recv_peer.astype(np.int64).copy() for r, rec in records.items()}
     recv_size = {r: np.zeros(len(rec.recv_ids), dtype=np.int64) for r, rec in records.items()}
     for rank, rec in records.items():
@@ -276,7 +287,7 @@ def _pair_messages(records: Mapping[int, CommRecord], world: int, source: str, c
         for i in bad[:5]:
             problems.append(f"{_where(rank, int(rec.send_ids[i]))}: SEND to rank {int(rec.send_peer[i])}, "
                             f"which is not in the job (ranks 0..{world - 1})")
-        for tags, ids in ((rec.send_tag, rec.send_ids), (rec.recv_tag, rec.recv_ids)):
+        for tags, ids in zip(tag_of[rank], (rec.send_ids, rec.recv_ids)):
             for i in np.flatnonzero((tags < 0) | (tags >= TAG_LIMIT))[:5]:
                 problems.append(f"{_where(rank, int(ids[i]))}: comm_tag {int(tags[i])} is outside 0..{TAG_LIMIT - 1} "
                                 "(ASTRA-sim folds message tags modulo 5*10**8)")
@@ -295,9 +306,9 @@ def _pair_messages(records: Mapping[int, CommRecord], world: int, source: str, c
     sends: dict[tuple[int, int, int], list[tuple[int, int]]] = defaultdict(list)
     recvs: dict[tuple[int, int, int], list[tuple[int, int]]] = defaultdict(list)
     for rank, rec in records.items():
-        for i, (dst, tag) in enumerate(zip(rec.send_peer.tolist(), rec.send_tag.tolist())):
+        for i, (dst, tag) in enumerate(zip(rec.send_peer.tolist(), tag_of[rank][0].tolist())):
             sends[(rank, dst, tag)].append((rank, i))
-        for i, (src, tag) in enumerate(zip(recv_src[rank].tolist(), rec.recv_tag.tolist())):
+        for i, (src, tag) in enumerate(zip(recv_src[rank].tolist(), tag_of[rank][1].tolist())):
             recvs[(src, rank, tag)].append((rank, i))
     for key in sorted(set(sends) | set(recvs)):
         src, dst, tag = key

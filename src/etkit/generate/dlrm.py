@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from ..errors import UsageError
 from ..executor import Executor
 from ..format.schema import CommType
+from ..model.devices import Device, get_device
 from ..model.groups import ProcessGroups
-from .devices import Device, get_device
 from .training import DTYPE_BYTES, ComputeChain, GeneratedJob, GradientBuckets, JobSummary
 from .writer import RankPlan, TraceTemplate, synthetic_metadata
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from ..errors import UsageError
 from ..executor import Executor
 from ..format.schema import CommType
-from .devices import Device, get_device
+from ..model.devices import Device, get_device
 from .layout import GroupTable, ParallelLayout, build_groups, pipeline_order
 from .training import (ADAM_BYTES_PER_PARAM, ADAM_FLOPS_PER_PARAM, DTYPE_BYTES, ComputeChain, GeneratedJob,
                        GradientBuckets, JobSummary)

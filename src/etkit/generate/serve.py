@@ -55,8 +55,8 @@ import orjson
 
 from ..errors import UsageError
 from ..format.schema import CommType, NodeType
+from ..model.devices import Device, get_device
 from ..model.groups import ProcessGroups
-from .devices import Device, get_device
 from .llm import ModelConfig, get_model
 from .requests import Request, RequestSource
 from .training import DTYPE_BYTES, GeneratedJob

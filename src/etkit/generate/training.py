@@ -16,10 +16,10 @@ from pathlib import Path
 
 from ..executor import Executor, SerialExecutor, default_executor
 from ..format.schema import CommType, NodeType
+from ..model.devices import Device
 from ..model.groups import ProcessGroups
 from ..model.job import Job
 from ..model.trace import Trace
-from .devices import Device
 from ..units import exact_sum
 from .writer import Param, RankPlan, TraceTemplate, build_job, write_job
 

@@ -30,12 +30,13 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
+from .kinds import KIND_NAMES, NodeKind
+
 __all__ = ["COMPUTE", "CPU", "COMM", "MEMORY", "OTHER", "KIND_NAMES", "CATEGORIES", "TimeAccount", "account",
            "union_intervals", "union_length", "host_counts_as_compute"]
 
-#: Resource kind of a node (what it occupies while it runs).
-COMPUTE, CPU, COMM, MEMORY, OTHER = range(5)
-KIND_NAMES = ("compute", "cpu", "comm", "memory", "other")
+#: Kind of a node (:class:`etkit.model.kinds.NodeKind`, as plain ints for numpy columns).
+COMPUTE, CPU, COMM, MEMORY, OTHER = (int(k) for k in NodeKind)
 #: The categories that add up to the span, in priority and display order.
 CATEGORIES = ("compute", "exposed_comm", "memory", "waiting", "host", "idle")
 

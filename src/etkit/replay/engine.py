@@ -31,7 +31,8 @@ from ..model.trace import Trace
 from .aten import OpCall, UnsupportedOp, parse_op_call, run_op_call
 from .hosttime import blocked_us
 from .kernels import KernelBank, KernelChoice
-from .plan import ACTION_KIND, Action, RankPlan, ctrl_parent, mark_ancestors, nearest_marked_ancestor
+from ..model.edges import ctrl_parent
+from .plan import ACTION_KIND, Action, RankPlan, mark_ancestors, nearest_marked_ancestor
 from .pool import TensorPool
 
 __all__ = ["RankReplayer", "RankResult", "KindStat", "Deviation", "Unreplayed"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..model.trace import COMM_NODE_TYPES, Trace
-from .plan import ctrl_parent
+from ..model.edges import ctrl_parent
 
 __all__ = ["blocked_us", "WAKE_US"]
 

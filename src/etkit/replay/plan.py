@@ -9,16 +9,16 @@ launcher can check a whole job before it starts any process:
   has none), so every rank issues its collectives in the order it recorded them;
 * each node gets an :class:`Action`; communication nodes get a :class:`CommSpec` (size, dtype, group,
   peer); nodes that cannot be replayed get a reason, and the report lists them;
-* across ranks, collectives of each group must form the same sequence on every member, and every send
-  must have a matching receive. A mismatch would hang real hardware, so it is reported before launching
-  (collectives) or the unmatched point-to-point nodes are left out and listed (sends/receives).
+* across ranks, the one cross-rank matcher (:mod:`etkit.model.matching`, what ``etkit validate`` checks)
+  pairs collectives and messages in walk order; ranks that disagree about a call the replay would issue
+  (type, size, count, an unmatched send or receive) would hang real hardware, so the job is refused
+  before launching; a node whose partner is not replayed is left out and listed.
 """
 
 from __future__ import annotations
 
 import heapq
 import re
-from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
@@ -28,7 +28,10 @@ from ..errors import EtkitError
 from ..format.schema import CommType, NodeType
 from ..literal import LiteralError, parse_literal
 from ..model.groups import WORLD
+from ..model.edges import edges
 from ..model.job import Job
+from ..model.matching import DISAGREEMENTS, Matching, comm_record, match_comm
+from ..model.steps import is_step_name
 from ..model.trace import MISSING, Trace, comm_type_name
 
 __all__ = ["Action", "CommSpec", "RankPlan", "JobPlan", "plan_job", "plan_rank", "largest_buffer", "MODES",
@@ -58,7 +61,6 @@ ACTION_KIND = {Action.ATEN: "aten", Action.KERNEL: "kernel", Action.MEMORY: "mem
                Action.SEND: "send", Action.RECV: "recv", Action.HOST: "host"}
 
 _TENSOR_DTYPE = re.compile(r"Tensor\(([^()]*)\)")
-_STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
 _ET_DTYPE_NAMES = {"float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16",
                    "long int": "int64", "int": "int32", "short int": "int16", "signed char": "int8",
                    "unsigned char": "uint8", "bool": "bool"}
@@ -135,11 +137,10 @@ class JobPlan:
 
 def _dependency_csr(trace: Trace) -> tuple[np.ndarray, np.ndarray, int]:
     """Parents (as rows) of every row from data and ctrl deps, deduplicated; and the dangling count."""
-    children = np.concatenate([trace.edge_sources("data"), trace.edge_sources("ctrl")])
-    parents = trace.rows_of(np.concatenate([trace.data_deps, trace.ctrl_deps]))
-    keep = (parents >= 0) & (parents != children)
-    dangling = int((parents < 0).sum())
-    children, parents = children[keep], parents[keep]
+    found = edges(trace)
+    dangling = int((found.parent < 0).sum())
+    found = found.resolved()
+    children, parents = found.child, found.parent
     n = len(trace)
     pairs = np.unique(children * max(n, 1) + parents)
     children, parents = pairs // max(n, 1), pairs % max(n, 1)
@@ -180,17 +181,6 @@ def walk_order(trace: Trace, dep_ptr: np.ndarray, dep_rows: np.ndarray) -> np.nd
         ids = ", ".join(str(int(trace.ids[r])) for r in stuck)
         raise EtkitError(f"{trace.path}: dependency cycle; nodes never ready include ids {ids}")
     return np.asarray(out, dtype=np.int64)
-
-
-def ctrl_parent(trace: Trace) -> np.ndarray:
-    """Row of each node's first ctrl dep (its caller in converted traces), -1 for none or itself."""
-    n = len(trace)
-    has = np.diff(trace.ctrl_ptr) > 0
-    parent = np.full(n, -1, dtype=np.int64)
-    first = trace.ctrl_deps[trace.ctrl_ptr[:-1][has]]
-    parent[has] = trace.rows_of(first)
-    parent[parent == np.arange(n)] = -1
-    return parent
 
 
 def mark_ancestors(parent: np.ndarray, rows: np.ndarray, max_depth: int = 4096) -> np.ndarray:
@@ -322,52 +312,44 @@ def plan_rank(trace: Trace, rank: int, job: Job, mode: str) -> RankPlan:
                 plan.comm[row] = spec
                 action[row] = {"SEND": Action.SEND, "RECV": Action.RECV}.get(spec.kind, Action.COLL)
     names = trace.strings
-    plan.steps = max(1, sum(1 for i in np.unique(trace.name_idx).tolist() if _STEP_NAME.match(names[i])))
+    plan.steps = max(1, sum(1 for i in np.unique(trace.name_idx).tolist() if is_step_name(names[i])))
     plan.trace_iteration_us, plan.trace_time_basis = _iteration_time(trace, order, dep_ptr, dep_rows)
     return plan
 
 
 # -- across ranks ------------------------------------------------------------------------------------
 
-def _collective_calls(plans: dict[int, RankPlan]) -> dict[str, dict[int, list[int]]]:
-    """Per group, per member rank, the rows of its collectives on that group in walk order."""
-    calls: dict[str, dict[int, list[int]]] = defaultdict(dict)
-    for rank, plan in plans.items():
-        for row in plan.order.tolist():
-            spec = plan.comm.get(row)
-            if spec is not None and spec.kind not in ("SEND", "RECV"):
-                calls[spec.group].setdefault(rank, []).append(row)
-    return calls
+def _refuse_disagreements(job: Job, plans: dict[int, RankPlan], found: Matching, rules: frozenset[str]) -> None:
+    """Refuse a job whose ranks disagree (by ``rules``) about a call it would replay (what ``etkit validate``
+    reports): replaying it would hang or abort. Nodes the plan skips anyway (with a reason) are not
+    replayed, so their disagreements do not count."""
+    skipped = {rank: {int(job.traces[rank].ids[row]) for row in plan.reasons} for rank, plan in plans.items()}
+    bad = [m for m in found.errors(rules) if m.node_id is None or m.node_id not in skipped.get(m.rank, ())]
+    if bad:
+        first = bad[0]
+        where = plans[first.rank].path if first.rank in plans else (job.prefix or "job")
+        node = f"node {first.node_id}: " if first.node_id is not None else ""
+        more = f" (and {len(bad) - 1} more: etkit validate lists them)" if len(bad) > 1 else ""
+        raise EtkitError(f"{where}: {node}{first.message} [{first.rule}]{more}; replaying it would hang "
+                         "(--allow-mismatch replays it anyway where sizes differ or a message has no partner)")
 
 
-def _check_collectives(plans: dict[int, RankPlan], calls: dict[str, dict[int, list[int]]]) -> None:
-    """Every member of a group must issue the same sequence of collective kinds on it."""
-    for group, by_rank in calls.items():
-        reference_rank = min(by_rank)
-        members = plans[reference_rank].comm[by_rank[reference_rank][0]].members
-        reference = [plans[reference_rank].comm[r].kind for r in by_rank[reference_rank]]
-        for member in members:
-            if member not in plans:
-                raise EtkitError(f"process group {group!r} includes rank {member}, which has no trace")
-            kinds = [plans[member].comm[r].kind for r in by_rank.get(member, [])]
-            if kinds != reference:
-                pos = next((i for i, (a, b) in enumerate(zip(kinds, reference)) if a != b), min(len(kinds), len(reference)))
-                raise EtkitError(
-                    f"{plans[member].path}: collective #{pos} on group {group!r} differs from rank {reference_rank} "
-                    f"({kinds[pos] if pos < len(kinds) else 'none'} vs "
-                    f"{reference[pos] if pos < len(reference) else 'none'}); replaying it would hang")
+def _positions(plans: dict[int, RankPlan], found: Matching) -> list[list[tuple[int, int]]]:
+    """The same collective on every member that replays it: [(rank, row), ...] per instance."""
+    out = []
+    for inst in found.instances:
+        members = [(rank, row) for rank, row in inst.members
+                   if (spec := plans[rank].comm.get(row)) is not None and spec.kind not in ("SEND", "RECV")]
+        if members:
+            out.append(members)
+    return out
 
 
-def _positions(calls: dict[str, dict[int, list[int]]]) -> list[list[tuple[int, int]]]:
-    """The same collective on every member: [(rank, row), ...] for each group and position."""
-    return [list(zip(by_rank, rows)) for by_rank in calls.values() for rows in zip(*by_rank.values())]
-
-
-def _harmonise_sizes(plans: dict[int, RankPlan], calls: dict[str, dict[int, list[int]]]) -> list[str]:
+def _harmonise_sizes(plans: dict[int, RankPlan], positions: list[list[tuple[int, int]]]) -> list[str]:
     """Collectives whose members must pass equal buffers get the largest recorded size on every member
     (gloo aborts the process on a size mismatch); each change is noted."""
     notes = []
-    for participants in _positions(calls):
+    for participants in positions:
         specs = [plans[rank].comm[row] for rank, row in participants]
         if specs[0].kind == "ALL_TO_ALL" or len({(s.nbytes, s.dtype) for s in specs}) == 1:
             continue
@@ -380,33 +362,29 @@ def _harmonise_sizes(plans: dict[int, RankPlan], calls: dict[str, dict[int, list
     return notes
 
 
-def _match_point_to_point(plans: dict[int, RankPlan]) -> list[str]:
-    """Pair sends with receives by (source, destination, tag) in walk order; leave out the unmatched."""
-    sends: dict[tuple[int, int, int], list[tuple[int, int]]] = defaultdict(list)
-    recvs: dict[tuple[int, int, int], list[tuple[int, int]]] = defaultdict(list)
-    for rank, plan in plans.items():
-        for row in plan.order.tolist():
-            spec = plan.comm.get(row)
-            if spec is None:
-                continue
-            if spec.kind == "SEND":
-                sends[(rank, spec.peer, spec.tag)].append((rank, row))
-            elif spec.kind == "RECV":
-                recvs[(spec.peer, rank, spec.tag)].append((rank, row))
+def _match_point_to_point(plans: dict[int, RankPlan], found: Matching) -> list[str]:
+    """Sends and receives as the matcher pairs them: the receive takes the send's size, dtype and tag;
+    a node whose partner is missing or not replayed is left out (listed with its reason)."""
     notes = []
-    for key in sorted(set(sends) | set(recvs)):
-        s, r = sends.get(key, []), recvs.get(key, [])
-        for (srank, srow), (rrank, rrow) in zip(s, r):
-            send_spec, recv_spec = plans[srank].comm[srow], plans[rrank].comm[rrow]
+    alone = list(found.unmatched)
+    for srank, srow, rrank, rrow in sorted(found.pairs, key=lambda p: (p[0], p[2])):
+        send_spec, recv_spec = plans[srank].comm.get(srow), plans[rrank].comm.get(rrow)
+        if send_spec is None or recv_spec is None:
+            alone += [(srank, srow)] if recv_spec is None else [(rrank, rrow)]
+            continue
+        if recv_spec.nbytes != send_spec.nbytes or recv_spec.dtype != send_spec.dtype or recv_spec.tag != send_spec.tag:
+            # the receive buffer must match what is sent; the sender's record wins
+            plans[rrank].comm[rrow] = replace(recv_spec, nbytes=send_spec.nbytes, dtype=send_spec.dtype, tag=send_spec.tag)
             if recv_spec.nbytes != send_spec.nbytes or recv_spec.dtype != send_spec.dtype:
-                # the receive buffer must match what is sent; the sender's record wins
-                plans[rrank].comm[rrow] = CommSpec("RECV", send_spec.nbytes, send_spec.dtype, recv_spec.group,
-                                                   recv_spec.members, recv_spec.peer, recv_spec.tag)
-                notes.append(f"rank {rrank} recv {key}: size {recv_spec.nbytes} B replaced by the send's {send_spec.nbytes} B")
-        for rank, row in s[len(r):] + r[len(s):]:
-            plan = plans[rank]
+                notes.append(f"rank {rrank} recv {(srank, rrank, send_spec.tag)}: size {recv_spec.nbytes} B replaced by "
+                             f"the send's {send_spec.nbytes} B")
+    for rank, row in alone:
+        plan = plans[rank]
+        spec = plan.comm.pop(row, None)
+        if spec is not None:
             plan.action[row] = Action.SKIP
-            plan.reasons[row] = f"{plan.comm.pop(row).kind.lower()} {key[0]}->{key[1]} tag {key[2]} has no matching peer node"
+            src, dst = (rank, spec.peer) if spec.kind == "SEND" else (spec.peer, rank)
+            plan.reasons[row] = f"{spec.kind.lower()} {src}->{dst} tag {spec.tag} has no matching peer node"
     return notes
 
 
@@ -448,14 +426,14 @@ def _recorded_alltoall_bytes(trace: Trace, row: int, size: int) -> tuple[list[in
     return (sent, got) if sent is not None and got is not None else None
 
 
-def _assign_alltoall_splits(job: Job, plans: dict[int, RankPlan], calls: dict[str, dict[int, list[int]]]) -> None:
+def _assign_alltoall_splits(job: Job, plans: dict[int, RankPlan], positions: list[list[tuple[int, int]]]) -> None:
     """Give every ALL_TO_ALL the per-peer split sizes that make the members agree.
 
     The recorded splits of converted traces are used when every member has them and they agree (what
     rank i sends to j is what j receives from i); otherwise each rank sends ``comm_size / N`` to every
     member, so what it receives from member m is m's ``comm_size / N``.
     """
-    for participants in _positions(calls):
+    for participants in positions:
         specs = {rank: plans[rank].comm[row] for rank, row in participants}
         if next(iter(specs.values())).kind != "ALL_TO_ALL":
             continue
@@ -482,17 +460,23 @@ def _assign_alltoall_splits(job: Job, plans: dict[int, RankPlan], calls: dict[st
                                             out_splits=tuple(b // itemsize for b in got_bytes[rank]))
 
 
-def plan_job(job: Job, mode: str) -> JobPlan:
-    """Plan every rank of ``job`` and check that the ranks can replay together."""
+def plan_job(job: Job, mode: str, *, allow_mismatch: bool = False) -> JobPlan:
+    """Plan every rank of ``job`` and check that the ranks can replay together: ranks that disagree
+    about a call (:mod:`etkit.model.matching`) are refused unless ``allow_mismatch``; then collective
+    sizes are made equal and unmatched sends and receives are left out, each with a note or reason
+    (a collective sequence that differs still cannot replay)."""
     plans = {rank: plan_rank(trace, rank, job, mode) for rank, trace in sorted(job.traces.items())}
     missing = [r for r in range(job.world_size) if r not in plans]
     if missing:
         raise EtkitError(f"{job.prefix or 'job'}: no trace for rank(s) {missing}; replay needs every rank")
-    calls = _collective_calls(plans)
-    _check_collectives(plans, calls)
-    notes = _harmonise_sizes(plans, calls)
-    _assign_alltoall_splits(job, plans, calls)
-    notes += _match_point_to_point(plans)
+    found = match_comm({rank: comm_record(job.traces[rank], rank, plan.order) for rank, plan in plans.items()},
+                       job.groups, job.world_size)
+    _refuse_disagreements(job, plans, found, frozenset({"collective-mismatch", "collective-missing", "group-rank-missing"})
+                          if allow_mismatch else DISAGREEMENTS)
+    positions = _positions(plans, found)
+    notes = _harmonise_sizes(plans, positions)
+    _assign_alltoall_splits(job, plans, positions)
+    notes += _match_point_to_point(plans, found)
     used = sorted({spec.group for p in plans.values() for spec in p.comm.values()} - {WORLD},
                   key=lambda g: (len(g), g))
     groups = {g: job.members(g) for g in used}

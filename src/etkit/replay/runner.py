@@ -49,6 +49,7 @@ class ReplayOptions:
     threads: int = 1  # intra-op threads per rank (PyTorch traces are collected with 1 on this project's hosts)
     host_time: bool = True  # spin for containers' exclusive time (framework overhead around the ops)
     max_buffer_bytes: int | None = None  # per rank and communication; None: half this host's free memory per rank
+    allow_mismatch: bool = False  # replay ranks that disagree about sizes or unmatched messages (plan_job)
 
     def resolved(self) -> ReplayOptions:
         """These options with backend and device decided, checked against this host."""
@@ -266,7 +267,7 @@ def replay_job(spec: str | os.PathLike[str] | list[str] | Job, *, ranks: int | N
     if ranks is not None and ranks != job.world_size:
         where = str(job.prefix or "job").replace("{", "{{").replace("}", "}}")
         raise OptionError(f"{where}: {{ranks}} but the trace has {job.world_size} ranks", ranks=ranks)
-    plan = plan_job(job, options.mode)
+    plan = plan_job(job, options.mode, allow_mismatch=options.allow_mismatch)
     check_buffers(job, plan, options)
     results = _torchrun(plan, options) if in_torchrun() else _spawn(plan, options, quiet)
     return build_report(job, plan, options, results)

@@ -21,7 +21,8 @@ METADATA nodes), which is streamed rank by rank in chunks without ever holding a
 files: docs/guide/simulate.md; ``executor`` reads the ranks' shapes in parallel);
 ``network``/``system`` are :class:`NetworkConfig`/:class:`SystemConfig` or paths to ASTRA-sim's network
 YAML / system JSON. It raises :class:`SimulationBlocked` (an :class:`etkit.errors.EtkitError` with a
-``report``) when ranks disagree or the graph cannot run, instead of hanging.
+``report``) when ranks disagree (checked before the run with the matcher ``etkit validate`` uses;
+``allow_mismatch=True`` simulates them anyway) or the graph cannot run, instead of hanging.
 
 Layers (each replaceable): :mod:`.loader` (streaming columns of big files), :mod:`.workload` (graphs ->
 programs, rank symmetry), :mod:`.engine`
@@ -42,9 +43,10 @@ from ..errors import UsageError
 from ..executor import Executor
 from ..model.groups import ProcessGroups
 from ..model.job import Job, discover, load_groups
+from ..model.matching import CommRecord, comm_record, match_comm
 from ..model.trace import Trace
 from .config import PRESETS, Knobs, NetworkConfig, SystemConfig, load_config, load_network, load_system
-from .engine import BlockedReport, SimulationBlocked, SymmetryBroken, foldable, run_engine
+from .engine import BlockedReport, SimulationBlocked, SymmetryBroken, disagreement_report, foldable, run_engine
 from .result import RankFigures, SimulationResult, build_schedule, figures_for
 from .loader import load_columns
 from .notes import gpu_notes, input_notes
@@ -63,6 +65,8 @@ class _Ranks:
     columns are held at a time in this process.
     """
 
+    allow_mismatch = False  # (a PreparedJob's may be True: see :func:`simulate`)
+
     def __init__(self, job: Job | str | os.PathLike[str] | Sequence[str], comm_groups: str | os.PathLike[str] | None,
                  executor: Executor | None = None) -> None:
         self._last: tuple[int, Trace] | None = None
@@ -70,6 +74,8 @@ class _Ranks:
             self.traces: dict[int, Trace] | None = job.traces
             self.shapes = {rank: rank_shape(trace, rank) for rank, trace in sorted(job.traces.items())}
             self.groups = job.groups
+            self.disagreement = disagreement_report(match_comm(
+                {rank: comm_record(trace, rank) for rank, trace in job.traces.items()}, self.groups, self.world_size))
             return
         files, prefix = discover(job)
         self.traces = None
@@ -81,12 +87,16 @@ class _Ranks:
             found = []
             for f in files:
                 loaded = load_columns(f.path)
-                found.append((rank_shape(loaded.trace, f.rank), loaded.groups))
+                found.append((rank_shape(loaded.trace, f.rank), loaded.groups, comm_record(loaded.trace, f.rank)))
                 self._last = (f.rank, loaded.trace)
-        for shape, groups in found:
+        records = {}
+        for shape, groups, record in found:
             self.shapes[shape.rank] = shape
+            records[shape.rank] = record
             declared = declared.merged(groups)
         self.groups = load_groups(declared, prefix, comm_groups, world_size=max(self.shapes) + 1)
+        #: the pre-check's report (:func:`.engine.disagreement_report`), None when the ranks agree
+        self.disagreement = disagreement_report(match_comm(records, self.groups, self.world_size))
 
     @property
     def world_size(self) -> int:
@@ -99,11 +109,11 @@ class _Ranks:
         return last[1] if last is not None and last[0] == rank else load_columns(self.paths[rank]).trace
 
 
-def _file_shape(item: tuple[int, str]) -> tuple[RankShape, ProcessGroups]:
-    """Executor task: the shape of one rank file and the groups its METADATA nodes declare."""
+def _file_shape(item: tuple[int, str]) -> tuple[RankShape, ProcessGroups, CommRecord]:
+    """Executor task: the shape of one rank file, the groups its METADATA nodes declare, its communication."""
     rank, path = item
     loaded = load_columns(path)
-    return rank_shape(loaded.trace, rank), loaded.groups
+    return rank_shape(loaded.trace, rank), loaded.groups, comm_record(loaded.trace, rank)
 
 
 class PreparedJob(_Ranks):
@@ -117,8 +127,9 @@ class PreparedJob(_Ranks):
     """
 
     def __init__(self, job: Job | str | os.PathLike[str] | Sequence[str], comm_groups: str | os.PathLike[str] | None = None,
-                 executor: Executor | None = None) -> None:
+                 executor: Executor | None = None, allow_mismatch: bool = False) -> None:
         super().__init__(job, comm_groups, executor)
+        self.allow_mismatch = allow_mismatch
         self._kept: dict[int, Trace] = {}
         self.identity: tuple = (("memory", id(job)),) if self.traces is not None else tuple(
             (rank, str(path), *_file_state(path)) for rank, path in sorted(self.paths.items()))
@@ -139,17 +150,24 @@ def _file_state(path: str | os.PathLike[str]) -> tuple[int, int]:
 
 
 def prepare(job: Job | str | os.PathLike[str] | Sequence[str], *, comm_groups: str | os.PathLike[str] | None = None,
-            executor: Executor | None = None) -> PreparedJob:
+            executor: Executor | None = None, allow_mismatch: bool = False) -> PreparedJob:
     """Read ``job`` once for several :func:`simulate` calls (see :class:`PreparedJob`)."""
-    return PreparedJob(job, comm_groups, executor)
+    return PreparedJob(job, comm_groups, executor, allow_mismatch)
 
 
 def simulate(job: PreparedJob | Job | str | os.PathLike[str] | Sequence[str], network: NetworkConfig | str | Path,
              system: SystemConfig | str | Path | None = None, knobs: Knobs | None = None, *,
              congestion: str | None = None, comm_groups: str | os.PathLike[str] | None = None,
-             executor: Executor | None = None) -> SimulationResult:
-    """Simulate ``job`` on ``network`` + ``system``; see the module docstring (``job`` may be :func:`prepare` d)."""
+             executor: Executor | None = None, allow_mismatch: bool = False) -> SimulationResult:
+    """Simulate ``job`` on ``network`` + ``system``; see the module docstring (``job`` may be :func:`prepare` d).
+
+    Ranks that disagree about a call (a collective of another type or size, a receive of another size than
+    its send: :func:`etkit.model.matching.match_comm`, what ``etkit validate`` reports) raise
+    :class:`SimulationBlocked` before anything runs, unless ``allow_mismatch`` (then they are notes and the
+    engine runs them as it can: the largest size, the first issued type)."""
     ranks = job if isinstance(job, _Ranks) else _Ranks(job, comm_groups, executor)
+    if ranks.disagreement is not None and not (allow_mismatch or ranks.allow_mismatch):
+        raise SimulationBlocked(ranks.disagreement)
     if not isinstance(network, NetworkConfig):
         network = load_network(network)
     if system is None:
@@ -161,6 +179,10 @@ def simulate(job: PreparedJob | Job | str | os.PathLike[str] | Sequence[str], ne
         knobs = replace(knobs, congestion=congestion)
     world = ranks.world_size
     notes = input_notes(network, world, knobs)
+    if ranks.disagreement is not None:
+        shown = ranks.disagreement.disagreements
+        notes.append(f"ranks disagree, simulated anyway (allow_mismatch): {shown[0]}"
+                     + (f" (and {len(shown) - 1} more)" if len(shown) > 1 else ""))
     network = network.with_npus(world)
     if network.npus < world:
         raise UsageError(f"{network.source}: the network has {network.npus} NPUs but the job has {world} ranks")

@@ -37,7 +37,9 @@ from ..format.schema import CommType, NodeType
 from .collectives import group_layout, p2p_time, plan_collective
 from .config import (ERRORS_KEY, OVERHEAD_KEY, RESIDUALS_KEY, SLOTS_GROUP_KEY, SLOTS_RANK_KEY, Dimension, NetworkConfig,
                      SystemConfig)
+from ..model.edges import edges
 from ..model.job import Job
+from ..model.steps import STEP_PREFIX, step_number
 
 __all__ = ["measured_step_ns", "measured_steps_ns", "simulated_steps_ns", "step_rows", "calibrate_from_job", "calibrate_from_jobs", "holdout_errors", "recorded_step_ns",
            "messages_from_job", "comm_slots", "predict_errors", "compute_scale", "Measurement", "Calibration", "measure", "fit", "calibrate", "write_calibration", "CALIBRATION_SYSTEM",
@@ -47,7 +49,6 @@ __all__ = ["measured_step_ns", "measured_steps_ns", "simulated_steps_ns", "step_
 CALIBRATION_SYSTEM = SystemConfig(endpoint_delay_ns=0.0, preferred_dataset_splits=1, active_chunks_per_dimension=1,
                                   local_mem_bw_gbps=1e6, source="etkit calibrate")
 DEFAULT_SIZES = (1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22)
-STEP_PREFIX = "ProfilerStep#"
 COLLECTIVES = {"all_reduce": CommType.ALL_REDUCE, "all_gather": CommType.ALL_GATHER, "broadcast": CommType.BROADCAST,
                "reduce_scatter": CommType.REDUCE_SCATTER, "all_to_all": CommType.ALL_TO_ALL, "send_recv": None}
 
@@ -112,26 +113,17 @@ def measured_steps_ns(job_dir: str | os.PathLike[str]) -> dict[int, float]:
     out: dict[int, float] = {}
     for events in _kineto_events(job_dir):
         for e in events:
-            step = _step_number(str(e.get("name", "")))
+            step = step_number(str(e.get("name", "")))
             if step is not None:
                 out[step] = max(out.get(step, 0.0), float(e.get("dur", 0)) * 1000.0)
     return dict(sorted(out.items()))
-
-
-def _step_number(name: str) -> int | None:
-    if not name.startswith(STEP_PREFIX):
-        return None
-    try:
-        return int(name[len(STEP_PREFIX):])
-    except ValueError:
-        return None
 
 
 def step_rows(trace) -> dict[int, int]:
     """Row of each ``ProfilerStep#N`` annotation of a converted trace, by N."""
     out = {}
     for row in np.flatnonzero(trace.types == NodeType.COMP_NODE):
-        step = _step_number(trace.name(int(row)))
+        step = step_number(trace.name(int(row)))
         if step is not None:
             out[step] = int(row)
     return dict(sorted(out.items()))
@@ -363,10 +355,8 @@ def _first_use_us(trace) -> np.ndarray:
     into the gradients, a GPU kernel reading the result, or an op that only holds the pending result
     (a functional collective's wrapper), which is why :func:`_returned` checks when it started."""
     out = np.full(len(trace), np.inf)
-    parents = trace.rows_of(trace.data_deps)
-    children = trace.edge_sources("data")
-    known = parents >= 0
-    parents, children = parents[known], children[known]
+    data = edges(trace, "data").resolved(self_loops=True)
+    parents, children = data.parent, data.child
     timed = (trace.types[children] == NodeType.COMP_NODE) & (trace.start[children] > 0)
     np.minimum.at(out, parents[timed], trace.start[children[timed]].astype(np.float64))
     return out

@@ -21,7 +21,7 @@ import yaml
 from ..errors import EtkitError, OptionError, UsageError
 from ..filekind import require
 from ..format.schema import CommType
-from ..generate.devices import DEVICES, Device, get_device
+from ..model.devices import DEVICES, Device, get_device
 from ..suggest import warn_unknown_keys
 
 __all__ = ["Dimension", "NetworkConfig", "SystemConfig", "Knobs", "SimConfig", "PRESETS", "TOPOLOGIES",

@@ -45,15 +45,17 @@ import numpy as np
 from ..errors import EtkitError
 from ..format.schema import CommType
 from ..model.groups import ProcessGroups
+from ..model.matching import Matching, summary
 from ..model.trace import comm_type_name
 from .collectives import KIND, SUPPORTED, CollectiveStuck, decompose, run_alone
 from .config import NetworkConfig, SystemConfig
 from .events import EventQueue, RankTicks
 from .network import Transport, make_network
 from .system import GroupPlan, RankSys, SysParams, ring_order, symmetric_group
-from .workload import K_COLL, K_INSTANT, K_RECV, K_SEND, KIND_NAMES, RESOURCE_OF_KIND, RankClass
+from .workload import K_COLL, K_INSTANT, K_RECV, K_SEND, PROGRAM_KIND_NAMES, RESOURCE_OF_KIND, RankClass
 
-__all__ = ["BlockedNode", "BlockedReport", "SimulationBlocked", "SymmetryBroken", "EngineResult", "run_engine"]
+__all__ = ["BlockedNode", "BlockedReport", "SimulationBlocked", "SymmetryBroken", "EngineResult", "run_engine",
+           "disagreement_report", "REFUSED"]
 
 
 @dataclass(frozen=True)
@@ -73,8 +75,17 @@ class BlockedReport:
     nodes: list[BlockedNode]
     time_ns: float = 0.0
     waiting_on_deps: dict[int, int] = field(default_factory=dict)  # rank -> nodes never ready
+    #: the pre-check's findings (``rank R node N: [rule] message``): ranks that disagree about a call
+    disagreements: list[str] = field(default_factory=list)
 
     def lines(self, limit: int = 40) -> list[str]:
+        if self.disagreements:
+            out = [f"simulation refused ({self.reason}): {len(self.disagreements)} finding(s), as etkit validate "
+                   "reports them (--allow-mismatch simulates the job anyway)"]
+            out += [f"  {d}" for d in self.disagreements[:limit]]
+            if len(self.disagreements) > limit:
+                out.append(f"  ... and {len(self.disagreements) - limit} more")
+            return out
         out = [f"simulation blocked ({self.reason}) at {self.time_ns:,.0f} ns: {len(self.nodes)} blocked node(s)"]
         for b in self.nodes[:limit]:
             out.append(f"  rank {b.rank}: node {b.node_id} {b.name!r} ({b.kind}) waits for {b.waits_for}")
@@ -86,8 +97,26 @@ class BlockedReport:
         return out
 
     def to_dict(self) -> dict:
-        return {"reason": self.reason, "time_ns": self.time_ns,
-                "blocked": [b.__dict__ for b in self.nodes], "waiting_on_deps": self.waiting_on_deps}
+        out = {"reason": self.reason, "time_ns": self.time_ns,
+               "blocked": [b.__dict__ for b in self.nodes], "waiting_on_deps": self.waiting_on_deps}
+        if self.disagreements:
+            out["disagreements"] = self.disagreements
+        return out
+
+
+#: What the pre-check refuses: the disagreements the engine would run through (a collective of another type
+#: or size, a message whose receive expects another size); the others (:data:`etkit.model.matching.DISAGREEMENTS`:
+#: a call some rank never makes, a message without a partner) block the run itself, with a report of the nodes.
+REFUSED = frozenset({"collective-mismatch", "collective-size-mismatch", "p2p-size-mismatch"})
+
+
+def disagreement_report(found: Matching) -> BlockedReport | None:
+    """The pre-check: a report of the ranks' disagreements (:func:`etkit.model.matching.match_comm`, what
+    ``etkit validate`` reports) that :data:`REFUSED` names, or None when they agree."""
+    bad = found.errors(REFUSED)
+    if not bad:
+        return None
+    return BlockedReport("ranks disagree", [], disagreements=summary(bad, len(bad)).splitlines())
 
 
 class SimulationBlocked(EtkitError):
@@ -623,7 +652,7 @@ class _Engine:
     def _blocked(self, c: int, row: int, what: str) -> list[BlockedNode]:
         """The node as blocked on every rank of its class."""
         prog = self.classes[c].program
-        return [BlockedNode(r, prog.ids[row], prog.name(row), KIND_NAMES[prog.kind[row]], what)
+        return [BlockedNode(r, prog.ids[row], prog.name(row), PROGRAM_KIND_NAMES[prog.kind[row]], what)
                 for r in self.classes[c].ranks]
 
     def _cycle_nodes(self) -> list[BlockedNode]:

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..executor import Executor, SerialExecutor, in_client
-from ..generate.devices import get_device
+from ..model.devices import get_device
 from ..progress import Progress
 from .config import Knobs, NetworkConfig, SystemConfig, load_config, load_etkit_system, load_system
 

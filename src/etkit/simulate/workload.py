@@ -21,22 +21,28 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..format.schema import NodeType
-from ..generate.devices import Device
+from ..model.devices import Device
+from ..model.edges import edges
 from ..model.groups import ProcessGroups
 from ..model.job import Job
+from ..model.kinds import Resource
 from ..model.trace import MISSING, Trace
 from .config import Knobs, NetworkConfig, SystemConfig
 from .system import ring_order
 
 __all__ = ["Program", "RankClass", "Problem", "build_program", "rank_classes",
-           "K_INSTANT", "K_CPU", "K_GPU", "K_COLL", "K_SEND", "K_RECV", "K_MEM", "RESOURCE_OF_KIND", "KIND_NAMES"]
+           "K_INSTANT", "K_CPU", "K_GPU", "K_COLL", "K_SEND", "K_RECV", "K_MEM", "RESOURCE_OF_KIND", "PROGRAM_KIND_NAMES"]
 
+#: The engine's node kinds (a :class:`Program` column): finer than :class:`etkit.model.kinds.NodeKind`, as
+#: the engine walks each differently.
 K_INSTANT, K_CPU, K_GPU, K_COLL, K_SEND, K_RECV, K_MEM = range(7)
-KIND_NAMES = ("instant", "cpu", "compute", "collective", "send", "recv", "memory")
-#: Resource a node kind holds while it runs: 0 CPU, 1 GPU compute, 2 GPU comm, -1 none (RECV is exempt).
-RESOURCE_OF_KIND = (-1, 0, 1, 2, 2, -1, -1)
-#: Schedule resource code per kind (etkit.model.schedule: 0 cpu, 1 compute, 2 comm, 3 memory).
-SCHEDULE_RESOURCE = np.asarray([0, 0, 1, 2, 2, 2, 3], dtype=np.int8)
+PROGRAM_KIND_NAMES = ("instant", "cpu", "compute", "collective", "send", "recv", "memory")
+#: :class:`~etkit.model.kinds.Resource` a node kind holds while it runs in the engine (its CPU, GPU compute and
+#: GPU comm slots), -1 none (instant and memory nodes; a RECV is exempt).
+RESOURCE_OF_KIND = (-1, int(Resource.CPU), int(Resource.COMPUTE), int(Resource.COMM), int(Resource.COMM), -1, -1)
+#: :class:`~etkit.model.kinds.Resource` per kind in a simulated schedule (memory nodes included).
+SCHEDULE_RESOURCE = np.asarray([Resource.CPU, Resource.CPU, Resource.COMPUTE, Resource.COMM, Resource.COMM,
+                                Resource.COMM, Resource.MEMORY], dtype=np.int8)
 
 
 @dataclass(frozen=True)
@@ -159,18 +165,16 @@ def _dependency_rows(trace: Trace, deps: str, rank: int, problems: list[Problem]
     kinds = ("data", "ctrl") if deps == "both" else ("data",)
     keys, n = [], max(len(trace), 1)
     for k in kinds:
-        ptr, ids = (trace.data_ptr, trace.data_deps) if k == "data" else (trace.ctrl_ptr, trace.ctrl_deps)
-        if not len(ids):
+        found = edges(trace, k)
+        if not len(found):
             continue
-        prow = trace.rows_of(ids)
-        crow = trace.edge_sources(k)
-        for i in np.flatnonzero(prow < 0)[:20]:
-            c = int(crow[i])
+        for i in np.flatnonzero(found.parent < 0)[:20]:
+            c = int(found.child[i])
             problems.append(Problem(rank, int(trace.ids[c]), trace.name(c),
-                                    f"{k} dependency on node {int(ids[i])}, which is not in the trace"))
-        keep = prow >= 0
-        keys.append(prow[keep] * n + crow[keep])  # one int64 per edge: compact, and sorts as (parent, child)
-        del prow, crow, keep
+                                    f"{k} dependency on node {int(found.ids[i])}, which is not in the trace"))
+        found = found.resolved(self_loops=True)
+        keys.append(found.parent * n + found.child)  # one int64 per edge: compact, and sorts as (parent, child)
+        del found
     key = np.unique(np.concatenate(keys)) if keys else np.empty(0, np.int64)
     return key // n, key % n
 
@@ -263,10 +267,9 @@ def measured_gaps(trace: Trace, kind: np.ndarray, dur: np.ndarray,
     # close its record late, after the waiting thread went on)
     issued = comm[cur] & (kind[nxt] == K_CPU) & (trace.start[nxt] < end[cur])
     if issued.any():
-        parents = trace.rows_of(trace.data_deps)
-        known = parents >= 0
+        data = edges(trace, "data").resolved(self_loops=True)
         waits = np.zeros(len(trace), dtype=bool)
-        waits[trace.edge_sources("data")[known][comm[parents[known]]]] = True
+        waits[data.child[comm[data.parent]]] = True
         issued &= ~waits[nxt]
     out[nxt[issued]] += (trace.start[nxt[issued]] - trace.start[cur[issued]]) * 1000.0 * factor
     return out, cur[blocked], nxt[blocked]

@@ -14,10 +14,11 @@ from pathlib import Path
 from ..executor import Executor, default_executor
 from ..model.groups import ProcessGroups
 from ..model.job import Job, discover, groups_from_trace, load_groups
+from ..model.matching import CommRecord, comm_record
 from ..model.trace import Trace, load_trace
 from .findings import ERROR, WARNING, Finding, FindingSink, ValidationReport
-from .job_rules import check_collectives, check_p2p
-from .rank_rules import CommRecord, check_trace, comm_record
+from .job_rules import check_job
+from .rank_rules import check_trace
 
 __all__ = ["validate", "validate_job", "validate_trace", "Finding", "ValidationReport", "ERROR", "WARNING"]
 
@@ -50,8 +51,7 @@ def _assemble(results: dict[int, tuple[int, list[Finding], CommRecord, ProcessGr
     for rank in sorted(results):
         findings.extend(results[rank][1])
     records = {rank: r[2] for rank, r in results.items()}
-    findings.extend(check_collectives(records, groups, world))
-    findings.extend(check_p2p(records, world))
+    findings.extend(check_job(records, groups, world))
     return ValidationReport(findings, len(results), sum(r[0] for r in results.values()), files)
 
 

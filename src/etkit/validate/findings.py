@@ -6,10 +6,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Finding", "ValidationReport", "FindingSink", "ERROR", "WARNING"]
+from ..model.matching import ERROR, WARNING
 
-ERROR = "error"
-WARNING = "warning"
+__all__ = ["Finding", "ValidationReport", "FindingSink", "ERROR", "WARNING"]
 
 
 @dataclass(frozen=True)

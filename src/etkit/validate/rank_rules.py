@@ -8,17 +8,16 @@ Rules: ``empty-node``, ``duplicate-id``, ``missing-dep``, ``self-dep``, ``duplic
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 from ..format.schema import CommType, NodeType
+from ..model.edges import edges
 from ..model.trace import MISSING, Trace
 from .findings import WARNING, FindingSink
 
-__all__ = ["check_trace", "CommRecord", "comm_record"]
+__all__ = ["check_trace"]
 
 _COLL = int(NodeType.COMM_COLL_NODE)
 _SEND = int(NodeType.COMM_SEND_NODE)
@@ -44,9 +43,8 @@ def _check_ids(trace: Trace, sink: FindingSink) -> None:
 
 def _check_deps(trace: Trace, sink: FindingSink, kind: str) -> np.ndarray:
     """Checks one dependency list kind; returns ``(src_row, dst_row)`` edges that resolve."""
-    deps = trace.data_deps if kind == "data" else trace.ctrl_deps
-    src = trace.edge_sources(kind)
-    dst = trace.rows_of(deps)
+    found = edges(trace, kind)
+    deps, src, dst = found.ids, found.child, found.parent  # (src: the node listing dep; dst: the dep's row)
     for i in np.flatnonzero(dst < 0):
         sink.add(int(trace.ids[src[i]]), "missing-dep", f"{kind} dep {int(deps[i])} is not a node of this file")
     self_loop = trace.ids[src] == deps
@@ -126,7 +124,7 @@ def _check_comm(trace: Trace, sink: FindingSink) -> None:
     for row in np.flatnonzero(recv & (trace.comm_src == MISSING)):
         sink.add(int(trace.ids[row]), "p2p-missing-peer", "recv node has no comm_src")
     for row in np.flatnonzero((send | recv) & (trace.comm_tag == MISSING)):
-        sink.add(int(trace.ids[row]), "p2p-missing-tag", "send/recv node has no comm_tag (matched with tag 0)",
+        sink.add(int(trace.ids[row]), "p2p-missing-tag", "send/recv node has no comm_tag (it matches any tag)",
                  WARNING)
     rank = sink.rank
     for row in np.flatnonzero(send & (trace.comm_src != MISSING) & (trace.comm_src != rank)):
@@ -145,44 +143,3 @@ def check_trace(trace: Trace, sink: FindingSink) -> None:
     _check_cycles(trace, np.concatenate([data_edges, ctrl_edges], axis=1), sink)
     _check_enums(trace, sink)
     _check_comm(trace, sink)
-
-
-@dataclass
-class CommRecord:
-    """The communication of one rank, in id order: what the cross-rank rules compare."""
-
-    rank: int
-    coll_ids: np.ndarray
-    coll_pg_idx: np.ndarray  # index into pg_table of each collective's pg_name ("" where absent)
-    pg_table: list[str]
-    coll_type: np.ndarray
-    coll_size: np.ndarray
-    send_ids: np.ndarray
-    send_peer: np.ndarray
-    send_tag: np.ndarray
-    send_size: np.ndarray
-    recv_ids: np.ndarray
-    recv_peer: np.ndarray
-    recv_tag: np.ndarray
-    recv_size: np.ndarray
-
-
-def comm_record(trace: Trace, rank: int) -> CommRecord:
-    """Extract the communication sequence of ``trace`` (nodes sorted by id)."""
-    comm = np.flatnonzero(np.isin(trace.types, np.array([_COLL, _SEND, _RECV], dtype=trace.types.dtype)))
-    order = comm[np.argsort(trace.ids[comm], kind="stable")]
-    types = trace.types[order]
-
-    def pick(node_type: int) -> np.ndarray:
-        return order[types == node_type]
-
-    coll, send, recv = pick(_COLL), pick(_SEND), pick(_RECV)
-    used, coll_pg_idx = np.unique(trace.pg_idx[coll], return_inverse=True)  # -1 (absent) sorts first
-    pg_table = ["" if i < 0 else trace.strings[i] for i in used.tolist()]
-    tag = lambda rows: np.where(trace.comm_tag[rows] == MISSING, 0, trace.comm_tag[rows])  # noqa: E731
-    return CommRecord(
-        rank,
-        trace.ids[coll], coll_pg_idx.ravel(), pg_table, trace.comm_type[coll], trace.comm_size[coll],
-        trace.ids[send], trace.comm_dst[send], tag(send), trace.comm_size[send],
-        trace.ids[recv], trace.comm_src[recv], tag(recv), trace.comm_size[recv],
-    )

@@ -16,7 +16,6 @@ traces are untrusted input.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
@@ -35,11 +34,11 @@ from ..executor import Executor
 from ..fileio import atomic_output
 from ..model.job import Job
 from ..model.schedule import Schedule
+from ..model.steps import step_name_codes
 from . import svg
 
 __all__ = ["write_report", "render_report", "Iteration", "iterations"]
 
-_STEP = re.compile(r"^ProfilerStep#\d+$")
 _MAX_TIMELINE_RANKS = 16
 _MAX_BOXES = 6000
 
@@ -56,7 +55,7 @@ def iterations(ctx: AnalysisContext) -> list[Iteration]:
     for rank in sorted(ctx.views):
         v = ctx.views[rank]
         names = v.trace.strings
-        step_idx = [i for i, s in enumerate(names) if _STEP.match(s)]
+        step_idx = step_name_codes(names)
         if not step_idx:
             continue
         rows = np.flatnonzero(np.isin(v.trace.name_idx, step_idx) & v.sched.ran)

@@ -1,10 +1,11 @@
-"""Device models for synthetic workloads: how long a compute node takes on an accelerator.
+"""Device models: how long a compute node takes on an accelerator (the generators' durations, the
+simulator's device swap ``--device``/``--trace-device``).
 
 A device is a roofline: peak dense throughput, memory bandwidth and an efficiency factor (the fraction of
 the roofline real kernels reach). A node that does ``flops`` operations and touches ``nbytes`` bytes takes
 ``max(flops / peak, nbytes / bandwidth) / efficiency``. Presets carry the public dense bf16 figures of
 the SXM parts (``docs/llm-workloads.md``) and their memory capacity (what a serving engine's KV cache
-gets: :mod:`etkit.generate.serve`).
+gets: :mod:`etkit.generate.serve`). A leaf of the model layer: producers and consumers both import it.
 """
 
 from __future__ import annotations
