@@ -5,7 +5,9 @@ writes all of it, ``--timeline`` a Perfetto trace. What-if knobs change the run 
 ``--sweep KEY=v1,v2`` re-runs per value and prints a table and a plot; several ``--sweep`` keys make a
 grid (their cross product), ``--sweep network=a.yml,b.yml`` sweeps whole files, and speed-ups are
 relative to the unmodified system. The job is read once per sweep; ``--executor dask://HOST:PORT`` runs
-the points on a Dask cluster. A job whose ranks disagree exits 1 with a report of the blocked nodes.
+the points on a Dask cluster. A job whose ranks disagree about a call (what ``etkit validate`` reports) exits 1
+with the list before anything runs (``--allow-mismatch`` simulates it anyway); one that cannot run to the end
+exits 1 with a report of the blocked nodes.
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "latency<i>, scale-compute, scale-bandwidth, scale-latency, splits, active-chunks, device, "
                         "network (files), system (files); speed-ups are relative to the unmodified system")
     p.add_argument("--plot", metavar="OUT.png", help="where --sweep writes its plot (default sweep-<KEY>[-<KEY>...].png)")
+    p.add_argument("--allow-mismatch", action="store_true",
+                   help="simulate a job whose ranks disagree about a call (a collective of another type or size, a "
+                        "receive of another size than its send: what etkit validate reports) instead of exiting 1 "
+                        "with the list; the engine takes the largest size and the first type issued, with a note")
     serving = p.add_argument_group("serving jobs (etkit generate llm-serve)",
                                    "TTFT, TPOT, latency, throughput and goodput are printed for every serving job; "
                                    "--sweep rate=R1,R2 and --sweep split=P:D,P:D regenerate the run per point")
@@ -79,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     job = load_job(args.prefix, comm_groups=args.comm_groups, executor=executor_from(args)) if args.timeline else None
     try:
         result = simulate(job or args.prefix, network, system, knobs, comm_groups=args.comm_groups,
-                          executor=executor_from(args))
+                          executor=executor_from(args), allow_mismatch=args.allow_mismatch)
     except SimulationBlocked as blocked:
         return _blocked(blocked, args)
     if text_wanted(args):
@@ -179,7 +185,7 @@ def _blocked(blocked: SimulationBlocked, args: argparse.Namespace) -> int:
 
 def _run_sweep(args: argparse.Namespace, axes: list) -> int:
     """``--sweep``: every point of the grid, the job read once; a table, a plot and (``--json``) every point."""
-    from ..simulate import SimulationBlocked
+    from ..simulate import SimulationBlocked, prepare
     from ..simulate.config import SystemConfig
     from ..simulate.whatif import load_system_file, plot_sweep, sweep, with_device
 
@@ -191,7 +197,9 @@ def _run_sweep(args: argparse.Namespace, axes: list) -> int:
         knobs = knobs_from(args)
         network, system = None, with_device(load_system_file(args.system) if args.system else SystemConfig(), knobs)
     try:
-        result = sweep(args.prefix, network, system, knobs, axes, comm_groups=args.comm_groups,
+        job = prepare(args.prefix, comm_groups=args.comm_groups, executor=executor_from(args),
+                      allow_mismatch=True) if args.allow_mismatch else args.prefix
+        result = sweep(job, network, system, knobs, axes, comm_groups=args.comm_groups,
                        executor=executor_from(args), quiet=args.quiet)
     except SimulationBlocked as blocked:
         return _blocked(blocked, args)
