@@ -52,6 +52,29 @@ class _Census(HTMLParser):
         self.text.append(data)
 
 
+_TIME = re.compile(r"(?<![\w.])([+-]?\d[\d,]*(?:\.\d+)?)\s?(ns|us|µs|ms)\b")
+
+
+def _misfit_units(page: Path) -> tuple[int, list[str]]:
+    """Of the times the page shows (text and tooltips): how many there are, and those whose unit does not fit
+    their value (1,000 or more of a unit that has a bigger one: "4500 ns" for 4.5 µs)."""
+    class Text(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.parts: list[str] = []
+
+        def handle_starttag(self, tag, attrs):  # type: ignore[no-untyped-def]
+            self.parts.extend(v for k, v in attrs if k == "title" and v)
+
+        def handle_data(self, data):  # type: ignore[no-untyped-def]
+            self.parts.append(data)
+
+    text = Text()
+    text.feed(page.read_text())
+    found = list(_TIME.finditer(" ".join(text.parts)))
+    return len(found), [m.group(0) for m in found if abs(float(m.group(1).replace(",", ""))) >= 1000]
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("report")
@@ -71,6 +94,11 @@ def test_report_is_self_contained_and_escaped(report):
     # nothing is fetched: no tag with src/href, no url(), no @import
     assert not re.search(r"<[^>]+\s(src|href)\s*=", html)
     assert "url(" not in html and "@import" not in html
+
+
+def test_report_units_match_the_values(report):
+    shown, misfit = _misfit_units(report)
+    assert shown > 20 and misfit == []
 
 
 def test_report_loads_in_chromium_without_errors_and_draws_charts(report):
@@ -167,6 +195,8 @@ def test_report_at_8_ranks_draws_every_rank_with_a_colour_scale(tmp_path):
     assert all(f"rank {r}" in text for r in range(8)) and "class 0" not in text
     assert "scale (bytes)" in text and html.count('class="scale"') == 10  # the heat map's colour scale
     assert "waiting" in text and "exposed comm" in text
+    shown, misfit = _misfit_units(page)
+    assert shown > 100 and misfit == []
     _screenshot(page, tmp_path / "report-8.png")
 
 
@@ -184,4 +214,6 @@ def test_report_at_1024_ranks_shows_classes_distributions_and_blocks(tmp_path):
     assert census.tags.get("rect", 0) < 64 * 64 + 6000 + 500
     assert "the first rank of each of the 4 role classes" in text  # the timeline: one rank per class
     assert "no stragglers" not in text and "0 straggler(s)" in text
+    shown, misfit = _misfit_units(page)
+    assert shown > 100 and misfit == []
     _screenshot(page, tmp_path / "report-1024.png")
