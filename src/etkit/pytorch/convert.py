@@ -193,6 +193,34 @@ def _gloo_thread_groups(linked: LinkedRank, groups: GroupInfo, rank: int | None)
 # -- conversion ------------------------------------------------------------------------------------------
 
 
+@dataclass
+class _Walk:
+    """The depth-first walk of a rank's repaired op tree (``_Converter.run``), per op index."""
+    order: list[int]  # parents before children, siblings in start order
+    key: list[float]  # sort time: the op's start, or its parent's when unknown
+    kinds: list[CommKind | None]  # the comm kind of each op (None: not a comm op)
+    head: list[int]  # the COMM head whose chain the op belongs to (-1: none)
+    owner: list[int]  # the COMM head whose subtree the op is in (-1: none)
+    ctrl: list[int]  # nearest emitted, non-COMM ancestor (the ctrl dep; -1: none)
+    lane_of: list[Any]  # the op's thread lane
+    pg_init: int | None  # the process_group:init op
+    pg_entries: list[dict[str, Any]]  # the rank's group descriptions
+    gloo_groups: dict[int, str]  # gloo worker thread -> its group
+
+
+@dataclass
+class _WriteState:
+    """What the dependencies of the next node depend on, updated as nodes are written in id order."""
+    new_id: dict[int, int]  # ref (op index, -(GPU activity + 1)) -> node id
+    waits: DeviceWaits
+    ts: list[float]  # the ops' Kineto start (us; NaN: unknown)
+    excl: list[float]  # the ops' exclusive time (us)
+    last_on_lane: dict[Any, int] = field(default_factory=dict)  # lane -> its last node
+    last_comm_of_group: dict[str, int] = field(default_factory=dict)  # pg_name -> its last COMM node
+    pending_wait: dict[tuple[int, int], int] = field(default_factory=dict)  # tensor -> COMM node not waited on
+    writer_of: dict[tuple[int, int], tuple[int, Any]] = field(default_factory=dict)  # tensor -> (node, lane)
+
+
 class _Converter:
     def __init__(self, linked: LinkedRank, rank: int | None, out_path: str,
                  p2p_matched: dict[int, tuple[str, int]] | None = None) -> None:
@@ -297,8 +325,8 @@ class _Converter:
                 if i not in seen:
                     order.append(i)
                     key[i] = ts[i] if ts[i] == ts[i] else math.inf
-        return self._emit(order, key, kinds, head, owner, emitted_parent, lane_of, pg_init, pg_entries,
-                          gloo_groups, writer_path)
+        return self._emit(_Walk(order, key, kinds, head, owner, emitted_parent, lane_of, pg_init, pg_entries,
+                                gloo_groups), writer_path)
 
     def _chain_members(self, order: list[int], head: list[int]) -> dict[int, list[int]]:
         members: dict[int, list[int]] = {}
@@ -308,16 +336,25 @@ class _Converter:
                 members.setdefault(h, []).append(i)
         return members
 
-    def _emit(self, order: list[int], key: list[float], kinds: list[CommKind | None],
-              head: list[int], owner: list[int], ctrl: list[int], lane_of: list[Any], pg_init: int | None,
-              pg_entries: list[dict[str, Any]], gloo_groups: dict[int, str], path: str) -> RankReport:
-        linked, ops, report = self.linked, self.ops, self.report
+    def _emit(self, walk: _Walk, path: str) -> RankReport:
+        """Write the rank's nodes: GPU activity placed, nodes put in id order, records written, report finished."""
         self._exact_times()
-        chains = self._chain_members(order, head)
-        # GPU activity: comm kernels fold into the chain of their launching op, the rest become nodes.
+        chains = self._chain_members(walk.order, walk.head)
+        gpu_by_op, kernel_kind = self._place_gpu(walk, chains)
+        waits = device_waits(self.linked)
+        items = self._node_order(walk, waits, gpu_by_op)
+        self._write_nodes(path, walk, chains, items, kernel_kind, waits)
+        return self._finish_report(walk, items)
+
+    def _place_gpu(self, walk: _Walk, chains: dict[int, list[int]]
+                   ) -> tuple[dict[int, list[int]], dict[int, CommKind | None]]:
+        """Where each GPU activity goes: a comm kernel folds into the chain of its launching op (the first one
+        only), every other activity becomes a node of its own. Returns the activities written as nodes by
+        launching op (-1: launch not in the trace) and the kinds of the comm kernels among them."""
+        linked, head, kinds = self.linked, walk.head, walk.kinds
         gpu_by_op: dict[int, list[int]] = {}
         kernel_heads: list[int] = []
-        cats = linked.cat if linked.cat is not None else np.full(len(ops), -1, dtype=np.int8)
+        cats = linked.cat if linked.cat is not None else np.full(len(self.ops), -1, dtype=np.int8)
         runtime = set(np.flatnonzero((cats == 2) | (cats == 3)).tolist())  # CUDA runtime calls
         folded_kernel: set[int] = set()  # chains that already took a kernel's interval
         parents = linked.parent
@@ -334,25 +371,29 @@ class _Converter:
                 if kind is not None:
                     kernel_heads.append(g)
                 elif is_comm_kernel(act.name):  # written as a compute kernel, and listed
-                    unknown = report.unknown_comm_kernels
+                    unknown = self.report.unknown_comm_kernels
                     unknown[act.name] = unknown.get(act.name, 0) + 1
         kernel_kind = {g: classify_kernel(linked.gpu[g].name, kinds[head[int(parents[linked.gpu[g].op])]]
                                           if linked.gpu[g].op in runtime and head[int(parents[linked.gpu[g].op])] >= 0
                                           else None) for g in kernel_heads}
-        waits = device_waits(linked)
-        report.device_waits = waits.count
-        for i, producers in waits.host.items():  # a host call that waited for the device comes after that work
-            key[i] = max([key[i]] + [linked.gpu[g].ts for g in producers])
+        return gpu_by_op, kernel_kind
 
-        # The written nodes, sorted by (time, depth-first position): an op without a time of its own took its
-        # parent's, and its position keeps it after the parent and in call order among its siblings.
-        refs: list[int] = []  # ref >= 0: op index, < 0: -(GPU activity + 1); in depth-first position order
+    def _node_order(self, walk: _Walk, waits: DeviceWaits, gpu_by_op: dict[int, list[int]]) -> list[int]:
+        """The written nodes in id order: refs (op index >= 0, ``-(GPU activity + 1)``) sorted by (time,
+        depth-first position). An op without a time of its own took its parent's, and its position keeps it
+        after the parent and in call order among its siblings; a host call that waited for the device comes
+        after that work, a COMM node that ran as a kernel after the kernel's launch."""
+        linked, key, head, report = self.linked, walk.key, walk.head, self.report
+        report.device_waits = waits.count
+        for i, producers in waits.host.items():
+            key[i] = max([key[i]] + [linked.gpu[g].ts for g in producers])
+        refs: list[int] = []  # in depth-first position order
         keys: list[float] = []
-        for g, h in self.kernel_chain.items():  # a COMM node that ran as a kernel comes after the kernel's launch
+        for g, h in self.kernel_chain.items():
             launch = linked.gpu[g].op
             if launch >= 0:  # (strictly after: on a tie the head would sort first, being earlier in the tree)
                 key[h] = max(key[h], float(np.nextafter(key[launch], math.inf)))
-        for i in order:
+        for i in walk.order:
             if head[i] >= 0 and head[i] != i:
                 report.folded_ops += 1
                 continue  # folded into its chain's COMM node
@@ -365,95 +406,112 @@ class _Converter:
             refs.append(-(g + 1))
             keys.append(linked.gpu[g].ts)
         # a stable sort by key keeps depth-first position order among equal keys (numpy: 20x faster than tuples)
-        items = [refs[k] for k in np.argsort(np.array(keys, dtype=np.float64), kind="stable").tolist()]
-        new_id = {ref: n for n, ref in enumerate(items, 1)}
+        return [refs[k] for k in np.argsort(np.array(keys, dtype=np.float64), kind="stable").tolist()]
 
+    def _metadata(self) -> Any:
+        """The rank's GlobalMetadata: the schema version and the host trace's header."""
         meta = GlobalMetadata(version=SCHEMA_VERSION)  # Chakra's converter leaves it empty
         host = self.host
         meta.attr.extend([make_attr("schema", host.schema), make_attr("pid", host.pid, "uint64_val"),
                           make_attr("time", host.time), make_attr("start_ts", host.start_ts, "uint64_val"),
                           make_attr("finish_ts", host.finish_ts, "uint64_val")])
-        offset = linked.clock_offset_us
-        ts, excl = linked.ts.tolist(), linked.excl.tolist()
-        comm_counts = self.counts
-        last_on_lane: dict[Any, int] = {}
-        last_comm_of_group: dict[str, int] = {}
-        pending_wait: dict[tuple[int, int], int] = {}   # tensor -> COMM node id not yet waited on
-        writer_of: dict[tuple[int, int], tuple[int, Any]] = {}  # tensor -> (node id, lane) of last writer
-        wrote_metadata = pg_init is not None
-        name_field, io_of = self.io_pieces.name, self._io
-        ids = self.ids = id_varints(len(items) + 1)
-        comp, std_attrs = int(NodeType.COMP_NODE), self._std_attrs
-        with TraceWriter(path, meta) as writer:
+        return meta
+
+    def _write_nodes(self, path: str, walk: _Walk, chains: dict[int, list[int]], items: list[int],
+                     kernel_kind: dict[int, CommKind | None], waits: DeviceWaits) -> None:
+        """Write the metadata node (when the host trace has none) and every node in id order."""
+        linked, report = self.linked, self.report
+        st = _WriteState({ref: n for n, ref in enumerate(items, 1)}, waits, linked.ts.tolist(), linked.excl.tolist())
+        self.ids = id_varints(len(items) + 1)
+        head = walk.head
+        with TraceWriter(path, self._metadata()) as writer:
             write = writer.write_record
-            if not wrote_metadata and pg_entries:
-                write(self._metadata_node(0, "## process_group:init ##", pg_entries))
+            if walk.pg_init is None and walk.pg_entries:
+                write(self._metadata_node(0, "## process_group:init ##", walk.pg_entries))
             for nid, ref in enumerate(items, 1):
                 if ref < 0:
-                    write(self._gpu_node(nid, -ref - 1, new_id, last_on_lane, kernel_kind, waits))
+                    write(self._gpu_node(nid, -ref - 1, st.new_id, st.last_on_lane, kernel_kind, waits))
                     report.gpu_nodes += 1
-                    continue
-                i = ref
-                op = ops[i]
-                p = ctrl[i]
-                ctrl_id = new_id.get(p) if p >= 0 else None
-                lane = lane_of[i]
-                deps: list[int] = []
-                prev = last_on_lane.get(lane)
-                if prev is not None:
-                    deps.append(prev)
-                if head[i] == i:
-                    node_type, start, duration, attrs, pg = self._comm_node(i, kinds, chains[i], gloo_groups,
-                                                                            offset, comm_counts)
-                    prev_comm = last_comm_of_group.get(pg)
-                    if prev_comm is not None and prev_comm not in deps:
-                        deps.append(prev_comm)
-                    last_comm_of_group[pg] = nid
-                    for m in chains[i]:  # it ran as this kernel: it also holds the kernel's place on its stream
-                        if m < 0:
-                            self._on_stream(nid, -m - 1, deps, new_id, last_on_lane, waits)
-                            launch = new_id.get(linked.gpu[-m - 1].op)  # and comes after its launch
-                            if launch is not None and launch not in deps and launch < nid:
-                                deps.append(launch)
-                    for k in op.reads + op.writes:
-                        pending_wait[k] = nid
-                    write(node_record(nid, name_field(op.name), node_type, ctrl_id, deps, start, duration,
-                                      io_of(op), attrs, ids))
-                    continue
-                if i == pg_init:
-                    node_type = int(NodeType.METADATA_NODE)
-                    entries = pg_entries or _pg_init_entries(op)
-                    io = self.io_pieces.field(INPUTS, str([orjson.dumps(entries).decode()]), op.io[1], op.io[2])
+                elif head[ref] == ref:
+                    write(self._comm_record(nid, ref, walk, chains[ref], st))
                 else:
-                    node_type, io = comp, io_of(op)
-                start = duration = 0
-                t = ts[i]
-                timing = b""
-                if t == t:
-                    start = max(0, int(t + offset + 0.5))
-                    duration = max(0, int(excl[i] + 0.5))
-                    timing = self.op_timing[i]
-                for g in waits.host.get(i, ()):  # the device work this host call waited for
-                    waited = new_id.get(-(g + 1))
-                    if waited is not None and waited not in deps and waited < nid:
+                    write(self._host_record(nid, ref, walk, st))
+
+    def _comm_record(self, nid: int, i: int, walk: _Walk, members: list[int], st: _WriteState) -> bytes:
+        """The COMM node of chain head ``i``: after the op before it on its thread, the previous collective of
+        its group and (when it ran as a kernel) its stream's previous node and the kernel's launch; the next op
+        that touches its tensors waits for it."""
+        op = self.ops[i]
+        ctrl_id, lane, deps = self._issued(i, walk, st)
+        node_type, start, duration, attrs, pg = self._comm_node(i, walk.kinds, members, walk.gloo_groups,
+                                                                self.linked.clock_offset_us, self.counts)
+        prev_comm = st.last_comm_of_group.get(pg)
+        if prev_comm is not None and prev_comm not in deps:
+            deps.append(prev_comm)
+        st.last_comm_of_group[pg] = nid
+        for m in members:  # it ran as this kernel: it also holds the kernel's place on its stream
+            if m < 0:
+                self._on_stream(nid, -m - 1, deps, st.new_id, st.last_on_lane, st.waits)
+                launch = st.new_id.get(self.linked.gpu[-m - 1].op)  # and comes after its launch
+                if launch is not None and launch not in deps and launch < nid:
+                    deps.append(launch)
+        for k in op.reads + op.writes:
+            st.pending_wait[k] = nid
+        return node_record(nid, self.io_pieces.name(op.name), node_type, ctrl_id, deps, start, duration,
+                           self._io(op), attrs, self.ids)
+
+    def _host_record(self, nid: int, i: int, walk: _Walk, st: _WriteState) -> bytes:
+        """The COMP (or process_group:init METADATA) node of host op ``i``: after the op before it on its thread
+        and the device work it waited for; outside a collective's subtree, after the collective whose tensors
+        it touches first and after the other thread's op that wrote a tensor it reads."""
+        op = self.ops[i]
+        ctrl_id, lane, deps = self._issued(i, walk, st)
+        if i == walk.pg_init:
+            node_type = int(NodeType.METADATA_NODE)
+            entries = walk.pg_entries or _pg_init_entries(op)
+            io = self.io_pieces.field(INPUTS, str([orjson.dumps(entries).decode()]), op.io[1], op.io[2])
+        else:
+            node_type, io = int(NodeType.COMP_NODE), self._io(op)
+        start = duration = 0
+        t = st.ts[i]
+        timing = b""
+        if t == t:
+            start = max(0, int(t + self.linked.clock_offset_us + 0.5))
+            duration = max(0, int(st.excl[i] + 0.5))
+            timing = self.op_timing[i]
+        for g in st.waits.host.get(i, ()):  # the device work this host call waited for
+            waited = st.new_id.get(-(g + 1))
+            if waited is not None and waited not in deps and waited < nid:
+                deps.append(waited)
+        st.last_on_lane[lane] = nid
+        if walk.owner[i] < 0:
+            pending_wait, writer_of = st.pending_wait, st.writer_of
+            if pending_wait:
+                for k in op.reads + op.writes:
+                    waited = pending_wait.pop(k, None)
+                    if waited is not None and waited not in deps:
                         deps.append(waited)
-                last_on_lane[lane] = nid
-                if owner[i] < 0:
-                    if pending_wait:
-                        for k in op.reads + op.writes:
-                            waited = pending_wait.pop(k, None)
-                            if waited is not None and waited not in deps:
-                                deps.append(waited)
-                    for k in op.reads:
-                        w = writer_of.get(k)
-                        if w is not None and w[1] != lane and w[0] not in deps:
-                            deps.append(w[0])
-                    for k in op.writes:
-                        writer_of[k] = (nid, lane)
-                # deps are unique by construction (each added only if not present)
-                write(node_record(nid, name_field(op.name), node_type, ctrl_id, deps, start, duration, io,
-                                  std_attrs(op, True) + timing, ids))
-        report.metadata_added = 0 if wrote_metadata or not pg_entries else 1
+            for k in op.reads:
+                w = writer_of.get(k)
+                if w is not None and w[1] != lane and w[0] not in deps:
+                    deps.append(w[0])
+            for k in op.writes:
+                writer_of[k] = (nid, lane)
+        # deps are unique by construction (each added only if not present)
+        return node_record(nid, self.io_pieces.name(op.name), node_type, ctrl_id, deps, start, duration, io,
+                           self._std_attrs(op, True) + timing, self.ids)
+
+    def _issued(self, i: int, walk: _Walk, st: _WriteState) -> tuple[int | None, Any, list[int]]:
+        """Op ``i``'s ctrl parent (node id), its thread lane, and its first dep: the lane's previous node."""
+        p = walk.ctrl[i]
+        lane = walk.lane_of[i]
+        prev = st.last_on_lane.get(lane)
+        return st.new_id.get(p) if p >= 0 else None, lane, [prev] if prev is not None else []
+
+    def _finish_report(self, walk: _Walk, items: list[int]) -> RankReport:
+        """The rank's figures and warnings, once its nodes are written."""
+        linked, report = self.linked, self.report
+        report.metadata_added = 0 if walk.pg_init is not None or not walk.pg_entries else 1
         report.gpu_events = len(linked.gpu)
         report.gpu_time_kineto_ns = sum(self.gpu_dur_ns)
         report.runtime_ops = linked.report.runtime_ops
@@ -461,7 +519,7 @@ class _Converter:
             report.warnings.append(f"GPU time in the ET ({report.gpu_time_et_ns} ns) differs from Kineto's "
                                    f"({report.gpu_time_kineto_ns} ns)")
         report.nodes = len(items) + report.metadata_added
-        report.comm_nodes = dict(comm_counts)
+        report.comm_nodes = dict(self.counts)
         report.unlinked_ops = linked.report.unlinked_ops
         report.unlinked_names = linked.report.unlinked_names
         report.durations_known = linked.has_timing

@@ -265,22 +265,11 @@ def load_kineto(path: str | os.PathLike[str], *, rank: int | None = None) -> Kin
     """
     label = f"{path}" + (f" (rank {rank})" if rank is not None else "")
     doc = read_array_document(path, "traceEvents")
-    header = doc.header
     if not doc.found:
         raise KinetoTraceError(f"{label}: not a Kineto trace (no 'traceEvents' array)")
-    dist_rank, world, pg_config, base_ns = _header_fields(header, label)
-    names: dict[str, int] = {}
-    cpu: list[tuple[int, float, float, int, int, int]] = []
-    cpu_cat: list[int] = []
-    cpu_args: dict[int, dict[str, Any]] = {}
-    gpu: tuple[list, ...] = ([], [], [], [], [], [], [], [], [])
-    gpu_args: dict[int, dict[str, Any]] = {}
-    launch: tuple[list, ...] = ([], [], [], [], [], [], [])
-    ann: tuple[list, ...] = ([], [], [], [])
-    sync: tuple[list, ...] = ([], [], [], [], [], [], [])
-    threads: dict[int, str] = {}
-    pids: set[int] = set()
-    add_cpu = cpu.append
+    header = _header_fields(doc.header, label)
+    cols = _Columns()
+    cpu_op, gpu_op, launch = cols.cpu_op, cols.gpu_op, cols.launch
     first = 0  # index of the chunk's first event in traceEvents
     for chunk in doc.chunks():
         ev: Any = None
@@ -292,140 +281,195 @@ def load_kineto(path: str | os.PathLike[str], *, rank: int | None = None) -> Kin
                 if type(cat) is not str and cat is not None:
                     raise _BadField("cat", cat, "a string")
                 if cat in CPU_CATEGORIES:
-                    if ev.get("ph") == "X":  # one per host op: the common types are checked inline
-                        args = ev.get("args")
-                        if type(args) is not dict:
-                            args = _args(ev)
-                        tid, pid, ts, dur = ev.get("tid"), ev.get("pid"), ev.get("ts"), ev.get("dur")
-                        rf, ext = args.get("Record function id", _NO_ID), args.get("External id", _NO_ID)
-                        if not (int is type(tid) is type(rf) is type(ext) is type(pid)) \
-                                or max(tid, rf, ext, pid) > _MAX_ID or min(tid, rf, ext, pid) < -_MAX_ID:
-                            tid, pid = _id(tid, "tid"), _id(pid, "pid")
-                            rf, ext = _id(rf, "args.Record function id"), _id(ext, "args.External id")
-                        if not ((type(ts) is float or type(ts) is int) and (type(dur) is float or type(dur) is int)) \
-                                or not (0 <= dur <= _MAX_US and -_MAX_US <= ts <= _MAX_US):
-                            ts, dur = _time(ts, "ts"), _time(dur, "dur")
-                        name = ev.get("name", "")
-                        index = names.get(name) if type(name) is str else None
-                        if index is None:
-                            index = names[_name(ev)] = len(names)
-                        pids.add(pid)
-                        if "Collective name" in args or (type(name) is str and name.startswith(COMM_OP_PREFIXES)):
-                            cpu_args[len(cpu)] = {k: args[k] for k in COMM_ARGS + INPUT_ARGS if k in args}
-                        add_cpu((index, ts, dur, tid, rf, ext))
-                        cpu_cat.append(0 if cat == "cpu_op" else 1)
+                    if ev.get("ph") == "X":  # one per host op
+                        cpu_op(ev, cat)
                 elif cat in GPU_CATEGORIES:
-                    args = ev.get("args")
-                    name, ts, dur = ev.get("name"), ev.get("ts"), ev.get("dur")
-                    if type(args) is dict and type(name) is str:  # the common case, checked inline
-                        stream, corr, ext = args.get("stream"), args.get("correlation", _NO_ID), args.get("External id", _NO_ID)
-                        nbytes = _NO_ID if cat == "kernel" else args.get("bytes", _NO_ID)
-                        if (int is type(stream) is type(corr) is type(ext) is type(nbytes)
-                                and -_MAX_ID <= min(stream, corr, ext, nbytes) and max(stream, corr, ext, nbytes) <= _MAX_ID
-                                and (type(ts) is float or type(ts) is int)
-                                and (type(dur) is float or type(dur) is int) and 0 <= dur <= _MAX_US
-                                and abs(ts) <= _MAX_US and "Collective name" not in args
-                                and "Process Group Name" not in args):
-                            index = names.get(name)
-                            if index is None:
-                                index = names[name] = len(names)
-                            gpu[0].append(index)
-                            gpu[1].append(float(ts))
-                            gpu[2].append(float(dur))
-                            gpu[3].append(stream)
-                            gpu[4].append(corr)
-                            gpu[5].append(ext)
-                            gpu[6].append(None)
-                            gpu[7].append(cat)
-                            gpu[8].append(nbytes)
-                            continue
-                    args = _args(ev)
-                    gpu[0].append(names.setdefault(_name(ev), len(names)))
-                    gpu[1].append(_time(ev.get("ts"), "ts"))
-                    gpu[2].append(_time(ev.get("dur"), "dur"))
-                    stream = args.get("stream")
-                    gpu[3].append(_num(ev.get("tid")) if stream is None else _id(stream, "args.stream"))
-                    gpu[4].append(_id(args.get("correlation"), "args.correlation"))
-                    gpu[5].append(_id(args.get("External id"), "args.External id"))
-                    pg = args.get("Process Group Name")
-                    gpu[6].append(str(pg) if pg is not None else None)
-                    gpu[7].append(cat)
-                    gpu[8].append(_id(args.get("bytes"), "args.bytes") if cat != "kernel" else _NO_ID)
-                    if "Collective name" in args:
-                        gpu_args[len(gpu[0]) - 1] = {k: args[k] for k in COMM_ARGS if k in args}
+                    gpu_op(ev, cat)
                 elif cat in LAUNCH_CATEGORIES:
-                    args = ev.get("args")
-                    name, ts, dur, tid = ev.get("name"), ev.get("ts"), ev.get("dur"), ev.get("tid")
-                    if type(args) is dict and type(name) is str:  # the common case, checked inline
-                        corr, ext = args.get("correlation", _NO_ID), args.get("External id", _NO_ID)
-                        if (int is type(tid) is type(corr) is type(ext) and -_MAX_ID <= min(tid, corr, ext)
-                                and max(tid, corr, ext) <= _MAX_ID and (type(ts) is float or type(ts) is int)
-                                and (type(dur) is float or type(dur) is int) and 0 <= dur <= _MAX_US
-                                and abs(ts) <= _MAX_US):
-                            index = names.get(name)
-                            if index is None:
-                                index = names[name] = len(names)
-                            launch[0].append(float(ts))
-                            launch[1].append(tid)
-                            launch[2].append(corr)
-                            launch[3].append(ext)
-                            launch[4].append(index)
-                            launch[5].append(float(dur))
-                            launch[6].append(cat == "cuda_driver")
-                            continue
-                    args = _args(ev)
-                    launch[0].append(_time(ev.get("ts"), "ts"))
-                    launch[1].append(_id(ev.get("tid"), "tid"))
-                    launch[2].append(_id(args.get("correlation"), "args.correlation"))
-                    launch[3].append(_id(args.get("External id"), "args.External id"))
-                    launch[4].append(names.setdefault(_name(ev), len(names)))
-                    launch[5].append(_time(ev.get("dur"), "dur"))
-                    launch[6].append(cat == "cuda_driver")
+                    launch(ev, cat)
                 elif cat == "gpu_user_annotation":
-                    args = _args(ev)
-                    ann[0].append(names.setdefault(_name(ev), len(names)))
-                    ann[1].append(_time(ev.get("ts"), "ts"))
-                    ann[2].append(_time(ev.get("dur"), "dur"))
-                    stream = args.get("stream")
-                    ann[3].append(_num(ev.get("tid")) if stream is None else _id(stream, "args.stream"))
+                    cols.annotation(ev)
                 elif cat == "cuda_sync":
-                    args = _args(ev)
-                    sync[0].append(names.setdefault(_name(ev), len(names)))
-                    sync[1].append(_time(ev.get("ts"), "ts"))
-                    sync[2].append(_time(ev.get("dur"), "dur"))
-                    stream = args.get("stream")
-                    sync[3].append(_num(ev.get("tid")) if stream is None else _id(stream, "args.stream"))
-                    sync[4].append(_id(args.get("wait_on_stream"), "args.wait_on_stream"))
-                    sync[5].append(_id(args.get("wait_on_cuda_event_record_corr_id"),
-                                       "args.wait_on_cuda_event_record_corr_id"))
-                    sync[6].append(_id(args.get("correlation"), "args.correlation"))
+                    cols.sync(ev)
                 elif ev.get("ph") == "M" and ev.get("name") == "thread_name":
-                    tid = _num(ev.get("tid"))
-                    label_name = str(_args(ev).get("name", ""))
-                    # Kineto may name a thread twice; a gloo worker name is the informative one.
-                    if tid not in threads or "gloo" in label_name:
-                        threads[tid] = label_name
+                    cols.thread_name(ev)
         except _BadField as bad:
             raise _event_error(label, chunk, first, ev, bad) from None
         first += len(chunk)
-    cols = list(zip(*cpu)) if cpu else [()] * 6
-    f64, i64 = np.float64, np.int64
-    return KinetoTrace(
-        str(path), dist_rank, world, pg_config, base_ns, list(names),
-        np.array(cols[0], dtype=i64), np.array(cols[1], dtype=f64), np.array(cols[2], dtype=f64),
-        np.array(cols[3], dtype=i64), np.array(cols[4], dtype=i64), np.array(cols[5], dtype=i64),
-        np.array(gpu[0], dtype=i64), np.array(gpu[1], dtype=f64), np.array(gpu[2], dtype=f64),
-        np.array(gpu[3], dtype=i64), np.array(gpu[4], dtype=i64), np.array(gpu[5], dtype=i64), gpu[6], gpu[7],
-        np.array(launch[0], dtype=f64), np.array(launch[1], dtype=i64), np.array(launch[2], dtype=i64),
-        np.array(launch[3], dtype=i64), threads, pids,
-        cpu_cat=np.array(cpu_cat, dtype=np.int8), cpu_args=cpu_args, gpu_bytes=np.array(gpu[8], dtype=i64),
-        gpu_args=gpu_args, launch_name=np.array(launch[4], dtype=i64), launch_dur=np.array(launch[5], dtype=f64),
-        launch_driver=np.array(launch[6], dtype=bool),
-        ann_name=np.array(ann[0], dtype=i64), ann_ts=np.array(ann[1], dtype=f64), ann_dur=np.array(ann[2], dtype=f64),
-        ann_stream=np.array(ann[3], dtype=i64), sync_name=np.array(sync[0], dtype=i64),
-        sync_ts=np.array(sync[1], dtype=f64), sync_dur=np.array(sync[2], dtype=f64),
-        sync_stream=np.array(sync[3], dtype=i64), sync_wait_stream=np.array(sync[4], dtype=i64),
-        sync_wait_corr=np.array(sync[5], dtype=i64), sync_correlation=np.array(sync[6], dtype=i64))
+    return cols.trace(str(path), *header)
+
+
+class _Columns:
+    """The columns of a Kineto trace while its events are read: one list per kept field, by event kind.
+    The common events (host ops, kernels and copies, launches) have their usual types checked inline; any
+    other shape goes through the strict field readers (``_id``, ``_time``, ``_args``, ``_name``)."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, int] = {}
+        self.cpu: list[tuple[int, float, float, int, int, int]] = []  # name, ts, dur, tid, rf_id, ext_id
+        self.cpu_cat: list[int] = []
+        self.cpu_args: dict[int, dict[str, Any]] = {}
+        # name, ts, dur, stream, correlation, ext_id, pg_name, category, bytes
+        self.gpu: tuple[list[Any], ...] = ([], [], [], [], [], [], [], [], [])
+        self.gpu_args: dict[int, dict[str, Any]] = {}
+        self.launches: tuple[list[Any], ...] = ([], [], [], [], [], [], [])  # ts, tid, corr, ext, name, dur, driver
+        self.ann: tuple[list[Any], ...] = ([], [], [], [])  # name, ts, dur, stream
+        # name, ts, dur, stream, wait_on_stream, wait_on_cuda_event_record_corr_id, correlation
+        self.syncs: tuple[list[Any], ...] = ([], [], [], [], [], [], [])
+        self.threads: dict[int, str] = {}
+        self.pids: set[int] = set()
+
+    def cpu_op(self, ev: dict[str, Any], cat: str) -> None:
+        """A host op (``cpu_op``/``user_annotation``, complete event)."""
+        names = self.names
+        args = ev.get("args")
+        if type(args) is not dict:
+            args = _args(ev)
+        tid, pid, ts, dur = ev.get("tid"), ev.get("pid"), ev.get("ts"), ev.get("dur")
+        rf, ext = args.get("Record function id", _NO_ID), args.get("External id", _NO_ID)
+        if not (int is type(tid) is type(rf) is type(ext) is type(pid)) \
+                or max(tid, rf, ext, pid) > _MAX_ID or min(tid, rf, ext, pid) < -_MAX_ID:
+            tid, pid = _id(tid, "tid"), _id(pid, "pid")
+            rf, ext = _id(rf, "args.Record function id"), _id(ext, "args.External id")
+        if not ((type(ts) is float or type(ts) is int) and (type(dur) is float or type(dur) is int)) \
+                or not (0 <= dur <= _MAX_US and -_MAX_US <= ts <= _MAX_US):
+            ts, dur = _time(ts, "ts"), _time(dur, "dur")
+        name = ev.get("name", "")
+        index = names.get(name) if type(name) is str else None
+        if index is None:
+            index = names[_name(ev)] = len(names)
+        self.pids.add(pid)
+        if "Collective name" in args or (type(name) is str and name.startswith(COMM_OP_PREFIXES)):
+            self.cpu_args[len(self.cpu)] = {k: args[k] for k in COMM_ARGS + INPUT_ARGS if k in args}
+        self.cpu.append((index, ts, dur, tid, rf, ext))
+        self.cpu_cat.append(0 if cat == "cpu_op" else 1)
+
+    def gpu_op(self, ev: dict[str, Any], cat: str) -> None:
+        """GPU activity: a kernel, copy or memset."""
+        gpu, names = self.gpu, self.names
+        args = ev.get("args")
+        name, ts, dur = ev.get("name"), ev.get("ts"), ev.get("dur")
+        if type(args) is dict and type(name) is str:  # the common case, checked inline
+            stream, corr, ext = args.get("stream"), args.get("correlation", _NO_ID), args.get("External id", _NO_ID)
+            nbytes = _NO_ID if cat == "kernel" else args.get("bytes", _NO_ID)
+            if (int is type(stream) is type(corr) is type(ext) is type(nbytes)
+                    and -_MAX_ID <= min(stream, corr, ext, nbytes) and max(stream, corr, ext, nbytes) <= _MAX_ID
+                    and (type(ts) is float or type(ts) is int)
+                    and (type(dur) is float or type(dur) is int) and 0 <= dur <= _MAX_US
+                    and abs(ts) <= _MAX_US and "Collective name" not in args
+                    and "Process Group Name" not in args):
+                index = names.get(name)
+                if index is None:
+                    index = names[name] = len(names)
+                gpu[0].append(index)
+                gpu[1].append(float(ts))
+                gpu[2].append(float(dur))
+                gpu[3].append(stream)
+                gpu[4].append(corr)
+                gpu[5].append(ext)
+                gpu[6].append(None)
+                gpu[7].append(cat)
+                gpu[8].append(nbytes)
+                return
+        args = _args(ev)
+        gpu[0].append(names.setdefault(_name(ev), len(names)))
+        gpu[1].append(_time(ev.get("ts"), "ts"))
+        gpu[2].append(_time(ev.get("dur"), "dur"))
+        stream = args.get("stream")
+        gpu[3].append(_num(ev.get("tid")) if stream is None else _id(stream, "args.stream"))
+        gpu[4].append(_id(args.get("correlation"), "args.correlation"))
+        gpu[5].append(_id(args.get("External id"), "args.External id"))
+        pg = args.get("Process Group Name")
+        gpu[6].append(str(pg) if pg is not None else None)
+        gpu[7].append(cat)
+        gpu[8].append(_id(args.get("bytes"), "args.bytes") if cat != "kernel" else _NO_ID)
+        if "Collective name" in args:
+            self.gpu_args[len(gpu[0]) - 1] = {k: args[k] for k in COMM_ARGS if k in args}
+
+    def launch(self, ev: dict[str, Any], cat: str) -> None:
+        """A runtime or driver call (``cuda_runtime``/``cuda_driver``)."""
+        launch, names = self.launches, self.names
+        args = ev.get("args")
+        name, ts, dur, tid = ev.get("name"), ev.get("ts"), ev.get("dur"), ev.get("tid")
+        if type(args) is dict and type(name) is str:  # the common case, checked inline
+            corr, ext = args.get("correlation", _NO_ID), args.get("External id", _NO_ID)
+            if (int is type(tid) is type(corr) is type(ext) and -_MAX_ID <= min(tid, corr, ext)
+                    and max(tid, corr, ext) <= _MAX_ID and (type(ts) is float or type(ts) is int)
+                    and (type(dur) is float or type(dur) is int) and 0 <= dur <= _MAX_US
+                    and abs(ts) <= _MAX_US):
+                index = names.get(name)
+                if index is None:
+                    index = names[name] = len(names)
+                launch[0].append(float(ts))
+                launch[1].append(tid)
+                launch[2].append(corr)
+                launch[3].append(ext)
+                launch[4].append(index)
+                launch[5].append(float(dur))
+                launch[6].append(cat == "cuda_driver")
+                return
+        args = _args(ev)
+        launch[0].append(_time(ev.get("ts"), "ts"))
+        launch[1].append(_id(ev.get("tid"), "tid"))
+        launch[2].append(_id(args.get("correlation"), "args.correlation"))
+        launch[3].append(_id(args.get("External id"), "args.External id"))
+        launch[4].append(names.setdefault(_name(ev), len(names)))
+        launch[5].append(_time(ev.get("dur"), "dur"))
+        launch[6].append(cat == "cuda_driver")
+
+    def annotation(self, ev: dict[str, Any]) -> None:
+        """A range on a GPU stream (``gpu_user_annotation``)."""
+        ann, args = self.ann, _args(ev)
+        ann[0].append(self.names.setdefault(_name(ev), len(self.names)))
+        ann[1].append(_time(ev.get("ts"), "ts"))
+        ann[2].append(_time(ev.get("dur"), "dur"))
+        stream = args.get("stream")
+        ann[3].append(_num(ev.get("tid")) if stream is None else _id(stream, "args.stream"))
+
+    def sync(self, ev: dict[str, Any]) -> None:
+        """A device-side wait (``cuda_sync``)."""
+        sync, args = self.syncs, _args(ev)
+        sync[0].append(self.names.setdefault(_name(ev), len(self.names)))
+        sync[1].append(_time(ev.get("ts"), "ts"))
+        sync[2].append(_time(ev.get("dur"), "dur"))
+        stream = args.get("stream")
+        sync[3].append(_num(ev.get("tid")) if stream is None else _id(stream, "args.stream"))
+        sync[4].append(_id(args.get("wait_on_stream"), "args.wait_on_stream"))
+        sync[5].append(_id(args.get("wait_on_cuda_event_record_corr_id"), "args.wait_on_cuda_event_record_corr_id"))
+        sync[6].append(_id(args.get("correlation"), "args.correlation"))
+
+    def thread_name(self, ev: dict[str, Any]) -> None:
+        """A thread's name (metadata event)."""
+        tid = _num(ev.get("tid"))
+        label_name = str(_args(ev).get("name", ""))
+        # Kineto may name a thread twice; a gloo worker name is the informative one.
+        if tid not in self.threads or "gloo" in label_name:
+            self.threads[tid] = label_name
+
+    def trace(self, path: str, rank: int | None, world: int | None, pg_config: list[dict[str, Any]],
+              base_ns: int) -> KinetoTrace:
+        """The columns as numpy arrays, with the header's fields."""
+        cols = list(zip(*self.cpu)) if self.cpu else [()] * 6
+        gpu, launch, ann, sync = self.gpu, self.launches, self.ann, self.syncs
+        f64, i64 = np.float64, np.int64
+        return KinetoTrace(
+            path, rank, world, pg_config, base_ns, list(self.names),
+            np.array(cols[0], dtype=i64), np.array(cols[1], dtype=f64), np.array(cols[2], dtype=f64),
+            np.array(cols[3], dtype=i64), np.array(cols[4], dtype=i64), np.array(cols[5], dtype=i64),
+            np.array(gpu[0], dtype=i64), np.array(gpu[1], dtype=f64), np.array(gpu[2], dtype=f64),
+            np.array(gpu[3], dtype=i64), np.array(gpu[4], dtype=i64), np.array(gpu[5], dtype=i64), gpu[6], gpu[7],
+            np.array(launch[0], dtype=f64), np.array(launch[1], dtype=i64), np.array(launch[2], dtype=i64),
+            np.array(launch[3], dtype=i64), self.threads, self.pids,
+            cpu_cat=np.array(self.cpu_cat, dtype=np.int8), cpu_args=self.cpu_args,
+            gpu_bytes=np.array(gpu[8], dtype=i64), gpu_args=self.gpu_args,
+            launch_name=np.array(launch[4], dtype=i64), launch_dur=np.array(launch[5], dtype=f64),
+            launch_driver=np.array(launch[6], dtype=bool),
+            ann_name=np.array(ann[0], dtype=i64), ann_ts=np.array(ann[1], dtype=f64),
+            ann_dur=np.array(ann[2], dtype=f64), ann_stream=np.array(ann[3], dtype=i64),
+            sync_name=np.array(sync[0], dtype=i64), sync_ts=np.array(sync[1], dtype=f64),
+            sync_dur=np.array(sync[2], dtype=f64), sync_stream=np.array(sync[3], dtype=i64),
+            sync_wait_stream=np.array(sync[4], dtype=i64), sync_wait_corr=np.array(sync[5], dtype=i64),
+            sync_correlation=np.array(sync[6], dtype=i64))
 
 
 def _event_error(label: str, chunk: list[Any], first: int, ev: Any, bad: _BadField) -> KinetoTraceError:
