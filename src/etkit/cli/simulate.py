@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
-from .common import (add_json, add_quiet, add_simulation_inputs, add_workers, executor_from, knobs_from,
-                     non_negative_int, positive_float, simulation_from, text_wanted, write_json)
+from .common import (add_json, add_quiet, add_simulation_inputs, add_workers, executor_from, explicit_executor,
+                     knobs_from, non_negative_int, positive_float, simulation_from, text_wanted, write_json)
 
 if TYPE_CHECKING:
     from ..simulate import SimulationBlocked
@@ -80,6 +80,10 @@ def run(args: argparse.Namespace) -> int:
                          "simulate the point you want without --sweep")
     if axes:
         return _run_sweep(args, axes)
+    if args.timeline:
+        from ..viz.timeline import timeline_format
+
+        timeline_format(Path(args.timeline))  # a name of another kind (x.html) stops here, before any work
     network, system, knobs = simulation_from(args)
     # a single run streams the files (columns only, rank by rank); a timeline needs the loaded job
     job = load_job(args.prefix, comm_groups=args.comm_groups, executor=executor_from(args)) if args.timeline else None
@@ -113,10 +117,13 @@ def run(args: argparse.Namespace) -> int:
             print("\n".join(metrics.lines()))
     if args.json:
         write_json(figures, args.json)
-    if args.timeline:
-        from ..simulate.timeline import write_timeline
+    if args.timeline:  # the file `etkit timeline` writes from the same simulation
+        from ..viz.timeline import write_timeline
 
-        write_timeline(job, result.schedule, args.timeline)
+        timeline = write_timeline(job, args.timeline, schedule=result.schedule, executor=explicit_executor(args))
+        if text_wanted(args):
+            for note in timeline.notes[1:]:  # (the first says where the times came from: this simulation)
+                print(note)
     return 0
 
 
