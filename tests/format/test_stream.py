@@ -254,3 +254,45 @@ def test_batched_framing_gives_the_exact_protobuf_records(tmp_path: Path, long_n
         expected.append(length)
         expected += payload
     assert (tmp_path / "f.et").read_bytes() == bytes(expected)
+
+
+def _decoy_records(count: int, seed: int) -> list[bytes]:
+    """Node-like records (``08`` first, as real ones) whose payloads also hold bytes that look like frame
+    starts (a length then ``08``), with empty, two- and three-byte-prefixed records among them."""
+    import random
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        size = rng.choice([0, 1, 5, 9, 40, 127, 128, 300]) if i % 50 else rng.choice([16_384, 20_000])
+        body = bytes(rng.choice([0x08, 0x05, 0x0A, 0x80, 0x01, 0x7F, 0xFF]) for _ in range(max(0, size - 1)))
+        out.append(b"\x08" + body if size else b"")
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_split_framing_gives_the_single_chain_at_every_cut(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """Big buffers are framed by many chains from guessed starts; wrong guesses (decoys) are walked again, so
+    the frames and every error are those of the record-by-record scan, at every cut of the buffer."""
+    from etkit.format import stream
+    monkeypatch.setattr(stream, "_SPLIT_FRAMING", 1)
+    monkeypatch.setattr(stream, "_SEGMENT", 256)
+    monkeypatch.setattr(stream, "_GUESS_WINDOW", 64)
+    records = [r for r in _decoy_records(60, seed) if len(r) < 16_384] + [b"\x08" + b"\x05\x08" * 8_200]
+    data = frame(b"\x0a\x03abc") + b"".join(frame(r) for r in records)
+    starts = set(_scan_frames_exact(data, "f.et", allow_empty=True)[0])
+    cuts = sorted(set(range(1, len(data) + 1, 97)) | {p + d for p in starts for d in range(-1, 3) if 0 < p + d <= len(data)})
+    for allow_empty in (False, True):
+        for n in cuts:
+            buf = data[:n]
+            assert _frames_or_error(_frame_columns, buf, allow_empty) == _frames_or_error(_scan_frames_exact, buf,
+                                                                                         allow_empty), n
+    bad = data + b"\xff\xff\xff\xff\xff\x01"
+    assert _frames_or_error(_frame_columns, bad, True) == _frames_or_error(_scan_frames_exact, bad, True)
+
+
+def test_split_framing_of_a_big_buffer_matches_the_scan() -> None:
+    data = frame(b"\x0a\x01v") + b"".join(frame(r) for r in _decoy_records(7_000, 3))
+    assert len(data) > 1 << 20
+    for allow_empty in (False, True):
+        assert _frames_or_error(_frame_columns, data, allow_empty) == _frames_or_error(_scan_frames_exact, data,
+                                                                                      allow_empty)

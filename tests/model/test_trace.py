@@ -7,8 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from etkit.format.schema import CommType, GlobalMetadata, NodeType
-from etkit.model.trace import MISSING, Trace, load_trace
+from etkit.errors import TraceFormatError
+from etkit.format.schema import CommType, GlobalMetadata, Node, NodeType
+from etkit.format.stream import frame
+from etkit.model.trace import MISSING, Trace, load_trace, load_traces
 
 from ..builders import coll, node, send
 
@@ -65,3 +67,70 @@ def test_write_and_reload_is_identical(tmp_path: Path) -> None:
     for column in ("ids", "types", "data_ptr", "data_deps", "ctrl_deps", "comm_size", "comm_tag", "is_cpu_op"):
         assert np.array_equal(getattr(back, column), getattr(t, column)), column
     assert list(back.records()) == list(t.records())
+
+
+_LOADED = ["ids", "types", "start", "duration", "data_ptr", "data_deps", "ctrl_ptr", "ctrl_deps", "is_cpu_op",
+           "comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag", "comm_priority", "num_ops", "tensor_size",
+           "tid", "stream", "ts_ns", "dur_ns", "cat", "rec_off", "rec_len"]
+
+
+def _same_trace(a: Trace, b: Trace, names: bool) -> None:
+    for column in _LOADED:
+        x, y = getattr(a, column), getattr(b, column)
+        assert x.dtype == y.dtype and np.array_equal(x, y), (a.path, column)
+    if names:
+        assert list(a.names) == list(b.names), a.path
+    assert list(a.pg_names()) == list(b.pg_names()), a.path
+    assert (a.blob, a.metadata_record, a.metadata, a.path) == (b.blob, b.metadata_record, b.metadata, b.path)
+
+
+def _outcome(load, *args, **kwargs):  # type: ignore[no-untyped-def]
+    try:
+        return load(*args, **kwargs)
+    except TraceFormatError as exc:
+        return str(exc)
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("names", [True, False])
+def test_load_traces_gives_load_trace_of_each_file(upstream: Path, names: bool) -> None:
+    """Files decoded in joint batches (every upstream vector, mixed producers, gzip, batches of a few
+    files) give the traces that loading each alone gives."""
+    files = sorted(p for p in upstream.rglob("*") if p.name.endswith((".et", ".et.gz")))
+    files = files[::2] + files[1::2]  # neighbours from different producers
+    many = list(load_traces(files, names=names, allow_empty=not names, batch_bytes=200_000))
+    assert len(many) == len(files)
+    for path, trace in zip(files, many):
+        _same_trace(load_trace(path, names=names, allow_empty=not names), trace, names)
+
+
+def test_load_traces_stops_at_the_first_bad_file_with_its_error(tmp_path: Path) -> None:
+    good = [tmp_path / f"r.{i}.et" for i in range(4)]
+    for i, path in enumerate(good):
+        _trace().write(path)
+    empty, cut = tmp_path / "empty.et", tmp_path / "cut.et"
+    empty.write_bytes(b"")
+    cut.write_bytes(good[0].read_bytes()[:-3])
+    for bad in (empty, cut):
+        files = [good[0], good[1], bad, good[2]]
+        it = load_traces(files)
+        for path in files[:2]:
+            _same_trace(load_trace(path), next(it), True)
+        assert _outcome(lambda: next(it)) == _outcome(load_trace, bad)
+    many = list(load_traces(good, batch_bytes=1 << 20))
+    for path, trace in zip(good, many):
+        _same_trace(load_trace(path), trace, True)
+
+
+def test_load_traces_keeps_empty_records_with_allow_empty(tmp_path: Path) -> None:
+    paths = []
+    for i in range(3):
+        path = tmp_path / f"e.{i}.et"
+        data = bytearray(frame(GlobalMetadata(version="v").SerializeToString()))
+        for j in range(5):
+            data += frame(Node(id=j, name=f"n{j}").SerializeToString() if (i + j) % 2 else b"")
+        path.write_bytes(bytes(data))
+        paths.append(path)
+    for path, trace in zip(paths, load_traces(paths, allow_empty=True)):
+        _same_trace(load_trace(path, allow_empty=True), trace, True)
+    assert _outcome(lambda: list(load_traces(paths))) == _outcome(load_trace, paths[0])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import field as _field_default
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -24,7 +25,7 @@ from google.protobuf.message import DecodeError
 from .schema import NodeBatch
 from .wire import WireFault, fixed, packed_varints, varints
 
-__all__ = ["Columns", "decode_columns", "join_columns", "rows_with_repeated_deps", "field_numbers", "HOT_INT_ATTRS", "MISSING", "PAD"]
+__all__ = ["Columns", "decode_columns", "join_columns", "split_columns", "rows_with_repeated_deps", "field_numbers", "HOT_INT_ATTRS", "MISSING", "PAD"]
 
 #: Sentinel in integer attribute columns for "attribute absent".
 MISSING = np.iinfo(np.int64).min
@@ -443,6 +444,17 @@ def _attributes(buf: bytes, b: np.ndarray, f: _Fields, n: int, int_rows: np.ndar
 
         _scan(b, a_start[rest], a_end[rest], _keep_nothing, store)
     name_id = _hot_name_ids(_window_keys(_words(b), name_off, np.minimum(name_len, 16), 16), name_len)
+    return _hot_columns(buf, b, owner, name_id, kind, value, v_off, int_rows)
+
+
+def _hot_columns(buf: bytes, b: np.ndarray, owner: np.ndarray, name_id: np.ndarray, kind: np.ndarray,
+                 value: np.ndarray, v_off: np.ndarray, int_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """``is_cpu_op`` and ``pg_name`` (index into the returned strings) per node from its attributes (in wire
+    order: node ``owner``, index into ``_HOT_NAMES`` or -1, oneof member, raw value, value offset); fills
+    ``int_rows`` with the integer ones. Both walks decode their attributes into these arrays."""
+    n = int_rows.shape[1]
+    cpu = np.full(n, -1, dtype=np.int8)
+    pg = np.full(n, -1, dtype=np.int32)
     hot = np.flatnonzero(name_id >= 0)
     owner, name_id, kind, value, v_off = owner[hot], name_id[hot], kind[hot], value[hot], v_off[hot]
     is_int = _INT_KIND[kind]
@@ -497,13 +509,23 @@ def _plain_int(kind: int, value: int) -> int:
 
 
 def _check_with_protobuf(buf: bytes, frame_start: np.ndarray, rec_end: np.ndarray) -> None:
-    """Parse the records with protobuf's C runtime, many per call; raises WireFault if any is invalid."""
+    """Parse the records with protobuf's C runtime, many per call; raises WireFault if any is invalid.
+
+    The records are frames; what lies between two of them (the GlobalMetadata frame of the next file
+    where several files were joined) is passed over as an unknown field."""
     arr = np.frombuffer(buf, dtype=np.uint8)
     for i in range(0, frame_start.size, _CHECK_CHUNK):
         j = min(i + _CHECK_CHUNK, frame_start.size)
         base = int(frame_start[i])
         piece = arr[base:int(rec_end[j - 1])]
-        wrapped = np.insert(piece, frame_start[i:j] - base, 0x0A)
+        gaps = np.flatnonzero(frame_start[i + 1:j] != rec_end[i:j - 1])
+        if gaps.size:
+            at = np.concatenate([frame_start[i:j], rec_end[i:j - 1][gaps]]) - base
+            tags = np.concatenate([np.full(j - i, 0x0A, dtype=np.uint8), np.full(gaps.size, 0x12, dtype=np.uint8)])
+            order = np.argsort(at, kind="stable")
+            wrapped = np.insert(piece, at[order], tags[order])
+        else:
+            wrapped = np.insert(piece, frame_start[i:j] - base, 0x0A)
         try:
             NodeBatch.FromString(wrapped.data)  # a buffer, not a bytes copy
         except (DecodeError, ValueError, RuntimeError) as exc:
@@ -698,8 +720,18 @@ def _decode_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.nd
                   names: bool = True) -> tuple[Columns, bool]:
     """Columns of the records ``b[rec_off:rec_end]`` (offsets into the whole file; raises WireFault).
 
-    Also whether the walk proved that protobuf accepts these records (see :class:`_Proof`).
+    Also whether the walk proved that protobuf accepts these records. The lean walk (:func:`_lean_chunk`)
+    takes the records that Chakra's producers write; the generic one (:class:`_Proof`) everything else.
     """
+    try:
+        return _lean_chunk(buf, b, rec_off, rec_end, int_rows, names)
+    except _Unusual:
+        return _generic_chunk(buf, b, rec_off, rec_end, int_rows, names)
+
+
+def _generic_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray, int_rows: np.ndarray,
+                   names: bool = True) -> tuple[Columns, bool]:
+    """:func:`_decode_chunk` by the generic walk: any field order, unknown fields, list attributes."""
     n = rec_off.size
     proof = _Proof()
     scalars = np.zeros((len(_SCALAR_FIELDS), n), dtype=np.uint64)  # raw varints of id, type, start, duration
@@ -740,6 +772,358 @@ def _decode_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.nd
     columns = Columns(ids, types, name_idx, strings, start, duration, data_ptr, data_deps, ctrl_ptr, ctrl_deps,
                       cpu, pg, dict(zip(HOT_INT_ATTRS, int_rows)))
     return columns, proof.holds(b)
+
+
+# -- the lean walk ------------------------------------------------------------------------------------
+#
+# What Chakra's producers write (etkit, Chakra's converters, ASTRA-sim's and STAGE's generators) has a
+# narrow shape: one-byte Node tags, IOInfo messages of three strings, attributes that are a name and
+# at most one scalar value. The lean walk takes exactly that shape with a fraction of the generic walk's
+# array operations (each step handles its fields grouped by tag, the common one- and two-byte varints
+# are read from the word already loaded, attributes are decoded in one pass) and proves the records
+# without visiting their strings: a record's bytes are tags, varints, fixed-width values and string
+# contents; the walk knows how many bytes with the top bit set the first three hold (a varint of ``k``
+# bytes has ``k - 1``), so the strings are all ASCII exactly when the records hold no more than that
+# (one count over the records' bytes). Anything else raises :class:`_Unusual` and the chunk takes the
+# generic walk.
+
+
+class _Unusual(Exception):
+    """Records outside the lean walk's shape (the generic walk takes them)."""
+
+
+_FF = np.uint64(0xFF)
+_SEVEN = np.uint64(7)
+_EIGHT = np.uint64(8)
+_LENGTH_LIMIT = np.uint64(1 << 40)
+#: Node tags (field number << 3 | wire type) the lean walk takes.
+_TAG_ID, _TAG_NAME, _TAG_TYPE, _TAG_START, _TAG_DURATION = 0x08, 0x12, 0x18, 0x30, 0x38
+_TAG_CTRL, _TAG_DATA, _TAG_CTRL_ONE, _TAG_DATA_ONE = 0x22, 0x2A, 0x20, 0x28  # packed lists, and single entries
+_TAG_INPUTS, _TAG_OUTPUTS, _TAG_ATTR = 0x42, 0x4A, 0x52
+_SCALAR_ROW = {_TAG_ID: 0, _TAG_TYPE: 1, _TAG_START: 2, _TAG_DURATION: 3}
+_SPAN_TAGS = (_TAG_NAME, _TAG_CTRL, _TAG_DATA, _TAG_INPUTS, _TAG_OUTPUTS, _TAG_ATTR)
+_LEAN_NODE_TAGS = np.zeros(256, dtype=bool)
+_LEAN_NODE_TAGS[[*_SCALAR_ROW, *_SPAN_TAGS, _TAG_CTRL_ONE, _TAG_DATA_ONE]] = True
+_LEAN_IO_TAGS = np.zeros(256, dtype=bool)
+_LEAN_IO_TAGS[[0x0A, 0x12, 0x1A]] = True
+_BYTES_VAL = 31
+
+
+def _high_bytes_of(w: np.ndarray) -> int:
+    """How many bytes of the words ``w`` have their top bit set."""
+    top = w & _MSBS
+    if _bitwise_count is not None:
+        return int(_bitwise_count(top).sum())
+    return sum(int(((top >> np.uint64(8 * k + 7)) & np.uint64(1)).sum()) for k in range(8))
+
+
+def _lean_varints(w: np.ndarray, b: np.ndarray, q: np.ndarray, avail: int = 7) -> tuple[np.ndarray, np.ndarray, int]:
+    """Varints whose first byte is the low byte of ``w`` (and at ``q`` in ``b``; ``w`` holds ``avail`` of
+    their bytes): values, byte lengths, and how many of their bytes have the top bit set. One- and
+    two-byte varints (nearly all) are read from ``w`` directly; up to ``avail`` bytes with the word's
+    lanes; longer ones byte by byte."""
+    first = w & _FF
+    if not first.size or int(first.max()) < 0x80:
+        return first, np.ones(first.size, dtype=np.int64), 0
+    second = (w >> _EIGHT) & _FF
+    if int((first & second).max()) < 0x80:  # no varint of three bytes or more
+        more = first >> _SEVEN  # 1 where a second byte follows
+        value = (first & np.uint64(0x7F)) | ((second * more) << _SEVEN)
+        extra = int(more.sum())
+        return value, more.view(np.int64) + 1, extra
+    value, length = _word_varints(w, avail)
+    long = np.flatnonzero(length == 0)
+    if long.size:
+        value[long], length[long] = varints(b, q[long])
+    return value, length, int(length.sum()) - length.size
+
+
+@dataclass
+class _Spans:
+    """Length-delimited fields of one Node tag found by the walk, in walk order (a record's in wire order)."""
+
+    rows: list[np.ndarray] = _field_default(default_factory=list)
+    offset: list[np.ndarray] = _field_default(default_factory=list)
+    length: list[np.ndarray] = _field_default(default_factory=list)
+    step: list[int] = _field_default(default_factory=list)
+
+    def add(self, rows: np.ndarray, offset: np.ndarray, length: np.ndarray, step: int) -> None:
+        self.rows.append(rows)
+        self.offset.append(offset)
+        self.length.append(length)
+        self.step.append(step)
+
+    def cat(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if not self.rows:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty
+        if len(self.rows) == 1:
+            return self.rows[0], self.offset[0], self.length[0]
+        return np.concatenate(self.rows), np.concatenate(self.offset), np.concatenate(self.length)
+
+    def steps(self) -> np.ndarray:
+        return np.repeat(np.asarray(self.step, dtype=np.int64), [r.size for r in self.rows])
+
+
+def _lean_nodes(b: np.ndarray, words: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray
+                ) -> tuple[np.ndarray, dict[int, _Spans], int]:
+    """Walk the Node records' top-level fields in lock-step: the scalar columns (id, type, start,
+    duration; last wins), the spans of every length-delimited (and single dep) field per tag, and the
+    top-bit bytes of the tags and varints walked."""
+    n = rec_off.size
+    scalars = np.zeros((len(_SCALAR_ROW), n), dtype=np.uint64)
+    rows_of = [scalars[k] for k in range(len(_SCALAR_ROW))]
+    spans = {tag: _Spans() for tag in (*_SPAN_TAGS, _TAG_CTRL_ONE, _TAG_DATA_ONE)}
+    act = np.flatnonzero(rec_off < rec_end)  # empty records (validation keeps them) have no fields
+    p = rec_off[act].astype(np.int64)
+    e = rec_end[act].astype(np.int64)
+    high = 0
+    step = 0
+    while act.size:
+        w = words[p]
+        tag = (w & _FF).view(np.int64)
+        counts = np.bincount(tag, minlength=256)
+        present = np.flatnonzero(counts)
+        if not _LEAN_NODE_TAGS[present].all():
+            raise _Unusual("a Node field the lean walk does not take")
+        if present.size == 1:
+            groups: list[tuple[int, np.ndarray | None]] = [(int(present[0]), None)]
+        else:  # the step's fields grouped by tag (a radix sort of one byte)
+            order = np.argsort(tag.astype(np.uint8), kind="stable")
+            ends = np.cumsum(counts[present]).tolist()
+            groups = [(t, order[lo:hi]) for t, lo, hi in zip(present.tolist(), [0, *ends[:-1]], ends)]
+            new_p = np.empty_like(p)
+        for t, sub in groups:
+            ws, ps, rows = (w, p, act) if sub is None else (w[sub], p[sub], act[sub])
+            value, vlen, extra = _lean_varints(ws >> _EIGHT, b, ps + 1)
+            high += extra
+            row = _SCALAR_ROW.get(t)
+            if row is not None:
+                rows_of[row][rows] = value
+                after = ps + 1 + vlen
+            elif t == _TAG_CTRL_ONE or t == _TAG_DATA_ONE:
+                spans[t].add(rows, value.view(np.int64), vlen, step)  # the value itself as the "offset"
+                after = ps + 1 + vlen
+            else:
+                if int(value.max()) > _LENGTH_LIMIT:
+                    raise WireFault("implausible length")
+                offset = ps + 1 + vlen
+                length = value.view(np.int64)
+                spans[t].add(rows, offset, length, step)
+                after = offset + length
+            if sub is None:
+                new_p = after
+            else:
+                new_p[sub] = after
+        if (new_p > e).any():
+            raise WireFault("field runs past its message")
+        going = new_p < e
+        if going.all():
+            p = new_p
+        else:
+            act, p, e = act[going], new_p[going], e[going]
+        step += 1
+    return scalars, spans, high
+
+
+def _lean_io(b: np.ndarray, words: np.ndarray, start: np.ndarray, end: np.ndarray) -> int:
+    """Walk IOInfo messages (string fields 1-3 only); the top-bit bytes of their tags and lengths."""
+    high = 0
+    going = start < end
+    p, e = start[going], end[going]
+    while p.size:
+        w = words[p]
+        if not _LEAN_IO_TAGS[(w & _FF).view(np.int64)].all():
+            raise _Unusual("an IOInfo field the lean walk does not take")
+        length, vlen, extra = _lean_varints(w >> _EIGHT, b, p + 1)
+        high += extra
+        if int(length.max()) > _LENGTH_LIMIT:
+            raise WireFault("implausible length")
+        p = p + 1 + vlen + length.view(np.int64)
+        if (p > e).any():
+            raise WireFault("field runs past its message")
+        going = p < e
+        if not going.all():
+            p, e = p[going], e[going]
+    return high
+
+
+@dataclass
+class _LeanAttrs:
+    head: np.ndarray  # the attribute's first eight bytes (tag 0a, name length, the name's first six bytes)
+    name_len: np.ndarray
+    kind: np.ndarray  # oneof member of the value (0: a name alone)
+    value: np.ndarray  # varint value, fixed bits, or string length
+    v_off: np.ndarray  # where a string value starts
+    high: int  # top-bit bytes of the tags, lengths and values
+
+
+def _lean_attributes(b: np.ndarray, words: np.ndarray, a_start: np.ndarray, a_end: np.ndarray) -> _LeanAttrs:
+    """Decode attributes that are exactly a name (one-byte length) and at most one scalar or string value,
+    in one pass; :class:`_Unusual` if any is not."""
+    head = words[a_start]
+    name_len = ((head >> _EIGHT) & _FF).view(np.int64)
+    q = a_start + 2 + name_len  # the value's tag
+    if not ((head & _FF) == 0x0A).all() or int(name_len.max()) >= 0x80 or (q > a_end).any():
+        raise _Unusual("an attribute that is not a short name and a value")
+    w = words[q]
+    low = (w & _FF).view(np.int64)
+    two = low >= 0x80  # oneof members 16..33 have two-byte tags
+    second = ((w >> _EIGHT) & _FF).view(np.int64)
+    tag = np.where(two, (low & 0x7F) | (second << 7), low)
+    kind = np.minimum(tag >> 3, 33)
+    wire = tag & 7
+    alone = q == a_end  # a name alone
+    kind[alone] = 0
+    scalar = ((kind & 1) == 1) & (kind >= 3) & (_ONEOF_WIRE_LUT[kind] == wire) & (~two | (second < 0x80))
+    if not (alone | scalar).all() or (kind == _BYTES_VAL).any():
+        raise _Unusual("an attribute with a list, doc string or bytes value, or another field")
+    high = int(two.sum())
+    off = q + 1 + two
+    rest = w >> (_EIGHT + (two.view(np.uint8).astype(np.uint64) << np.uint64(3)))
+    fixed_width = (wire == 1) | (wire == 5)
+    varint = ~alone & ~fixed_width
+    if varint.all():
+        value, vlen, extra = _lean_varints(rest, b, off, 6)  # after a two-byte tag the word holds six
+    else:
+        value = np.zeros(a_start.size, dtype=np.uint64)
+        vlen = np.zeros(a_start.size, dtype=np.int64)
+        some = np.flatnonzero(varint)
+        value[some], vlen[some], extra = _lean_varints(rest[some], b, off[some], 6)
+        for wire_type, width in ((1, 8), (5, 4)):
+            some = np.flatnonzero(fixed_width & (wire == wire_type))
+            if some.size:
+                value[some], vlen[some] = fixed(b, off[some], width), width
+                extra += _high_bytes_of(words[off[some]] & _LOW_BYTES[width])
+    high += extra
+    v_off = off + vlen
+    end = np.where(alone, q, v_off + np.where(wire == 2, value.view(np.int64), 0))
+    if not (end == a_end).all():
+        raise _Unusual("an attribute with more than a name and a value")
+    return _LeanAttrs(head, name_len, kind, value, v_off, high)
+
+
+def _lean_hot_table() -> tuple[np.ndarray, ...]:
+    """The hot attribute names as the lean walk sees them: the first and second words of the attribute
+    (tag 0a, length, name), sorted by the first."""
+    keys = []
+    for i, name in enumerate(_HOT_NAMES):
+        raw = bytes([0x0A, len(name)]) + name.encode()
+        keys.append((int.from_bytes(raw[:8].ljust(8, b"\0"), "little"), int.from_bytes(raw[8:16].ljust(8, b"\0"),
+                                                                                        "little"), i))
+    keys.sort()
+    if len({k[0] for k in keys}) != len(keys) or max(len(n) for n in _HOT_NAMES) > 14:
+        raise AssertionError("hot attribute names must differ in their first six bytes or length")
+    return tuple(np.array(column, dtype=dtype) for column, dtype in zip(zip(*keys), (np.uint64, np.uint64, np.int64)))
+
+
+_LEAN_W0, _LEAN_W1, _LEAN_ID = _lean_hot_table()
+
+
+def _lean_hot_ids(words: np.ndarray, a_start: np.ndarray, attrs: _LeanAttrs) -> np.ndarray:
+    """Index into ``_HOT_NAMES`` of each attribute's name (-1: not one of them)."""
+    name_len = attrs.name_len
+    w0 = attrs.head & _LOW_BYTES[np.minimum(name_len + 2, 8)]
+    pos = np.minimum(np.searchsorted(_LEAN_W0, w0), _LEAN_W0.size - 1)
+    hit = np.flatnonzero((_LEAN_W0[pos] == w0) & (name_len <= 14))
+    ids = np.full(a_start.size, -1, dtype=np.int64)
+    if hit.size:
+        pos = pos[hit]
+        w1 = words[a_start[hit] + 8] & _LOW_BYTES[np.clip(name_len[hit] - 6, 0, 8)]
+        good = w1 == _LEAN_W1[pos]
+        ids[hit[good]] = _LEAN_ID[pos[good]]
+    return ids
+
+
+def _lean_deps(b: np.ndarray, packed: _Spans, single: _Spans, n: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """CSR (ptr, values) of one dep list kind from its packed lists and single entries (wire order), and
+    the top-bit bytes of the packed lists."""
+    rows, off, length = packed.cat()
+    high = 0
+    if not single.rows and (rows.size < 2 or int(np.bincount(rows, minlength=n).max()) <= 1):
+        # at most one packed list per node (the norm): the lists in row order without a sort
+        at, size = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        at[rows], size[rows] = off, length
+        rows = np.flatnonzero(size)
+        counts = np.zeros(n, dtype=np.int64)
+        if rows.size:
+            values, counts[rows] = packed_varints(b, at[rows], size[rows])
+            high = int(size.sum()) - values.size
+        else:
+            values = np.zeros(0, dtype=np.uint64)
+    else:
+        steps = packed.steps()
+        keep = length > 0
+        rows, off, length, steps = rows[keep], off[keep], length[keep], steps[keep]
+        if rows.size:
+            values, per = packed_varints(b, off, length)
+            high = int(length.sum()) - values.size
+            rows, steps = np.repeat(rows, per), np.repeat(steps, per)
+        else:
+            values = np.zeros(0, dtype=np.uint64)
+        one_rows, one_values, _ = single.cat()
+        rows = np.concatenate([rows, one_rows])
+        values = np.concatenate([values, one_values.view(np.uint64)])
+        values = values[np.lexsort((np.concatenate([steps, single.steps()]), rows))]  # by row, then wire order
+        counts = np.bincount(rows, minlength=n)
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    return ptr, values, high
+
+
+def _record_high_bytes(b: np.ndarray, words: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray) -> int:
+    """Bytes with the top bit set inside the records (what lies between them, frame headers, not counted)."""
+    gap_at = rec_end[:-1]
+    gap = rec_off[1:] - gap_at
+    if (gap < 0).any():
+        raise _Unusual("records out of order")
+    total = int(np.count_nonzero(b[int(rec_off[0]):int(rec_end[-1])] >= 0x80))
+    if gap.any():
+        small = gap <= 8
+        total -= _high_bytes_of(words[gap_at[small]] & _LOW_BYTES[gap[small]])
+        for at, size in zip(gap_at[~small].tolist(), gap[~small].tolist()):  # few: the files of a batch
+            total -= int(np.count_nonzero(b[at:at + size] >= 0x80))
+    return total
+
+
+def _lean_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray, int_rows: np.ndarray,
+                names: bool = True) -> tuple[Columns, bool]:
+    """:func:`_decode_chunk` by the lean walk; :class:`_Unusual` (before anything is written to
+    ``int_rows``) when the records are not of its shape."""
+    n = rec_off.size
+    words = _words(b)
+    scalars, spans, high = _lean_nodes(b, words, rec_off, rec_end)
+    for tag in (_TAG_INPUTS, _TAG_OUTPUTS):
+        _, start, length = spans[tag].cat()
+        if start.size:
+            high += _lean_io(b, words, start, start + length)
+    owner, a_start, a_len = spans[_TAG_ATTR].cat()
+    attrs = _lean_attributes(b, words, a_start, a_start + a_len) if owner.size else None
+    ctrl_ptr, ctrl_deps, ctrl_high = _lean_deps(b, spans[_TAG_CTRL], spans[_TAG_CTRL_ONE], n)
+    data_ptr, data_deps, data_high = _lean_deps(b, spans[_TAG_DATA], spans[_TAG_DATA_ONE], n)
+    high += ctrl_high + data_high
+    record_high = _record_high_bytes(b, words, rec_off, rec_end) if n else 0
+    ids, raw_type, start, duration = scalars
+    types = (raw_type & _U32).astype(np.uint32).view(np.int32)
+    if names:
+        name_off, name_len = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        for rows, off, length in zip(spans[_TAG_NAME].rows, spans[_TAG_NAME].offset, spans[_TAG_NAME].length):
+            name_off[rows], name_len[rows] = off, length  # a later name wins
+        name_idx, strings = _string_table(buf, b, name_off, name_len)
+    else:
+        name_idx, strings = np.full(n, -1, dtype=np.int32), []
+    if attrs is not None:
+        high += attrs.high
+        cpu, pg, pg_strings = _hot_columns(buf, b, owner, _lean_hot_ids(words, a_start, attrs), attrs.kind, attrs.value,
+                                           attrs.v_off, int_rows)
+        if pg_strings:
+            pg = _remapped(pg, _merged(strings, pg_strings))
+    else:
+        cpu, pg = np.full(n, -1, dtype=np.int8), np.full(n, -1, dtype=np.int32)
+    proven = record_high == high
+    columns = Columns(ids, types, name_idx, strings, start, duration, data_ptr, data_deps, ctrl_ptr, ctrl_deps,
+                      cpu, pg, dict(zip(HOT_INT_ATTRS, int_rows)))
+    return columns, proven
 
 
 def _merged(strings: list[str], extra: list[str]) -> np.ndarray:
@@ -797,3 +1181,33 @@ def join_columns(parts: list[Columns], ints: dict[str, np.ndarray] | None = None
     return Columns(cat("ids"), cat("types"), strings("name_idx"), list(index), cat("start"), cat("duration"),
                    csr("data_ptr"), cat("data_deps"), csr("ctrl_ptr"), cat("ctrl_deps"), cat("is_cpu_op"),
                    strings("pg_idx"), ints)
+
+
+def split_columns(cols: Columns, bounds: np.ndarray) -> list[Columns]:
+    """The rows ``bounds[i]:bounds[i + 1]`` of ``cols`` as their own :class:`Columns` (what
+    :func:`decode_columns` of those records alone gives: CSR offsets from 0, a string table of their
+    own, in first use: names, then ``pg_name`` values). Columns are views of ``cols``' where they can be."""
+    table = np.asarray(cols.strings + [""], dtype=object)
+    edges = bounds.tolist()
+    out = []
+    for r0, r1 in zip(edges[:-1], edges[1:]):
+        name, pg = cols.name_idx[r0:r1], cols.pg_idx[r0:r1]
+        used = np.concatenate([name[name >= 0], pg[pg >= 0]])
+        if used.size:
+            distinct, first = np.unique(used, return_index=True)
+            order = np.argsort(first, kind="stable")
+            local = np.empty(distinct.size, dtype=np.int32)
+            local[order] = np.arange(distinct.size, dtype=np.int32)
+            strings = table[distinct[order]].tolist()
+
+            def remap(idx: np.ndarray) -> np.ndarray:
+                return np.where(idx >= 0, local[np.searchsorted(distinct, idx)], -1).astype(np.int32)
+            name, pg = remap(name), remap(pg)
+        else:
+            strings = []
+        d0, d1, c0, c1 = (int(x) for x in (cols.data_ptr[r0], cols.data_ptr[r1], cols.ctrl_ptr[r0], cols.ctrl_ptr[r1]))
+        out.append(Columns(cols.ids[r0:r1], cols.types[r0:r1], name, strings, cols.start[r0:r1], cols.duration[r0:r1],
+                           cols.data_ptr[r0:r1 + 1] - d0, cols.data_deps[d0:d1], cols.ctrl_ptr[r0:r1 + 1] - c0,
+                           cols.ctrl_deps[c0:c1], cols.is_cpu_op[r0:r1], pg,
+                           {k: v[r0:r1] for k, v in cols.ints.items()}))
+    return out

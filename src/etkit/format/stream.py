@@ -145,13 +145,22 @@ def _varint_or_none(buf: bytes, pos: int, end: int) -> tuple[int, int] | None:
 def _frame_starts(buf: bytes) -> np.ndarray | None:
     """Start of every frame, following the chain of length prefixes; ``None`` if a prefix is cut or over-long.
 
-    Only the last record can run past the end of the buffer; the caller checks that.
+    Only the last record can run past the end of the buffer; the caller checks that. Big buffers are
+    walked by many chains at once (:func:`_split_frame_starts`).
     """
+    if len(buf) >= _SPLIT_FRAMING:
+        return _split_frame_starts(buf)
+    walked = _chain(buf, 0, len(buf))
+    return None if walked is None else np.frombuffer(walked[0], dtype=np.int64)
+
+
+def _chain(buf: bytes, pos: int, stop: int) -> tuple[array, int] | None:
+    """Frame starts from ``pos`` (a frame start) while below ``stop``, and the first position at or past it;
+    ``None`` if a prefix is cut or over-long."""
     starts = array("q")
     add = starts.append
-    pos = 0
     try:
-        while True:  # ends with an IndexError: cheaper than a bounds test per record
+        while pos < stop:
             byte = buf[pos]
             add(pos)
             if byte < 0x80:  # most records: shorter than 128 bytes
@@ -165,10 +174,125 @@ def _frame_starts(buf: bytes) -> np.ndarray | None:
                     if decoded is None:
                         return None
                     pos = decoded[1] + decoded[0]
-    except IndexError:
-        if pos < len(buf):  # the file ends inside a two-byte length
+    except IndexError:  # the file ends inside a two-byte length
+        return None
+    return starts, pos
+
+
+#: Buffers from this size are framed by many chains walked at once.
+_SPLIT_FRAMING = 1 << 20
+#: Bytes per chain of :func:`_split_frame_starts`, and how far past a segment's start its first frame is looked for.
+_SEGMENT, _GUESS_WINDOW = 1 << 14, 1 << 9
+
+
+def _split_frame_starts(buf: bytes) -> np.ndarray | None:
+    """:func:`_frame_starts` of a big buffer, the chains of many segments walked in lock-step with numpy.
+
+    The chain of length prefixes is inherently sequential, so each segment's walk starts at a guessed
+    frame start (:func:`_guessed_starts`) and goes until it reaches the next segment's guess. A guess
+    is confirmed when the walk before it (itself confirmed, from the buffer's start) arrives exactly
+    there; a segment whose guess is not confirmed is walked again from where the confirmed walk
+    arrived. So the result is exactly the chain from the start, whatever the guesses were.
+    """
+    size = len(buf)
+    if not size:
+        return np.zeros(0, dtype=np.int64)
+    b = np.frombuffer(buf, dtype=np.uint8)
+    begin = np.concatenate([[0], _guessed_starts(buf, b)])
+    stop = np.append(begin[1:], size)
+    chains = begin.size
+    act, p, s = np.arange(chains), begin, stop
+    seen_rows: list[np.ndarray] = []
+    seen_pos: list[np.ndarray] = []
+    end = np.full(chains, -1, dtype=np.int64)  # where each walk arrived (-1: a cut or over-long prefix)
+    while act.size:
+        seen_rows.append(act)
+        seen_pos.append(p)
+        head = b[p].astype(np.int64)
+        one = head < 0x80
+        if one.all():
+            after = p + 1 + head
+        else:
+            second = b[np.minimum(p + 1, size - 1)].astype(np.int64)
+            after = np.where(one, p + 1 + head, p + 2 + (head & 0x7F) + (second << 7))
+            odd = np.flatnonzero(~one & ((second >= 0x80) | (p + 1 >= size)))
+            for i in odd.tolist():  # three-byte and longer prefixes, cut ones: rare, one by one
+                decoded = _varint_or_none(buf, int(p[i]), size)
+                after[i] = -1 if decoded is None else decoded[1] + decoded[0]
+        done = (after >= s) | (after < 0)
+        if done.any():
+            end[act[done]] = after[done]
+            going = ~done
+            act, p, s = act[going], after[going], s[going]
+        else:
+            p = after
+    rows = np.concatenate(seen_rows)
+    counts = np.bincount(rows, minlength=chains)
+    first = np.zeros(chains + 1, dtype=np.int64)
+    np.cumsum(counts, out=first[1:])
+    out = np.empty(rows.size, dtype=np.int64)
+    for step, (r, pos) in enumerate(zip(seen_rows, seen_pos)):
+        out[first[r] + step] = pos
+    if end[0] < 0:
+        return None
+    confirmed = (end[:-1] == begin[1:]) & (end[1:] >= 0)
+    if confirmed.all():  # every walk arrived exactly at the next one's start (the norm)
+        return out
+    redone: dict[int, np.ndarray] = {}
+    k0 = int(np.argmin(confirmed)) + 1  # the first guess not confirmed
+    arrived = int(end[k0 - 1])
+    for k in range(k0, chains):  # confirm each guess by the confirmed walk before it
+        if arrived == int(begin[k]) and end[k] >= 0:
+            arrived = int(end[k])
+            continue
+        walked = _chain(buf, arrived, int(stop[k]))
+        if walked is None:
             return None
-    return np.frombuffer(starts, dtype=np.int64)
+        redone[k] = np.frombuffer(walked[0], dtype=np.int64)
+        arrived = walked[1]
+    if not redone:
+        return out
+    return np.concatenate([redone[k] if k in redone else out[first[k]:first[k + 1]] for k in range(chains)])
+
+
+def _guessed_starts(buf: bytes, b: np.ndarray) -> np.ndarray:
+    """A likely frame start shortly after the start of each segment (sorted; segments without one are left out).
+
+    A likely start is a one- or two-byte length prefix followed by the byte that begins most of the
+    buffer's first records (``08``, the id's tag, in nearly every file), whose frame ends at another such start.
+    """
+    head = _chain(buf, 0, min(len(buf), _GUESS_WINDOW * 8))
+    segments = len(buf) // _SEGMENT - 1
+    if head is None or segments < 1 or len(head[0]) < 2:
+        return np.zeros(0, dtype=np.int64)
+    firsts = [buf[p + (1 if buf[p] < 0x80 else 2)] for p in head[0][1:] if p + 2 < len(buf)]
+    mark = max(set(firsts), key=firsts.count)
+    window = _GUESS_WINDOW
+    view = np.lib.stride_tricks.as_strided(b[_SEGMENT:], shape=(segments, window + 2), strides=(_SEGMENT, 1),
+                                           writeable=False)
+    h0, h1, h2 = view[:, :window], view[:, 1:window + 1], view[:, 2:window + 2]
+    short = h0 < 0x80
+    likely = (short & (h0 > 0) & (h1 == mark)) | (~short & (h1 < 0x80) & (h2 == mark))
+    found = likely.any(axis=1)
+    guess = (np.flatnonzero(found) + 1) * _SEGMENT + likely[found].argmax(axis=1)
+    return guess[_starts_there(b, _frame_ends(b, guess), mark)]
+
+
+def _frame_ends(b: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """Where a frame with a one- or two-byte prefix at ``pos`` ends (``pos`` is a likely start)."""
+    last = b.size - 1
+    head = b[pos].astype(np.int64)
+    second = b[np.minimum(pos + 1, last)].astype(np.int64)
+    return np.where(head < 0x80, pos + 1 + head, pos + 2 + (head & 0x7F) + (second << 7))
+
+
+def _starts_there(b: np.ndarray, pos: np.ndarray, mark: int) -> np.ndarray:
+    """Whether a likely frame start is at each ``pos`` (or it is the buffer's end)."""
+    last = b.size - 1
+    at = np.minimum(pos, last)
+    h0, h1, h2 = (b[np.minimum(at + k, last)] for k in range(3))
+    short = h0 < 0x80
+    return (pos == b.size) | ((pos < b.size) & ((short & (h0 > 0) & (h1 == mark)) | (~short & (h1 < 0x80) & (h2 == mark))))
 
 
 def _frame_table_exact(buf: bytes, path: str | os.PathLike[str], allow_empty: bool) -> FrameTable:

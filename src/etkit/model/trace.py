@@ -23,10 +23,10 @@ from ..errors import TraceFormatError
 from ..format.attrs import INT_KINDS
 from ..format.schema import CommType, GlobalMetadata, Node, NodeType
 from ..fileio import read_bytes_maybe_gzip
-from ..format.columnar import HOT_INT_ATTRS, MISSING, Columns, decode_columns
+from ..format.columnar import HOT_INT_ATTRS, MISSING, PAD, Columns, decode_columns, split_columns
 from ..format.stream import HEAD_BYTES, TraceWriter, check_head, frame_table
 
-__all__ = ["Trace", "load_trace", "MISSING", "COMM_NODE_TYPES"]
+__all__ = ["Trace", "load_trace", "load_traces", "MISSING", "COMM_NODE_TYPES"]
 
 COMM_NODE_TYPES = (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, NodeType.COMM_COLL_NODE)
 
@@ -331,9 +331,99 @@ def load_trace(path: str | os.PathLike[str], *, allow_empty: bool = False, names
     ones. ``allow_empty`` keeps zero-length node records as rows (validation reports them).
     ``names=False`` is for callers that never read node names (validation): the name column may then
     be left undecoded (``name_idx`` -1, ``strings`` only the ``pg_name`` values); the same files
-    are accepted and rejected, and every other column is the same.
+    are accepted and rejected, and every other column is the same. Many files: :func:`load_traces`.
     """
-    buf = read_trace_bytes(path, allow_empty=allow_empty)
+    return _trace_of(str(path), read_trace_bytes(path, allow_empty=allow_empty), allow_empty, names)
+
+
+#: :func:`load_traces` decodes the files of about this many bytes together.
+BATCH_BYTES = 1 << 24
+
+
+def load_traces(paths: Iterable[str | os.PathLike[str]], *, allow_empty: bool = False, names: bool = True,
+                batch_bytes: int = BATCH_BYTES) -> Iterator[Trace]:
+    """:func:`load_trace` of each of ``paths``, in order, the node records of several files decoded together.
+
+    The files are read in batches of about ``batch_bytes``; the records of a batch are framed and decoded
+    in one vectorised pass, then split per file, so a job of many small rank files costs its records
+    rather than one decoder set-up per file. Every trace, and every error (the first bad file's, as
+    :func:`load_trace` words it), is what :func:`load_trace` gives; only the order of each trace's string
+    table may differ (first use in row order). At most one batch is held at a time besides the traces
+    the caller keeps.
+    """
+    batch: list[tuple[str, bytes]] = []
+    size = 0
+    for path in paths:
+        try:
+            buf = read_trace_bytes(path, allow_empty=allow_empty)
+        except TraceFormatError:
+            yield from _load_batch(batch, allow_empty, names)  # the files before it first
+            raise
+        if batch and size + len(buf) > batch_bytes:
+            yield from _load_batch(batch, allow_empty, names)
+            batch, size = [], 0
+        batch.append((str(path), buf))
+        size += len(buf)
+    yield from _load_batch(batch, allow_empty, names)
+
+
+def _load_batch(batch: list[tuple[str, bytes]], allow_empty: bool, names: bool) -> Iterator[Trace]:
+    """The traces of the files of one batch (path, content); file by file where the joint pass cannot take them
+    (so the traces before a bad file come before its error)."""
+    traces = _joint_batch(batch, allow_empty, names) if len(batch) > 1 else None
+    if traces is not None:
+        yield from traces
+    else:
+        for path, buf in batch:
+            yield _trace_of(path, buf, allow_empty, names)
+
+
+def _joint_batch(batch: list[tuple[str, bytes]], allow_empty: bool, names: bool) -> list[Trace] | None:
+    """The traces of a batch from one framing and one decode of the files' bytes joined; ``None`` where
+    anything is unusual (an error, an empty file, records the decoder leaves to protobuf one by one): the
+    caller then loads the files one by one, which gives the precise error."""
+    sizes = np.fromiter((len(buf) for _, buf in batch), dtype=np.int64, count=len(batch))
+    if not sizes.all():  # an empty file: its own error
+        return None
+    bases = np.zeros(len(batch) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=bases[1:])
+    joined = b"".join([buf for _, buf in batch] + [bytes(PAD)])
+    try:
+        frames = frame_table(memoryview(joined)[:int(bases[-1])], "<batch>", allow_empty=True)
+    except TraceFormatError:
+        return None
+    first = np.searchsorted(frames.start, bases[:-1])  # each file's GlobalMetadata frame
+    if (first >= len(frames)).any() or not (frames.start[np.minimum(first, len(frames) - 1)] == bases[:-1]).all():
+        return None
+    node = np.ones(len(frames), dtype=bool)
+    node[first] = False
+    if not allow_empty and not frames.length[node].all():
+        return None
+    metadata = []
+    for (_, buf), at, size, base in zip(batch, frames.offset[first].tolist(), frames.length[first].tolist(),
+                                        bases.tolist()):
+        record = buf[at - base:at - base + size]
+        try:
+            metadata.append((GlobalMetadata.FromString(record), record))
+        except (DecodeError, ValueError, RuntimeError):
+            return None
+    cols = decode_columns(joined, frames.start[node], frames.offset[node], frames.length[node], names=names)
+    if cols is None:
+        return None
+    rows = np.zeros(len(batch) + 1, dtype=np.int64)
+    np.cumsum(np.diff(np.append(first, len(frames))) - 1, out=rows[1:])
+    traces = []
+    for (path, buf), part, (meta, record), lo, hi, base in zip(batch, split_columns(cols, rows), metadata,
+                                                                first.tolist(), [*first[1:].tolist(), len(frames)],
+                                                                bases.tolist()):
+        trace = _from_columns(part, meta, buf, frames.offset[lo + 1:hi] - base, frames.length[lo + 1:hi], path)
+        trace.metadata_record = record
+        traces.append(trace)
+    return traces
+
+
+def _trace_of(path: str, buf: bytes, allow_empty: bool, names: bool) -> Trace:
+    """:func:`load_trace` of the file ``path`` whose content is ``buf``."""
     frames = frame_table(buf, path, allow_empty=allow_empty)
     if not len(frames):
         raise TraceFormatError(path, "empty file: no GlobalMetadata record", record=0, offset=0)
@@ -349,9 +439,9 @@ def load_trace(path: str | os.PathLike[str], *, allow_empty: bool = False, names
     if cols is None:
         records = ((i + 1, s, buf[o:o + n]) for i, (s, o, n) in
                    enumerate(zip(frame_start.tolist(), rec_off.tolist(), rec_len.tolist())))
-        trace = _TraceBuilder(str(path)).build(meta_record, records)
+        trace = _TraceBuilder(path).build(meta_record, records)
     else:
-        trace = _from_columns(cols, metadata, buf, rec_off, rec_len, str(path))
+        trace = _from_columns(cols, metadata, buf, rec_off, rec_len, path)
     trace.metadata_record = meta_record
     return trace
 
