@@ -9,6 +9,7 @@ package that registers the same proto names in the default pool.
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool
 
@@ -164,7 +165,7 @@ def _message_classes() -> dict[str, type]:
         factory = MessageFactory(pool)
 
         def make(full_name: str) -> type:
-            return factory.GetPrototype(pool.FindMessageTypeByName(full_name))
+            return factory.GetPrototype(pool.FindMessageTypeByName(full_name))  # type: ignore[attr-defined,no-any-return]
 
     names = ["Node", "GlobalMetadata", "AttributeProto", "IOInfo", "Tensor", "EtkitNodeBatch"]
     names += [list_name for _, _, list_name in _SCALARS]
@@ -172,12 +173,20 @@ def _message_classes() -> dict[str, type]:
 
 
 _CLASSES = _message_classes()
-Node = _CLASSES["Node"]
-GlobalMetadata = _CLASSES["GlobalMetadata"]
-AttributeProto = _CLASSES["AttributeProto"]
-IOInfo = _CLASSES["IOInfo"]
-Tensor = _CLASSES["Tensor"]
-NodeBatch = _CLASSES["EtkitNodeBatch"]
+if TYPE_CHECKING:  # the classes are made at run time from the descriptors: to a type checker, any message
+    Node = Any
+    GlobalMetadata = Any
+    AttributeProto = Any
+    IOInfo = Any
+    Tensor = Any
+    NodeBatch = Any
+else:
+    Node = _CLASSES["Node"]
+    GlobalMetadata = _CLASSES["GlobalMetadata"]
+    AttributeProto = _CLASSES["AttributeProto"]
+    IOInfo = _CLASSES["IOInfo"]
+    Tensor = _CLASSES["Tensor"]
+    NodeBatch = _CLASSES["EtkitNodeBatch"]
 
 
 def protobuf_backend() -> str:
