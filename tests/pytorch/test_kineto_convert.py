@@ -79,15 +79,10 @@ def test_every_gpu_event_is_a_node_of_its_stream(kineto_converted, name):
     assert validate_trace(trace) == []  # every per-file rule of etkit validate
 
 
-#: Traces whose stream order the Kineto-alone conversion does not yet keep everywhere (see the xfail).
-STREAM_ORDER_GAPS = {"hta-diff-test"}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
-    strict=True, reason="an NCCL COMM node written before kernels that ran ahead of it on its stream does not "
-                        "depend on them (1 of 15,628 stream neighbours)")) if n in STREAM_ORDER_GAPS else n
-    for n in sorted(KINETO_TRACES)])
+@pytest.mark.parametrize("name", sorted(KINETO_TRACES))
 def test_every_gpu_activity_follows_the_one_before_it_on_its_stream(kineto_converted, name):
+    """Also where nodes are written in another order: a COMM node that ran as a kernel comes at its call, maybe
+    before kernels that ran ahead of it on its stream (hta-diff-test), and still depends on the one before it."""
     pairs, breaks = stream_order_breaks(load_trace(_rank_file(kineto_converted(name))))
     assert breaks == [], (pairs, breaks[:3])
 

@@ -230,6 +230,7 @@ class _Converter:
         self.ops = linked.host.ops
         self.rank = rank
         self.report = RankReport(rank if rank is not None else 0, out_path, schema=linked.host.schema)
+        self._stream_prev: dict[int, int | None] = {}  # GPU activity -> the node before it on its stream
         self.attr_pieces = AttrPieces()
         self.io_pieces = IoPieces()
         self.templates: dict[tuple[Any, ...], bytes] = {}
@@ -284,10 +285,10 @@ class _Converter:
         head = [-1] * n          # the COMM head whose chain op i belongs to (-1: none)
         owner = [-1] * n         # the COMM head whose subtree op i is in (-1: none)
         emitted_parent = [-1] * n  # nearest emitted, non-COMM ancestor (ctrl dep)
-        lane_of = [None] * n
+        lane_of: list[Any] = [None] * n
         thread = linked.thread.tolist()
         lanes: dict[int, tuple[str, int]] = {}
-        stack = [(r, -math.inf, -1, -1, -1, None, -1) for r in reversed(sorted(roots, key=lambda i: ops[i].id))]
+        stack: list[tuple[int, float, int, int, int, Any, int]] = [(r, -math.inf, -1, -1, -1, None, -1) for r in reversed(sorted(roots, key=lambda i: ops[i].id))]
         order: list[int] = []
         while stack:
             i, parent_key, h, own, ctrl, parent_lane, chain_level = stack.pop()
@@ -422,6 +423,7 @@ class _Converter:
         """Write the metadata node (when the host trace has none) and every node in id order."""
         linked, report = self.linked, self.report
         st = _WriteState({ref: n for n, ref in enumerate(items, 1)}, waits, linked.ts.tolist(), linked.excl.tolist())
+        self._stream_prev = self._stream_predecessors(st.new_id)
         self.ids = id_varints(len(items) + 1)
         head = walk.head
         with TraceWriter(path, self._metadata()) as writer:
@@ -606,7 +608,7 @@ class _Converter:
         work of other streams it waited for, and becomes the stream's last node."""
         act = self.linked.gpu[g]
         lane = ("gpu", act.stream)
-        prev = last_on_lane.get(lane)
+        prev = self._stream_prev[g] if g in self._stream_prev else last_on_lane.get(lane)
         if prev is not None and prev not in deps:
             deps.append(prev)
         for producer in waits.gpu.get(g, ()):
@@ -615,6 +617,24 @@ class _Converter:
                 deps.append(waited)
         last_on_lane[lane] = nid
         self.report.gpu_time_et_ns += self.gpu_dur_ns[g]
+
+    def _stream_predecessors(self, new_id: dict[int, int]) -> dict[int, int | None]:
+        """Per written GPU activity, the node of the activity before it on its stream (None: the stream's first),
+        in the stream's own order (start, then duration, then node id). Nodes are written in host order, where a COMM node that ran as a
+        kernel comes at its call, possibly before kernels that ran ahead of it on its stream."""
+        node_of = {-ref - 1: nid for ref, nid in new_id.items() if ref < 0}
+        node_of.update((g, new_id[h]) for g, h in self.kernel_chain.items() if h in new_id)
+        if not node_of:
+            return {}
+        acts = np.fromiter(node_of, dtype=np.int64, count=len(node_of))
+        nids = np.fromiter(node_of.values(), dtype=np.int64, count=len(node_of))
+        gpu = self.linked.gpu
+        stream = np.array([gpu[g].stream for g in acts.tolist()], dtype=np.int64)
+        ts = np.array([gpu[g].ts for g in acts.tolist()], dtype=np.float64)
+        dur = np.array([gpu[g].dur for g in acts.tolist()], dtype=np.float64)
+        order = np.lexsort((nids, dur, ts, stream))
+        acts, nids, stream = acts[order].tolist(), nids[order].tolist(), stream[order].tolist()
+        return {g: (nids[k - 1] if k and stream[k - 1] == stream[k] else None) for k, g in enumerate(acts)}
 
     def _gpu_node(self, nid: int, g: int, new_id: dict[int, int], last_on_lane: dict[Any, int],
                   kernel_kind: dict[int, CommKind | None], waits: DeviceWaits) -> bytes:
@@ -721,6 +741,7 @@ class _Converter:
                 candidates = {other: pg}
                 self.report.peers_matched += 1
             elif pg_assumed and candidates:
+                assert peer is not None and other is not None  # (a candidate is a known global peer)
                 pg, other, candidates = self._p2p_group(peer, me, pg, other)
             if candidates:
                 self.report.p2p.append(P2PCall(_kind_label(kind), op.id, candidates, tag or 0, size))
@@ -750,7 +771,7 @@ class _Converter:
             return size
         if size > 0 and not (src.extra or {}).get("dtype_assumed"):
             return size
-        params = [m for m in members if m >= 0 and kinds[m] is not None and kinds[m].family == Family.PARAM]
+        params = [m for m in members if m >= 0 and (mk := kinds[m]) is not None and mk.family == Family.PARAM]
         for m in params + ([backend] if backend >= 0 else []):
             found = message_bytes(kinds[m] or kind, ops[m].inputs, ops[m].outputs, ops[m].extra)
             if found > 0:
