@@ -481,8 +481,8 @@ def _deferred_signals() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        for sig in pending[:1]:
-            os.kill(os.getpid(), sig)
+        for signum in pending[:1]:
+            os.kill(os.getpid(), signum)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -553,7 +553,7 @@ class _BoundedGunzip(io.RawIOBase):
         return len(data)
 
     def readall(self) -> bytes:
-        parts = []
+        parts: list[bytes] = []
         while True:
             part = self._read(1 << 20)
             if not part:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from types import TracebackType
+from typing import Any
 
 
 class Progress:
@@ -12,8 +13,8 @@ class Progress:
         self.total = total
         self.desc = desc or "working"
         self.quiet = quiet
-        self._bar = None
-        self._task = None
+        self._bar: Any = None  # rich.progress.Progress, imported only when shown
+        self._task: Any = None
 
     def __enter__(self) -> Progress:
         if not self.quiet:

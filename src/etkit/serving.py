@@ -97,7 +97,9 @@ def serve_sweep(prefix: str | os.PathLike[str] | Sequence[str], network: Network
     if settings is None:
         raise UsageError(f"{prefix}: not a serving job with recorded settings (write it with "
                          f"`etkit generate llm-serve`); only such jobs sweep rate= and split=")
-    grid = list(itertools.product(list(rates) or [None], list(splits) or [None]))
+    rate_values: list[float | None] = [*rates] or [None]
+    split_values: list[tuple[int, int] | None] = [*splits] or [None]
+    grid = list(itertools.product(rate_values, split_values))
     tasks = [(settings, rate, split, network, system, knobs, slo_ttft_ms, slo_tpot_ms) for rate, split in grid]
     return (executor or SerialExecutor()).map(_point, tasks, desc="serving sweep")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 from ..vocab import DEVICES, DTYPES, LLM_MODELS, SERVE_PRESETS
 from .common import (add_quiet, add_simulation_inputs, add_workers, explicit_executor, non_negative_int,
@@ -105,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     from ..generate.serve import SERVE_PRESETS, llm_serve
 
     started = time.perf_counter()
-    chosen = dict(SERVE_PRESETS[args.serving_preset]) if args.serving_preset else {}
+    chosen: dict[str, Any] = dict(SERVE_PRESETS[args.serving_preset]) if args.serving_preset else {}
     model = args.model or chosen.get("model", "llama3-8b")
     if args.requests and (args.rate or args.duration or args.count):
         raise UsageError("give --requests FILE or a synthetic load (--rate with --duration or --count), not both")

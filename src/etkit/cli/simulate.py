@@ -120,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
     if args.timeline:  # the file `etkit timeline` writes from the same simulation
         from ..viz.timeline import write_timeline
 
+        assert job is not None  # (loaded above for the timeline)
         timeline = write_timeline(job, args.timeline, schedule=result.schedule, executor=explicit_executor(args))
         if text_wanted(args):
             for note in timeline.notes[1:]:  # (the first says where the times came from: this simulation)

@@ -452,7 +452,7 @@ class _StageBuilder(ComputeChain):
         if self.has["emb"] and self.spec.model.tied_embeddings:
             shared = self.spec.vocab_padded * self.spec.model.hidden // layout.tp
             deps.append(self.coll("embedding_grad_all_reduce", CommType.ALL_REDUCE, shared * train.grad_bytes,
-                                  "emb", deps=[self.last_comp]))
+                                  "emb", deps=[self.last_comp]))  # type: ignore[list-item]  # set by backward
         self.waits += deps
         params = self.local_params()
         opt = self.comp("optimizer", ADAM_FLOPS_PER_PARAM * params, ADAM_BYTES_PER_PARAM * params)

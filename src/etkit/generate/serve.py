@@ -907,7 +907,7 @@ def llm_serve(model: str | ModelConfig = "llama3-8b", *, requests: Sequence[Requ
     engine = EngineConfig(max_batch_tokens, max_running, kv_cache_frac, block_size, dtype, layers_per_node)
     dev = get_device(device, efficiency)
     source = requests if isinstance(requests, RequestSource) else None
-    listed = source.requests() if source is not None else list(requests)  # type: ignore[union-attr]
+    listed = source.requests() if source is not None else list(requests)  # type: ignore[arg-type]
     settings: dict[str, object] | None = None
     if source is not None:
         settings = {"model": dataclasses.asdict(config), "tp": tp, "pp": pp, "ep": ep, "instances": instances,
@@ -935,8 +935,8 @@ def llm_serve_from_settings(settings: dict, *, rate: float | None = None,
                          f"`etkit generate llm-serve`") from None
     if rate is not None:
         source = source.at_rate(rate)
-    return llm_serve(model, requests=source, disaggregated=split, device=device, comm_ns=comm_ns,  # type: ignore[arg-type]
-                     **kwargs, **engine)
+    return llm_serve(model, requests=source, disaggregated=split, device=device, comm_ns=comm_ns,
+                     **kwargs, **engine)  # type: ignore[arg-type]
 
 
 def settings_of(metadata: object) -> dict | None:

@@ -86,7 +86,7 @@ def device_waits(linked: LinkedRank) -> DeviceWaits:
             continue
         if kind == STREAM_WAIT:
             stream = int(kin.sync_stream[s])
-            times, acts = streams.get(stream, ((), ()))
+            times, acts = streams.get(stream, ([], []))
             k = bisect_right(times, call)  # type: ignore[arg-type]
             if k < len(acts):
                 out.gpu.setdefault(acts[k], []).extend(p for p in producers if p != acts[k])

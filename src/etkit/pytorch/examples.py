@@ -167,7 +167,7 @@ def _build_pp(rank: int, world: int) -> Callable[[int], None]:
             if last:
                 losses.append(y.pow(2).mean())
             else:
-                dist.isend(y.detach(), dst=rank + 1, tag=m).wait()
+                dist.isend(y.detach(), dst=rank + 1, tag=m).wait()  # type: ignore[union-attr]
         pending = []
         for m in reversed(range(micro)):  # backward
             if last:
@@ -177,9 +177,9 @@ def _build_pp(rank: int, world: int) -> Callable[[int], None]:
                 dist.recv(grad, src=rank + 1, tag=100 + m)
                 outputs[m].backward(grad)
             if not first:
-                pending.append(dist.isend(inputs[m].grad, dst=rank - 1, tag=100 + m))
+                pending.append(dist.isend(inputs[m].grad, dst=rank - 1, tag=100 + m))  # type: ignore[arg-type]
         for work in pending:
-            work.wait()
+            work.wait()  # type: ignore[union-attr]
         opt.step()
         loss = torch.stack(losses).sum().detach() if last else torch.zeros(())
         dist.broadcast(loss, src=world - 1)

@@ -187,13 +187,14 @@ class _Compactor:
         p_, rf, fwp, seq, scope, tid, fwt = numbers
         if not (int is type(p_) is type(rf) is type(fwp) is type(seq) is type(scope) is type(tid) is type(fwt)) \
                 or min(numbers) < _INT64[0] or max(numbers) > _INT64[1]:
-            numbers = self.repair_numbers(attrs, numbers, node_id)
+            numbers = self.repair_numbers(attrs, numbers, node_id)  # type: ignore[assignment]
         op_schema = get("op_schema") or ""
         intern = self.strings.setdefault
         type_strings = self.type_strings
         try:  # type lists are lists of strings that repeat: str() once per distinct list
-            in_key, out_key = tuple(in_types), tuple(out_types) if type(out_types) is list else None
-            in_types_str, out_types_str = type_strings.get(in_key), type_strings.get(out_key)
+            in_key: tuple[Any, ...] | None = tuple(in_types)
+            out_key = tuple(out_types) if type(out_types) is list else None
+            in_types_str, out_types_str = type_strings.get(in_key), type_strings.get(out_key)  # type: ignore[arg-type]
         except TypeError:  # not strings (malformed, but still written as given)
             in_key = out_key = in_types_str = out_types_str = None
         if in_types_str is None:

@@ -198,7 +198,7 @@ def kineto_files(spec: str | os.PathLike[str]) -> list[KinetoRank]:
             both = [f.name for f, r in zip(files, ranks) if r == dup]
             raise UsageError(f"{p}: {both[0]} and {both[1]} are both rank {dup} (distributedInfo): one job per folder")
         ranks = list(range(len(files)))  # no (or incomplete) distributedInfo: the files in name order
-    return [KinetoRank(r if r is not None else 0, f) for r, f in sorted(zip(ranks, files), key=lambda rf: rf[0])]
+    return [KinetoRank(r if r is not None else 0, f) for r, f in sorted(zip(ranks, files), key=lambda rf: rf[0] or 0)]
 
 
 def convert_kineto_rank(task: tuple[Any, ...]) -> RankReport:

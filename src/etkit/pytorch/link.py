@@ -543,8 +543,9 @@ def _attach_gpu(kin: KinetoTrace, rows: np.ndarray, k_parent: np.ndarray, runtim
             continue
         owner = runtime_ops.get(j, -1) if j >= 0 else -1
         if owner < 0 and j >= 0:
-            sel, starts = per_tid.get(int(kin.launch_tid[j]), (None, None))
-            if sel is not None:
+            found = per_tid.get(int(kin.launch_tid[j]))
+            if found is not None:
+                sel, starts = found
                 k = int(np.searchsorted(starts, t, side="right")) - 1
                 row = int(sel[k]) if k >= 0 else -1
                 while row >= 0 and (end[row] < t or row not in host_of_row):
@@ -658,8 +659,8 @@ def _link_rows(host: HostTrace, kineto: KinetoTrace, rows: np.ndarray, report: L
     cat = np.full(len(host.ops), -1, dtype=np.int8)
     if len(kineto.cpu_cat) == len(kineto.cpu_ts):
         cat[:n][hit] = kineto.cpu_cat[rows[hit]]  # cpu_op 0, user_annotation 1
-    for j, i in runtime_ops.items():
-        cat[i] = 3 if len(kineto.launch_driver) and kineto.launch_driver[j] else 2
+    for launch, op_index in runtime_ops.items():
+        cat[op_index] = 3 if len(kineto.launch_driver) and kineto.launch_driver[launch] else 2
     offset = kineto.base_time_ns / 1000.0
     return LinkedRank(host, ts, dur, excl, thread, parent, gpu, report, offset, kineto, base_ns=kineto.base_time_ns,
                       runtime_rows=runtime_ops, cat=cat)
@@ -793,7 +794,7 @@ def write_linked_json(linked: LinkedRank, path: str | os.PathLike[str]) -> LinkR
         op = host.ops[i]
         p = int(linked.parent[i])
         cat = PROFILER_CATEGORIES[int(linked.cat[i])] if linked.cat is not None and linked.cat[i] >= 0 else "cuda_runtime"
-        node = {"id": op.id, "name": op.name, "cat": cat, "ph": "X", "ts": float(linked.ts[i]),
+        node: dict[str, Any] = {"id": op.id, "name": op.name, "cat": cat, "ph": "X", "ts": float(linked.ts[i]),
                 "inclusive_dur": float(linked.dur[i]), "exclusive_dur": float(linked.excl[i])}
         parent_id = host.ops[p].id if p >= 0 else op.id
         if flat:
@@ -806,7 +807,7 @@ def write_linked_json(linked: LinkedRank, path: str | os.PathLike[str]) -> LinkR
         parts.append(orjson.dumps(node))
     for act in sorted(linked.gpu, key=lambda a: (a.op, a.ts)):
         parent_id = host.ops[act.op].id if act.op >= 0 else next_id
-        node: dict[str, Any] = {"id": next_id, "name": act.name, "cat": act.category, "ph": "X", "ts": act.ts,
+        node = {"id": next_id, "name": act.name, "cat": act.category, "ph": "X", "ts": act.ts,
                                 "inclusive_dur": act.dur, "exclusive_dur": act.dur, "stream": act.stream}
         if flat:  # schema 1.0.1 layout
             node.update(parent=parent_id, inputs=[], input_shapes=[], input_types=[], outputs=[], output_shapes=[],

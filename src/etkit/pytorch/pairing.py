@@ -99,7 +99,7 @@ def _groups_rank(groups: Any) -> tuple[int | None, int | None]:
     for g in groups:
         if not isinstance(g, dict):
             continue
-        ranks = g.get("ranks") if isinstance(g.get("ranks"), list) else []
+        ranks: list[Any] = g["ranks"] if isinstance(g.get("ranks"), list) else []
         if str(g.get("pg_name")) == "0" or g.get("pg_desc") == "default_pg":
             world = _int(g.get("group_size")) or (len(ranks) or None)
         elif ranks:
@@ -348,8 +348,8 @@ def _one_run(job: _Job, pairs: list[Pairing]) -> None:
         median = stamps[len(stamps) // 2][0]
         far = [(t, p) for t, p in stamps if abs((t - median).total_seconds()) > SAME_RUN_S]
         if far:
-            t, p = far[0]
-            raise UsageError(f"{p} was recorded at {t:%Y-%m-%d %H:%M:%S} but the other ranks around "
+            t, path = far[0]
+            raise UsageError(f"{path} was recorded at {t:%Y-%m-%d %H:%M:%S} but the other ranks around "
                              f"{median:%Y-%m-%d %H:%M:%S}: files of different runs; convert the files of one run")
 
 

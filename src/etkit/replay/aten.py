@@ -72,7 +72,9 @@ def tensor_dtype(type_name: str) -> torch.dtype | None:
 
 def _split_types(inner: str) -> list[str]:
     """Split ``Tensor(float),Tensor(long int)`` at top-level commas (types nest brackets, never commas)."""
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in inner:
         if ch in "([<":
             depth += 1

@@ -87,7 +87,7 @@ class GridLayout:
 
 def parse_layout(text: str, world_size: int | None = None) -> GridLayout:
     """``tp2,dp4,pp2`` (fastest first) as a :class:`GridLayout`; its ranks must be ``world_size``."""
-    dims = []
+    dims: list[Dim] = []
     for part in text.replace(" ", "").split(","):
         name = part.rstrip("0123456789")
         if name not in DIM_NAMES or name == part:

@@ -16,6 +16,7 @@ into a :class:`ScalePlan`:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -155,7 +156,7 @@ class ScalePlan:
         return self.rescale.across
 
 
-def _fresh_names(groups: ProcessGroups) -> iter:
+def _fresh_names(groups: ProcessGroups) -> Iterator[str]:
     numeric = [int(n) for n in groups.groups if n.isdigit()]
     start = max(numeric, default=0) + 1
     return iter(str(i) for i in range(start, 1 << 62))

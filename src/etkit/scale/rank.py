@@ -49,11 +49,11 @@ def survey_rank(item: tuple[int, str]) -> RankSurvey:
     survey = survey_file(path, ints=_RANK_ATTRS)
     p2p = np.isin(survey.types, _P2P)
     peers = np.concatenate([survey.ints["comm_src"][p2p], survey.ints["comm_dst"][p2p]])
-    peers = frozenset(int(p) for p in np.unique(peers[(peers != MISSING) & (peers >= 0)]).tolist())
+    known = frozenset(int(p) for p in np.unique(peers[(peers != MISSING) & (peers >= 0)]).tolist())
     uniq, counts = np.unique(survey.types, return_counts=True)
     by_type = {NodeType(int(t)).name if int(t) in NodeType._value2member_map_ else str(int(t)): int(c)
                for t, c in zip(uniq.tolist(), counts.tolist())}
-    return RankSurvey(rank, len(survey), survey.pg_names, peers, dict(survey.declared.groups), by_type)
+    return RankSurvey(rank, len(survey), survey.pg_names, known, dict(survey.declared.groups), by_type)
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def _rescale(node: Node, task: SourceTask, pg_old: str | None) -> bool:
     t = node.type
     if t == NodeType.COMP_NODE:
         f = task.compute
-        names = ("num_ops", "tensor_size", "dur_ns")
+        names: tuple[str, ...] = ("num_ops", "tensor_size", "dur_ns")
         if f != 1.0:
             node.duration_micros = _scaled(node.duration_micros, f)
     elif t in _P2P:
@@ -447,7 +447,7 @@ def write_copies(task: SourceTask) -> int:
 
 
 def _p2p_key(node: Node) -> tuple[int, int, int]:
-    vals = {a.name: int(getattr(a, attr_kind(a))) for a in node.attr
+    vals = {a.name: int(getattr(a, attr_kind(a) or "")) for a in node.attr
             if a.name in ("comm_src", "comm_dst", "comm_tag") and attr_kind(a)}
     return vals.get("comm_src", -1), vals.get("comm_dst", -1), vals.get("comm_tag", -1)
 

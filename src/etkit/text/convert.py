@@ -186,11 +186,12 @@ def _hybrid(b: _Builder, layers: Sequence[TextLayer], state: _PassState, *, mode
             before_ig = (_recompute(b, layers, scopes, recompute[i], i, before_ig),)
         ig = b.comp(layer, "BWD_IG", layer.ig.time, *before_ig)
         ig_comm = ig
-        if i and scopes[i][1] is not None:
-            ig_comm = b.comm(layer.name + ig_suffix, layer.ig, scopes[i][1], ig)
+        _, ig_scope, wg_scope = scopes[i]
+        if i and ig_scope is not None:
+            ig_comm = b.comm(layer.name + ig_suffix, layer.ig, ig_scope, ig)
         wg_comp[i] = b.comp(layer, "BWD_WG", layer.wg.time, ig)
-        if scopes[i][2] is not None:
-            wg_comm[i] = b.comm(layer.name, layer.wg, scopes[i][2], wg_comp[i])
+        if wg_scope is not None:
+            wg_comm[i] = b.comm(layer.name, layer.wg, wg_scope, wg_comp[i])
         before_ig = (wg_comp[i], ig_comm)
     # MODEL has no weight-gradient collective: the next forward waits on the weight-gradient compute.
     state.wg_comm = [c or w for c, w in zip(wg_comm, wg_comp)]

@@ -16,6 +16,7 @@ traces are untrusted input.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
@@ -75,7 +76,7 @@ margin:0 3px 0 8px}.note{color:#666;font-size:12px}svg.chart{display:block;margi
 """
 
 
-def _table(headers: list[str], rows: list[list[object]], left: int = 1) -> str:
+def _table(headers: list[str], rows: Sequence[Sequence[object]], left: int = 1) -> str:
     head = "".join(f'<th class="{"l" if i < left else ""}">{escape(str(h))}</th>' for i, h in enumerate(headers))
     body = "".join("<tr>" + "".join(_cell(c, i < left) for i, c in enumerate(r)) + "</tr>" for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -122,7 +123,7 @@ def _classes(a: JobAnalysis, ctx: AnalysisContext) -> list[tuple[str, list[int]]
 
 def _outliers(a: JobAnalysis, groups: list[tuple[str, list[int]]]) -> list[str]:
     """Ranks whose share of a category differs from their class median by more than :data:`OUTLIER_SHARE`."""
-    out = []
+    out: list[str] = []
     for label, ranks in groups:
         if len(ranks) < 2:
             continue
