@@ -128,7 +128,8 @@ _WALL = re.compile(r"\bin \d+(?:\.\d+)? s\b|\b\d[\d,]*(?:\.\d+)? nodes/s\b|(?<=s
 def _pattern(shown: str, measured: bool) -> re.Pattern[str]:
     parts = [re.escape(p) for p in _WALL.sub("...", _norm(shown)).split("...")]
     if measured:
-        parts = [re.sub(r"(?:\\-)?\d[\d,]*(?:\\\.\d+)?", r"-?[\\d,]+(?:\\.\\d+)?", p) for p in parts]
+        # a measured difference changes sign from run to run too: "(+0.1%)" shown, "(-6.3%)" printed
+        parts = [re.sub(r"(?:\\[-+])?\d[\d,]*(?:\\\.\d+)?", r"[-+]?[\\d,]+(?:\\.\\d+)?", p) for p in parts]
     return re.compile("^" + ".*".join(parts) + "$")
 
 
@@ -216,6 +217,8 @@ def test_the_matcher():
     assert shows(["times from: trace timestamps", "job out/pp: 2 rank(s), makespan 65.920 ms"], printed, False)
     assert shows(["job out/pp: 2 rank(s), makespan 99.1 ms"], printed, False)
     assert shows(["job out/pp: 3 rank(s), makespan 99.1 ms"], printed, True) is None  # numbers vary in a real run
+    assert shows(["measured 47.51 ms (+0.1%)"], "measured 151.71 ms (-6.3%)", True) is None  # signs too
+    assert shows(["measured 47.51 ms (+0.1%)"], "measured 151.71 ms (-6.3%)", False)
     assert shows(["simulated 16 nodes in 0.00 s"], "simulated 16 nodes in 0.23 s", False) is None
     blocks = parse_page("<!-- setup: mkdir x -->\n<!-- example: measured -->\n```\n$ ls \\\n  x\nshown\n```\n"
                         "<!-- example: skip needs a GPU -->\n```console\n$ nvidia-smi\n```\n```\nsynopsis\n```\n")
