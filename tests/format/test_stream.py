@@ -296,3 +296,24 @@ def test_split_framing_of_a_big_buffer_matches_the_scan() -> None:
     for allow_empty in (False, True):
         assert _frames_or_error(_frame_columns, data, allow_empty) == _frames_or_error(_scan_frames_exact, data,
                                                                                       allow_empty)
+
+
+def _head_outcome(head: bytes, allow_empty: bool) -> object:
+    from etkit.format.stream import check_head
+    try:
+        check_head(head, "f.et", allow_empty=allow_empty)
+    except TraceFormatError as exc:
+        return (str(exc), exc.record, exc.offset)
+    return None
+
+
+def test_vectorised_head_check_raises_what_the_record_by_record_check_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    from etkit.format import stream
+    records = [r for r in _decoy_records(80, 4) if len(r) < 16_384] + [b"", b"\x08"] * 35 + [b""] * 35 + [b"\x08" * 16_400]
+    data = frame(b"\x0a\x01v") + b"".join(frame(r) for r in records) + b"\xff\xff\xff\xff\xff\x01"
+    cuts = range(0, len(data) + 1, 13)
+    fast = [_head_outcome(data[:n], allow_empty) for n in cuts for allow_empty in (False, True)]
+    monkeypatch.setattr(stream, "_plain_head", lambda head, allow_empty: False)
+    exact = [_head_outcome(data[:n], allow_empty) for n in cuts for allow_empty in (False, True)]
+    assert fast == exact
+    assert any(exact) and not all(exact)  # both outcomes are met

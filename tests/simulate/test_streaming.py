@@ -92,3 +92,23 @@ def test_program_is_compact_and_keeps_no_trace(tmp_path) -> None:
     # the documented budget: columns while the program is built, then the program and results, plus a
     # chunk being decoded (a loaded Trace and list program took about 750 bytes a node here)
     assert peak < 300 * n + 10 * 2**20
+
+
+@pytest.mark.shared_data
+def test_small_files_read_whole_give_the_streamed_columns(upstream: Path) -> None:
+    """Small plain files are loaded whole (vectorised framing and decoding); the columns, names, process groups
+    and metadata are those of the chunked stream."""
+    files = sorted(p for p in upstream.rglob("*.et"))
+    assert len(files) > 100
+    kept = ("ids", "types", "start", "duration", "data_ptr", "data_deps", "ctrl_ptr", "ctrl_deps", "is_cpu_op",
+            "comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag", "num_ops", "tensor_size", "tid")
+    for path in files:
+        assert loader._small_plain_file(path)
+        whole, streamed = load_columns(path), load_columns(path, chunk=loader.CHUNK_RECORDS)
+        for column in kept:
+            assert np.array_equal(getattr(whole.trace, column), getattr(streamed.trace, column)), (path, column)
+        assert list(whole.trace.names) == list(streamed.trace.names)
+        assert list(whole.trace.pg_names()) == list(streamed.trace.pg_names())
+        assert whole.groups == streamed.groups and whole.trace.blob == streamed.trace.blob == b""
+        assert (whole.trace.metadata, whole.trace.metadata_record) == (streamed.trace.metadata,
+                                                                      streamed.trace.metadata_record)

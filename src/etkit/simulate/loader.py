@@ -12,15 +12,17 @@ never held whole. :func:`load_rank` takes an already loaded :class:`Trace` the s
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..format.columnar import HOT_INT_ATTRS, MISSING, Columns, decode_columns, join_columns
+from ..fileio import is_gzip
 from ..format.stream import encode_varint, open_trace
 from ..model.groups import ProcessGroups
 from ..model.job import groups_from_trace
-from ..model.trace import Trace
+from ..model.trace import Trace, load_trace
 
 __all__ = ["RankColumns", "load_columns", "CHUNK_RECORDS"]
 
@@ -42,9 +44,17 @@ class RankColumns:
     groups: ProcessGroups
 
 
+#: Plain files up to this size (a chunk's worth of bytes) are read whole and decoded in one vectorised pass
+#: (:func:`etkit.model.trace.load_trace`, no Python step per record); bigger ones, gzip files and pipes are
+#: streamed in chunks, never held whole.
+WHOLE_FILE_BYTES = 1 << 21
+
+
 def load_columns(path: str | os.PathLike[str], chunk: int | None = None) -> RankColumns:
     """Stream ``path`` in chunks of ``chunk`` records (default :data:`CHUNK_RECORDS`) into a record-less
-    :class:`Trace` (see the module docstring)."""
+    :class:`Trace` (see the module docstring); without ``chunk``, a small plain file is read whole."""
+    if chunk is None and _small_plain_file(path):
+        return _whole_file(path)
     chunk = chunk or CHUNK_RECORDS
     parts: list[Columns] = []
     groups = ProcessGroups()
@@ -59,6 +69,26 @@ def load_columns(path: str | os.PathLike[str], chunk: int | None = None) -> Rank
             groups = groups.merged(_add_chunk(parts, batch, reader.metadata_record, str(path)))
         trace = _trace(join_columns(parts), b"", _EMPTY, _EMPTY, str(path), reader.metadata)
         trace.metadata_record = reader.metadata_record
+    return RankColumns(trace, groups)
+
+
+def _small_plain_file(path: str | os.PathLike[str]) -> bool:
+    try:
+        info = os.stat(path)
+        return stat.S_ISREG(info.st_mode) and info.st_size <= WHOLE_FILE_BYTES and not is_gzip(path)
+    except OSError:
+        return False  # the streaming reader words the error
+
+
+def _whole_file(path: str | os.PathLike[str]) -> RankColumns:
+    """:func:`load_columns` of a small plain file: loaded whole, then the record bytes and unread columns dropped."""
+    whole = load_trace(path)
+    groups = groups_from_trace(whole)
+    kept = Columns(whole.ids, whole.types, whole.name_idx, whole.strings, whole.start, whole.duration, whole.data_ptr,
+                   whole.data_deps, whole.ctrl_ptr, whole.ctrl_deps, whole.is_cpu_op, whole.pg_idx,
+                   {k: getattr(whole, k) for k in _KEPT_INTS})
+    trace = _trace(kept, b"", _EMPTY, _EMPTY, str(path), whole.metadata)
+    trace.metadata_record = whole.metadata_record
     return RankColumns(trace, groups)
 
 
