@@ -30,14 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..executor import Executor, default_executor
-from ..fileio import comm_groups_path, job_files, rank_file_path, job_output, protect_inputs, read_bytes_maybe_gzip
+from ..fileio import comm_groups_path, job_files, job_output, protect_inputs, rank_file_path, read_bytes_maybe_gzip
 from ..model.groups import WORLD, ProcessGroups
 from ..model.job import Job, discover, load_groups
+from .ioinfo import DEVICES
 from .leaks import find_in_bytes, needle_index, text_strings
 from .opclass import CLASSES
 from .policy import DEFAULT_POLICY_TEXT, Policy, default_policy, load_policy
 from .rank import VOCABULARY, RankTask, rewrite_rank, survey_rank
-from .ioinfo import DEVICES
 
 __all__ = ["anonymize", "AnonymizeReport", "Policy", "load_policy", "default_policy", "DEFAULT_POLICY_TEXT",
            "renumber_groups", "scan_outputs", "compare_jobs", "compare_views", "job_view", "JobView", "Comparison"]

@@ -23,11 +23,11 @@ import numpy as np
 import orjson
 
 from .. import __version__
+from ..fileio import atomic_output
 from ..format.attrs import CANONICAL_KINDS, make_attr
 from ..format.encode import AttrColumn, NodeTable, Packed, encode_nodes, encode_strings
 from ..format.parts import joined_spans, record_parts, span_table
 from ..format.schema import GlobalMetadata, Node, NodeType
-from ..fileio import atomic_output
 from ..format.stream import frame
 from ..model.groups import parse_process_group_init
 from ..model.survey import survey_file
@@ -57,7 +57,8 @@ def survey_rank(item: tuple[int, str]) -> RankSurvey:
     """Executor task: what the job-wide choices need from one rank file (:func:`etkit.model.survey.survey_file`)."""
     rank, path = item
     survey = survey_file(path, ints=("ts_ns",), start=True)
-    timed = survey.start[survey.start > 0]  # type: ignore[index]
+    start = survey.start if survey.start is not None else np.zeros(0, dtype=np.uint64)
+    timed = start[start > 0]
     ts = survey.ints["ts_ns"]
     ts = ts[(ts != MISSING) & (ts > 0)]
     return RankSurvey(rank, len(survey), int(timed.min()) if timed.size else None, int(ts.min()) if ts.size else None,
@@ -268,7 +269,7 @@ class _RankWriter:
             ts = trace.ts_ns.copy()
             dur = trace.dur_ns.copy()
             have = ts != MISSING
-            if warp is not None:
+            if warp is not None and noise is not None:
                 _warp_ns(warp, ts, dur, noise[:n], policy.jitter)
             if policy.timestamps == "drop":
                 ts[:] = MISSING
@@ -342,7 +343,7 @@ class _RankWriter:
 
         The values texts of both sides are rewritten in one batch (:meth:`IoRewriter.values_sides`); shapes
         and types texts once per distinct text."""
-        trace, task, io, strings = self.trace, self.task, self.io, self.outcome.strings
+        trace, io, strings = self.trace, self.io, self.outcome.strings
         n = len(trace)
         metadata = trace.types == NodeType.METADATA_NODE
         index = np.full((n, 2), -1, dtype=np.int64)
@@ -388,7 +389,8 @@ class _RankWriter:
         ``init`` made from their original text (``original``, one byte apart): the groups renamed, nothing but
         names and ranks kept."""
         o_starts = starts_of(original_len, 1)
-        pieces, new_lengths, done = [], lengths.copy(), 0
+        pieces: list[bytes] = []
+        new_lengths, done = lengths.copy(), 0
         for i in init.tolist():
             value = original[o_starts[i]:o_starts[i] + original_len[i]].decode("utf-8", "surrogateescape")
             self.outcome.strings.update(quoted_strings(value))
@@ -437,11 +439,11 @@ class _RankWriter:
                 attrs.insert(1 if attrs and attrs[0].name == "is_cpu_op" else 0, AttrColumn("num_ops", "int64_val", ops))
         if policy.keeps("pg_name") and (trace.pg_idx >= 0).any():
             renamed = [task.pg_map.get(s, s) for s in names]
-            first = {}
+            order: dict[str, int] = {}
             for r in renamed:
-                first.setdefault(r, len(first))
-            table = list(first)
-            position = np.asarray([first[r] for r in renamed] + [-1], dtype=np.int64)
+                order.setdefault(r, len(order))
+            table = list(order)
+            position = np.asarray([order[r] for r in renamed] + [-1], dtype=np.int64)
             encoded = [make_attr("pg_name", t).SerializeToString() for t in table]
             attrs.append(AttrColumn("pg_name", table=encoded, index=position[trace.pg_idx]))
         for name, (rows, payloads) in view.extra(policy).items():

@@ -117,7 +117,8 @@ def scale(job_or_prefix: str | os.PathLike[str], out: str | os.PathLike[str], *,
     seconds = time.perf_counter() - began
     valid, findings = None, []
     if validate:
-        from ..validate import ERROR, validate as check
+        from ..validate import ERROR
+        from ..validate import validate as check
 
         report = check(str(out), executor=executor)
         valid, findings = report.ok, [str(f) for f in report.findings if f.severity == ERROR]
@@ -128,7 +129,7 @@ def scale(job_or_prefix: str | os.PathLike[str], out: str | os.PathLike[str], *,
 def _tasks(plan: ScalePlan, surveys: list, paths: list[str], staged) -> list[SourceTask]:  # noqa: ANN001
     by_rank = {s.rank: s for s in surveys}
     tasks = []
-    for first, targets in sorted(plan.targets_by_source().items()):
+    for _, targets in sorted(plan.targets_by_source().items()):
         sources = plan.sources(targets[0])
         specs = []
         for r in targets:

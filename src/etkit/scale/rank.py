@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import EtkitError
 from ..format.attrs import attr_kind, make_attr
 from ..format.parts import joined_spans, record_parts
 from ..format.schema import AttributeProto, Node, NodeType
-from ..errors import EtkitError
 from ..format.stream import TraceWriter, encode_varint, frame
 from ..generate.writer import attr_field
 from ..model.survey import survey_file
