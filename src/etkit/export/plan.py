@@ -148,7 +148,7 @@ def plan_export(summaries: Mapping[int, RankSummary], groups: ProcessGroups, *, 
     problems = [f"{_where(f.rank, f.node_id)}: [{f.rule}] {f.message}"
                 for s in summaries.values() for f in s.findings if f.severity == ERROR and f.rule not in _REPAIRED]
     problems += [f"{_where(f.rank, f.node_id)}: [{f.rule}] {f.message}"
-                 for f in match_comm(records, groups, world).errors() if f.rule not in _REPAIRED and not _p2p_rule(f.rule)]
+                 for f in match_comm(records, groups, world, instances=False).errors() if f.rule not in _REPAIRED and not _p2p_rule(f.rule)]
     if problems:
         raise _fail(source, problems)
     changes: dict[str, int] = defaultdict(int)

@@ -130,10 +130,13 @@ class Matching:
         return [m for m in self.mismatches if m.severity == ERROR and (rules is None or m.rule in rules)]
 
 
-def match_comm(records: Mapping[int, CommRecord], groups: ProcessGroups, world: int) -> Matching:
-    """Collective instances, send/recv pairs and every disagreement of the ranks in ``records``."""
+def match_comm(records: Mapping[int, CommRecord], groups: ProcessGroups, world: int, *,
+               instances: bool = True) -> Matching:
+    """Collective instances, send/recv pairs and every disagreement of the ranks in ``records``
+    (``instances=False``: the disagreements and pairs only, for a caller that needs no instance list: one
+    tuple per member of every collective call is what a large job's matching spends most on)."""
     out = Matching()
-    _match_collectives(records, groups, world, out)
+    _match_collectives(records, groups, world, out, instances)
     _match_p2p(records, world, out)
     return out
 
@@ -149,15 +152,20 @@ def summary(mismatches: Sequence[Mismatch], limit: int = 5) -> str:
 
 # -- collectives -------------------------------------------------------------------------------------
 
-def _match_collectives(records: Mapping[int, CommRecord], groups: ProcessGroups, world: int, out: Matching) -> None:
+def _match_collectives(records: Mapping[int, CommRecord], groups: ProcessGroups, world: int, out: Matching,
+                       instances: bool) -> None:
     per_group: dict[str, dict[int, np.ndarray]] = defaultdict(dict)  # group -> rank -> indices into its arrays
     for rank in sorted(records):
         rec = records[rank]
-        used = np.unique(rec.coll_pg_idx)  # the few distinct pg_names, not one string per collective
-        keys = [communicator_key(rec.pg_table[i]) for i in used.tolist()]
-        for key in dict.fromkeys(keys):
-            codes = used[[k == key for k in keys]]
-            per_group[key][rank] = np.flatnonzero(np.isin(rec.coll_pg_idx, codes))
+        if not len(rec.coll_pg_idx):
+            continue
+        keys = list(dict.fromkeys(communicator_key(pg) for pg in rec.pg_table))  # the few groups, not one per call
+        key_of = np.asarray([keys.index(communicator_key(pg)) for pg in rec.pg_table], dtype=np.int64)[rec.coll_pg_idx]
+        order = np.argsort(key_of, kind="stable")
+        bounds = np.searchsorted(key_of[order], np.arange(len(keys) + 1))
+        for k, key in enumerate(keys):
+            if bounds[k + 1] > bounds[k]:
+                per_group[key][rank] = order[bounds[k]:bounds[k + 1]]
     found = out.mismatches
     for key, by_rank in sorted(per_group.items()):
         try:
@@ -165,7 +173,8 @@ def _match_collectives(records: Mapping[int, CommRecord], groups: ProcessGroups,
         except KeyError:
             members = None
         present = [r for r in members if r in records] if members is not None else []
-        _add_instances(key, by_rank, records, len(present) or len(by_rank), out)
+        if instances:
+            _add_instances(key, by_rank, records, len(present) or len(by_rank), out)
         if members is None:
             for rank, idx in sorted(by_rank.items()):
                 found.append(Mismatch(rank, int(records[rank].coll_ids[idx[0]]), "unknown-group",
@@ -243,39 +252,109 @@ def _compare_sequences(key: str, ranks: list[int], by_rank: Mapping[int, np.ndar
 # -- point to point ----------------------------------------------------------------------------------
 
 @dataclass
-class _End:
-    """One send or receive: its rank, row, id, the other end's rank (_ANY: any), tag (_ANY: any), size."""
+class _Ends:
+    """Every send (or every receive) of the job in issue order, ranks in order: one array per field."""
 
-    rank: int
-    row: int
-    node_id: int
-    peer: int
-    tag: int
-    size: int
-    partner: _End | None = None
+    rank: np.ndarray
+    row: np.ndarray
+    node_id: np.ndarray  # uint64
+    peer: np.ndarray  # the other end's rank (_ANY: any)
+    tag: np.ndarray  # (_ANY: any)
+    size: np.ndarray
+    partner: np.ndarray  # index of the paired end on the other side, -1: none
+
+    def __len__(self) -> int:
+        return len(self.rank)
 
 
-def _ends(records: Mapping[int, CommRecord], world: int, out: Matching) -> tuple[list[_End], list[_End]]:
-    sends: list[_End] = []
-    recvs: list[_End] = []
-    for rank in sorted(records):
-        rec = records[rank]
-        for what, ends, rows, ids, peers, tags, sizes in (
-                ("send", sends, rec.send_rows, rec.send_ids, rec.send_peer, rec.send_tag, rec.send_size),
-                ("recv", recvs, rec.recv_rows, rec.recv_ids, rec.recv_peer, rec.recv_tag, rec.recv_size)):
-            for row, node_id, peer, tag, size in zip(rows.tolist(), ids.tolist(), peers.tolist(), tags.tolist(),
-                                                     sizes.tolist()):
-                if peer == MISSING:
-                    if what == "send":
-                        continue  # a send without a destination (a per-rank problem)
-                    peer = _ANY
-                elif not 0 <= peer < world:
-                    out.mismatches.append(Mismatch(rank, node_id, "p2p-bad-peer",
-                                                   f"{what} {'to' if what == 'send' else 'from'} rank {peer}, "
-                                                   f"outside 0..{world - 1}"))
-                    continue
-                ends.append(_End(rank, row, node_id, peer, _ANY if tag == MISSING else tag, size))
-    return sends, recvs
+def _ends(records: Mapping[int, CommRecord], world: int, out: Matching, what: str) -> _Ends:
+    ranks = sorted(records)
+    pick = [(records[r].send_rows, records[r].send_ids, records[r].send_peer, records[r].send_tag,
+             records[r].send_size) if what == "send" else
+            (records[r].recv_rows, records[r].recv_ids, records[r].recv_peer, records[r].recv_tag,
+             records[r].recv_size) for r in ranks]
+    rank = np.repeat(np.asarray(ranks, dtype=np.int64), [len(p[0]) for p in pick])
+    row, node_id, peer, tag, size = (np.concatenate([np.asarray(p[i], dtype=np.uint64 if i == 1 else np.int64)
+                                                     for p in pick]) if pick else np.zeros(0, np.int64)
+                                     for i in range(5))
+    missing = peer == MISSING
+    bad = ~missing & ((peer < 0) | (peer >= world))
+    for i in np.flatnonzero(bad).tolist():
+        out.mismatches.append(Mismatch(int(rank[i]), int(node_id[i]), "p2p-bad-peer",
+                                       f"{what} {'to' if what == 'send' else 'from'} rank {int(peer[i])}, "
+                                       f"outside 0..{world - 1}"))
+    keep = ~bad & ~missing if what == "send" else ~bad  # a send without a destination is a per-rank problem
+    peer = np.where(missing, _ANY, peer)
+    tag = np.where(tag == MISSING, _ANY, tag)
+    return _Ends(rank[keep], row[keep], node_id[keep], peer[keep], tag[keep], size[keep],
+                 np.full(int(keep.sum()), -1, dtype=np.int64))
+
+
+def _bad_peers_in_rank_order(out: Matching, first: int) -> None:
+    """p2p-bad-peer findings rank by rank (sends, then receives, of each rank)."""
+    found = out.mismatches[first:]
+    found.sort(key=lambda m: m.rank)  # stable: a rank's sends stay before its receives
+    out.mismatches[first:] = found
+
+
+def _ordinals(keys: tuple[np.ndarray, ...]) -> np.ndarray:
+    """Per entry, how many earlier entries share its key (entries are in issue order)."""
+    n = len(keys[0])
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    order = np.lexsort((np.arange(n), *reversed(keys)))
+    sorted_keys = [k[order] for k in keys]
+    new = np.ones(n, dtype=bool)
+    new[1:] = np.any([k[1:] != k[:-1] for k in sorted_keys], axis=0)
+    start = np.maximum.accumulate(np.where(new, np.arange(n), 0))
+    out = np.empty(n, dtype=np.int64)
+    out[order] = np.arange(n) - start
+    return out
+
+
+def _pair_exact(sends: _Ends, recvs: _Ends) -> None:
+    """The k-th send of a channel (source, destination, tag) with the k-th receive of it."""
+    s_idx = np.flatnonzero(sends.tag != _ANY)
+    r_idx = np.flatnonzero((recvs.tag != _ANY) & (recvs.peer != _ANY))
+    src = np.concatenate((sends.rank[s_idx], recvs.peer[r_idx]))
+    dst = np.concatenate((sends.peer[s_idx], recvs.rank[r_idx]))
+    tag = np.concatenate((sends.tag[s_idx], recvs.tag[r_idx]))
+    side = np.concatenate((np.zeros(len(s_idx), np.int64), np.ones(len(r_idx), np.int64)))
+    ordinal = np.concatenate((_ordinals((sends.rank[s_idx], sends.peer[s_idx], sends.tag[s_idx])),
+                              _ordinals((recvs.peer[r_idx], recvs.rank[r_idx], recvs.tag[r_idx]))))
+    if len(side) < 2:
+        return
+    order = np.lexsort((side, ordinal, tag, dst, src))
+    a, b = order[:-1], order[1:]
+    hit = (side[a] == 0) & (side[b] == 1) & (src[a] == src[b]) & (dst[a] == dst[b]) & (tag[a] == tag[b]) & \
+        (ordinal[a] == ordinal[b])
+    s_of, r_of = s_idx[a[hit]], r_idx[b[hit] - len(s_idx)]
+    sends.partner[s_of] = r_of
+    recvs.partner[r_of] = s_of
+
+
+def _pair_wildcards(sends: _Ends, recvs: _Ends) -> None:
+    """Each free receive, in issue order, takes the first free send it accepts (a missing tag or source
+    accepts any); only ends with a wildcard are left to pair here."""
+    free_s = np.flatnonzero(sends.partner < 0)
+    free_r = np.flatnonzero(recvs.partner < 0)
+    wild_r = (recvs.peer[free_r] == _ANY) | (recvs.tag[free_r] == _ANY)
+    if not len(free_s) or not len(free_r) or not (wild_r.any() or (sends.tag[free_s] == _ANY).any()):
+        return
+    by_dst: dict[int, list[int]] = defaultdict(list)
+    for i in free_s.tolist():
+        by_dst[int(sends.peer[i])].append(i)
+    for j, wild in zip(free_r.tolist(), wild_r.tolist()):
+        candidates = by_dst.get(int(recvs.rank[j]))
+        if not candidates:
+            continue
+        peer, tag = int(recvs.peer[j]), int(recvs.tag[j])
+        for k, i in enumerate(candidates):
+            s_tag = int(sends.tag[i])
+            if peer in (_ANY, int(sends.rank[i])) and (tag in (_ANY, s_tag) or s_tag == _ANY) and (wild or s_tag == _ANY):
+                sends.partner[i], recvs.partner[j] = j, i
+                del candidates[k]
+                break
 
 
 def _tag(tag: int) -> str:
@@ -283,83 +362,60 @@ def _tag(tag: int) -> str:
 
 
 def _match_p2p(records: Mapping[int, CommRecord], world: int, out: Matching) -> None:
-    sends, recvs = _ends(records, world, out)
-    # exact channels (source, destination, tag) first, in issue order
-    channel_sends: dict[tuple[int, int, int], list[_End]] = defaultdict(list)
-    channel_recvs: dict[tuple[int, int, int], list[_End]] = defaultdict(list)
-    for s in sends:
-        if s.tag != _ANY:
-            channel_sends[(s.rank, s.peer, s.tag)].append(s)
-    for r in recvs:
-        if r.tag != _ANY and r.peer != _ANY:
-            channel_recvs[(r.peer, r.rank, r.tag)].append(r)
-    for key, s_list in channel_sends.items():
-        for s, r in zip(s_list, channel_recvs.get(key, ())):
-            s.partner, r.partner = r, s
-    # then wildcards: each free receive, in issue order, takes the first free send it accepts
+    first = len(out.mismatches)
+    sends = _ends(records, world, out, "send")
+    recvs = _ends(records, world, out, "recv")
+    _bad_peers_in_rank_order(out, first)
+    _pair_exact(sends, recvs)
     _pair_wildcards(sends, recvs)
-    channel: dict[tuple[int, int, int], int] = {}
-    for s in sends:  # pairs are listed channel by channel, channels in the order their first send was issued
-        channel.setdefault((s.rank, s.peer, s.tag), len(channel))
-    paired = sorted(((channel[(s.rank, s.peer, s.tag)], i, s) for i, s in enumerate(sends) if s.partner is not None),
-                    key=lambda t: t[:2])
-    for _, _, s in paired:
-        r = s.partner
-        assert r is not None
-        out.pairs.append((s.rank, s.row, r.rank, r.row))
+    # pairs channel by channel, channels in the order their first send was issued, then in issue order
+    if len(sends):
+        _, first_index, inverse = np.unique(np.stack((sends.rank, sends.peer, sends.tag)), axis=1, return_index=True,
+                                            return_inverse=True)
+        channel_first = first_index[inverse.ravel()]
+        paired = np.flatnonzero(sends.partner >= 0)
+        paired = paired[np.lexsort((paired, channel_first[paired]))]
+        r = sends.partner[paired]
+        out.pairs.extend(zip(sends.rank[paired].tolist(), sends.row[paired].tolist(), recvs.rank[r].tolist(),
+                             recvs.row[r].tolist()))
     _p2p_findings(sends, recvs, out)
 
 
-def _pair_wildcards(sends: list[_End], recvs: list[_End]) -> None:
-    free_sends: dict[int, list[_End]] = defaultdict(list)  # destination -> free sends in issue order
-    for s in sends:
-        if s.partner is None:
-            free_sends[s.peer].append(s)
-    if not free_sends:
+def _p2p_findings(sends: _Ends, recvs: _Ends, out: Matching) -> None:
+    """Findings channel by channel (sorted), each channel's size mismatches, then its lone sends, then its
+    lone receives, as validate lists them."""
+    s_partner = sends.partner
+    paired = np.flatnonzero(s_partner >= 0)
+    mismatch = paired[sends.size[paired] != recvs.size[s_partner[paired]]]
+    lone_s = np.flatnonzero(s_partner < 0)
+    lone_r = np.flatnonzero(recvs.partner < 0)
+    events = [(sends.rank[mismatch], sends.peer[mismatch], sends.tag[mismatch], 0, mismatch),
+              (sends.rank[lone_s], sends.peer[lone_s], sends.tag[lone_s], 1, lone_s),
+              (recvs.peer[lone_r], recvs.rank[lone_r], recvs.tag[lone_r], 2, lone_r)]
+    src = np.concatenate([e[0] for e in events])
+    if not len(src):
         return
-    for r in recvs:
-        if r.partner is not None:
-            continue
-        candidates = free_sends.get(r.rank)
-        if not candidates:
-            continue
-        wild = r.peer == _ANY or r.tag == _ANY
-        for i, s in enumerate(candidates):
-            if s.partner is None and (r.peer in (_ANY, s.rank)) and (r.tag in (_ANY, s.tag) or s.tag == _ANY) \
-                    and (wild or s.tag == _ANY):
-                s.partner, r.partner = r, s
-                del candidates[i]
-                break
-
-
-def _p2p_findings(sends: list[_End], recvs: list[_End], out: Matching) -> None:
-    """Findings channel by channel (sorted), as validate lists them."""
-    by_key: dict[tuple[int, int, int], tuple[list[_End], list[_End]]] = defaultdict(lambda: ([], []))
-    for s in sends:
-        by_key[(s.rank, s.peer, s.tag)][0].append(s)
-    for r in recvs:
-        by_key[(r.peer, r.rank, r.tag)][1].append(r)
+    dst = np.concatenate([e[1] for e in events])
+    tag = np.concatenate([e[2] for e in events])
+    what = np.concatenate([np.full(len(e[4]), e[3], dtype=np.int64) for e in events])
+    index = np.concatenate([e[4] for e in events])
     found = out.mismatches
-    for key in sorted(by_key):
-        src, dst, tag = key
-        s_list, r_list = by_key[key]
-        lone: list[Mismatch] = []  # listed after the key's size mismatches
-        for s in s_list:
-            r = s.partner
-            if r is None:
-                out.unmatched.append((s.rank, s.row))
-                lone.append(Mismatch(s.rank, s.node_id, "unmatched-send",
-                                     f"send of {s.size} bytes to rank {dst} tag {_tag(tag)} has no matching recv "
-                                     f"on rank {dst}"))
-            elif s.size != r.size:
-                found.append(Mismatch(s.rank, s.node_id, "p2p-size-mismatch",
-                                      f"send to rank {dst} tag {_tag(tag)} is {s.size} bytes but its recv "
-                                      f"(rank {r.rank} node {r.node_id}) expects {r.size}"))
-        found.extend(lone)
-        for r in r_list:
-            if r.partner is None:
-                out.unmatched.append((r.rank, r.row))
-                source = "any rank" if src == _ANY else f"rank {src}"
-                found.append(Mismatch(r.rank, r.node_id, "unmatched-recv",
-                                      f"recv of {r.size} bytes from {source} tag {_tag(tag)} has no matching send"
-                                      + ("" if src == _ANY else f" on rank {src}")))
+    for i in np.lexsort((index, what, tag, dst, src)).tolist():
+        s_or_r, d, t, w = int(index[i]), int(dst[i]), int(tag[i]), int(what[i])
+        if w == 0:
+            r = int(s_partner[s_or_r])
+            found.append(Mismatch(int(sends.rank[s_or_r]), int(sends.node_id[s_or_r]), "p2p-size-mismatch",
+                                  f"send to rank {d} tag {_tag(t)} is {int(sends.size[s_or_r])} bytes but its recv "
+                                  f"(rank {int(recvs.rank[r])} node {int(recvs.node_id[r])}) expects {int(recvs.size[r])}"))
+        elif w == 1:
+            out.unmatched.append((int(sends.rank[s_or_r]), int(sends.row[s_or_r])))
+            found.append(Mismatch(int(sends.rank[s_or_r]), int(sends.node_id[s_or_r]), "unmatched-send",
+                                  f"send of {int(sends.size[s_or_r])} bytes to rank {d} tag {_tag(t)} has no matching "
+                                  f"recv on rank {d}"))
+        else:
+            s = int(src[i])
+            out.unmatched.append((int(recvs.rank[s_or_r]), int(recvs.row[s_or_r])))
+            source = "any rank" if s == _ANY else f"rank {s}"
+            found.append(Mismatch(int(recvs.rank[s_or_r]), int(recvs.node_id[s_or_r]), "unmatched-recv",
+                                  f"recv of {int(recvs.size[s_or_r])} bytes from {source} tag {_tag(t)} has no "
+                                  "matching send" + ("" if s == _ANY else f" on rank {s}")))

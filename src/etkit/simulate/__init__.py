@@ -75,7 +75,8 @@ class _Ranks:
             self.shapes = {rank: rank_shape(trace, rank) for rank, trace in sorted(job.traces.items())}
             self.groups = job.groups
             self.disagreement = disagreement_report(match_comm(
-                {rank: comm_record(trace, rank) for rank, trace in job.traces.items()}, self.groups, self.world_size))
+                {rank: comm_record(trace, rank) for rank, trace in job.traces.items()}, self.groups, self.world_size,
+                instances=False))
             return
         files, prefix = discover(job)
         self.traces = None
@@ -96,7 +97,7 @@ class _Ranks:
             declared = declared.merged(groups)
         self.groups = load_groups(declared, prefix, comm_groups, world_size=max(self.shapes) + 1)
         #: the pre-check's report (:func:`.engine.disagreement_report`), None when the ranks agree
-        self.disagreement = disagreement_report(match_comm(records, self.groups, self.world_size))
+        self.disagreement = disagreement_report(match_comm(records, self.groups, self.world_size, instances=False))
 
     @property
     def world_size(self) -> int:

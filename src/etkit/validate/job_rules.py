@@ -20,4 +20,4 @@ __all__ = ["check_job"]
 def check_job(records: Mapping[int, CommRecord], groups: ProcessGroups, world: int) -> list[Finding]:
     """Every cross-rank finding: collectives agree within each process group, sends meet receives."""
     return [Finding(m.rank, m.node_id, m.rule, m.message, m.severity)
-            for m in match_comm(records, groups, world).mismatches]
+            for m in match_comm(records, groups, world, instances=False).mismatches]
