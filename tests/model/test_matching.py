@@ -10,8 +10,10 @@ import pytest
 from etkit.cli.main import main
 from etkit.errors import EtkitError
 from etkit.format.schema import CommType, NodeType
+from etkit.model.groups import ProcessGroups
 from etkit.model.job import load_job
-from etkit.model.matching import comm_record, match_comm
+from etkit.model.matching import CommRecord, comm_record, match_comm
+from etkit.model.trace import MISSING
 from etkit.replay import plan_job
 from etkit.simulate import SimulationBlocked, simulate
 from etkit.validate import validate
@@ -110,3 +112,44 @@ def test_a_receive_without_source_or_tag_takes_any_send(tmp_path: Path) -> None:
     job = load_job(write_job(tmp_path / "w", [[], [send(1, 1, 2, 8, tag=3)], [anywhere]]))
     found = match_comm({r: comm_record(t, r) for r, t in job.traces.items()}, job.groups, job.world_size)
     assert found.pairs == [(1, 0, 2, 0)] and found.unmatched == [] and found.mismatches == []
+
+
+def _random_record(rng: np.random.Generator, rank: int, world: int) -> CommRecord:
+    """A rank's communication with random peers (some missing or outside the job), tags (some missing), sizes."""
+    def ends(n: int, base: int) -> tuple:
+        peers = rng.integers(-1, world + 1, n)
+        peers[rng.random(n) < 0.15] = MISSING
+        tags = rng.integers(0, 3, n)
+        tags[rng.random(n) < 0.3] = MISSING
+        return (np.arange(n) + base, np.arange(n, dtype=np.uint64) + base, peers.astype(np.int64),
+                tags.astype(np.int64), rng.choice([8, 16], n).astype(np.int64))
+
+    nc = int(rng.integers(0, 5))
+    return CommRecord(rank, np.arange(nc), np.arange(nc, dtype=np.uint64) + 1, rng.integers(0, 4, nc), ["", "0", "a", "b"],
+                      rng.choice([0, 1, 2], nc).astype(np.int64), rng.choice([8, 16], nc).astype(np.int64),
+                      *ends(int(rng.integers(0, 6)), 100), *ends(int(rng.integers(0, 6)), 200))
+
+
+def test_every_message_is_paired_once_with_a_partner_it_accepts_or_listed_alone() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        world = int(rng.integers(1, 5))
+        records = {r: _random_record(rng, r, world) for r in range(world)}
+        groups = ProcessGroups.from_mapping({"a": list(range(min(2, world))), "b": [0, world - 1]})
+        found = match_comm(records, groups, world)
+        sends = {(r, int(row)): (int(peer), int(tag)) for r, rec in records.items()
+                 for row, peer, tag in zip(rec.send_rows, rec.send_peer, rec.send_tag) if 0 <= peer < world}
+        recvs = {(r, int(row)): (int(peer), int(tag)) for r, rec in records.items()
+                 for row, peer, tag in zip(rec.recv_rows, rec.recv_peer, rec.recv_tag)
+                 if peer == MISSING or 0 <= peer < world}
+        ends_paired = [((s_rank, s_row), (r_rank, r_row)) for s_rank, s_row, r_rank, r_row in found.pairs]
+        for (s_rank, s_row), (r_rank, r_row) in ends_paired:
+            (dst, s_tag), (src, r_tag) = sends[(s_rank, s_row)], recvs[(r_rank, r_row)]
+            assert dst == r_rank and src in (MISSING, s_rank) and (MISSING in (s_tag, r_tag) or s_tag == r_tag)
+        paired = [e for pair in ends_paired for e in pair]
+        assert len(paired) == len(set(paired))  # nobody is paired twice
+        assert sorted(paired + found.unmatched) == sorted([*sends, *recvs])  # everybody is paired or listed
+        lone = {(m.rank, m.node_id) for m in found.mismatches if m.rule.startswith("unmatched-")}
+        assert len(lone) == len(found.unmatched)
+        members = sorted(m for inst in found.instances for m in inst.members)
+        assert members == sorted((r, int(row)) for r, rec in records.items() for row in rec.coll_rows)
