@@ -19,7 +19,7 @@ from ..model.kinds import RESOURCE_NAMES
 from ..model.trace import MISSING, Trace
 from .kinds import COMM, COMPUTE, CPU, KIND_NAMES, MEMORY
 
-__all__ = ["RankTracks", "rank_tracks", "union_intervals", "union_length", "RESOURCE_NAMES"]
+__all__ = ["RankTracks", "rank_tracks", "union_intervals", "union_length"]
 
 _KIND_RESOURCE = {COMPUTE: "compute", CPU: "cpu", COMM: "comm", MEMORY: "memory"}
 
