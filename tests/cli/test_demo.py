@@ -1,9 +1,12 @@
-"""``etkit demo`` (what ``make demo`` runs) end to end, on its cheapest settings: 2 CPU ranks, 1 profiled step.
+"""``etkit demo`` (what ``make demo`` runs) end to end, run once as docs/user-guide.md shows it:
+``etkit demo -o demo-out -q`` (4 CPU ranks, 2 profiled steps).
 
 Every stage runs for real (spawned gloo ranks, conversion, validation, analysis, three simulations
-including the 1,024-GPU LLM, report and timelines; ~40 s here). The checks read the outputs back with
+including the 1,024-GPU LLM, report and timelines; ~40 s of CPU). The checks read the outputs back with
 tools independent of the demo's own narration: the ETs through ``validate``, the timelines as plain
-JSON, the report as HTML, and the measured step time from the collected Kineto files themselves.
+JSON, the report as HTML, and the measured step time from the collected Kineto files themselves; and the
+narration against the user guide's example (which tests/docs/test_examples.py leaves to this module, so
+that the suite collects the 4-rank job once).
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
-RANKS, STEPS = 2, 1
+#: the demo's defaults, as the user guide runs it
+RANKS, STEPS = 4, 2
+USER_GUIDE = Path(__file__).resolve().parents[2] / "docs" / "user-guide.md"
 MS = r"([\d,]+\.\d\d) ms"
 
 
@@ -52,12 +57,13 @@ class _Text(HTMLParser):
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> tuple[Path, str]:
-    """Run the demo as ``make demo`` does: the ``etkit`` command, in its own process."""
-    out = tmp_path_factory.mktemp("demo") / "out"
-    done = subprocess.run([sys.executable, "-m", "etkit", "demo", "-o", str(out), "--ranks", str(RANKS),
-                           "--steps", str(STEPS), "-j", "1", "-q"], capture_output=True, text=True, timeout=600)
+    """Run the demo as the user guide shows it (``make demo`` with ``-q``): the ``etkit`` command, in its own
+    process, in a fresh folder; the output folder and what it printed."""
+    work = tmp_path_factory.mktemp("demo")
+    done = subprocess.run([sys.executable, "-m", "etkit", "demo", "-o", "demo-out", "-q"], cwd=work,
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    return out, done.stdout
+    return work / "demo-out", done.stdout
 
 
 def test_demo_writes_valid_ets_of_every_rank(demo):
@@ -113,9 +119,22 @@ def test_demo_prints_simulated_against_measured_step(demo):
 
 def test_demo_lists_only_outputs_that_exist(demo):
     out, text = demo
-    listed = re.findall(r"^ {6}(?:[a-zA-Z(][^/]*?)\s{2,}(/\S+)$", text, flags=re.M)
+    listed = re.findall(r"^ {6}(?:[a-zA-Z(][^/]*?)\s{2,}(demo-out/\S+)$", text, flags=re.M)
     assert len(listed) == 7
     for path in listed:
-        assert Path(path).exists() and Path(path).is_relative_to(out), path
+        assert (out.parent / path).exists(), path
     analysis = (out / "analysis.txt").read_text()
     assert "critical path" in analysis and "time breakdown" in analysis
+
+
+def test_demo_prints_what_the_user_guide_shows(demo):
+    """The user guide's example of the demo (its shown lines, figures as wildcards: a measured run) against this
+    run of the same command."""
+    from ..docs.test_examples import parse_page, shows
+
+    blocks = [b for b in parse_page(USER_GUIDE.read_text()) if any(c.text.startswith("etkit demo") for c in b.commands)]
+    assert len(blocks) == 1 and blocks[0].measured
+    (command,) = blocks[0].commands
+    assert command.text == "etkit demo -o demo-out -q"
+    missing = shows(command.shown, demo[1], measured=True)
+    assert missing is None, f"docs/user-guide.md shows {missing!r}; the demo printed:\n{demo[1]}"

@@ -14,7 +14,8 @@ fenced blocks run in page order in one folder, ``../shared`` reaching the shared
   block (a user's ``train_step``), ``<!-- example: measured -->`` before a block compares its output
   with every number as a wildcard (timings of a real run), ``<!-- example: skip REASON -->`` leaves the next
   block out, saying why (a GPU, a cluster, a benchmark that runs for minutes).
-* Pages whose examples spawn PyTorch ranks (collect, replay, calibrate, the demo) are marked slow.
+* Pages whose examples spawn PyTorch ranks (collect, replay, calibrate) are marked slow; the user guide's demo is
+  run and compared with its page by tests/cli/test_demo.py (one 4-rank collection for both).
 
 After a change that moves figures, ``python -m tests.docs.test_examples docs/guide/PAGE.md`` rewrites the shown
 lines that changed with what the commands print now (lines of the same shape only: read the diff).
@@ -34,8 +35,9 @@ import pytest
 from ..conftest import REPO, SHARED_DATA
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "docs" / "guide").glob("*.md"))]
-#: Pages whose examples start PyTorch processes (collect, replay, calibrate --ranks, the demo): tens of seconds.
-SLOW_PAGES = {"user-guide.md", "pytorch.md", "replay.md", "simulate.md"}
+#: Pages whose examples start PyTorch processes (collect, replay, calibrate --ranks): tens of seconds. (The user
+#: guide's demo is run, and compared with the page, by tests/cli/test_demo.py.)
+SLOW_PAGES = {"pytorch.md", "replay.md", "simulate.md"}
 SHELL_LANGS = {"", "text", "console", "bash", "shell", "sh"}
 _FENCE = re.compile(r"(?ms)^```(\w*)[^\n]*\n(.*?)^```[ \t]*$")
 _COMMENT = re.compile(r"(?s)<!--\s*(setup-python|setup|example)\s*:?(.*?)-->")
