@@ -34,7 +34,8 @@ class RankView:
     sched: RankSchedule
     kinds: np.ndarray
     tracks: RankTracks
-    transfer: np.ndarray | None = None  # int64 per row: when data could move (= start for non-comm rows)
+    # int64 per row: when data could move (= start for non-comm rows); set by prepare() for every view
+    transfer: np.ndarray = None  # type: ignore[assignment]
 
     @property
     def span(self) -> tuple[int, int]:
@@ -123,8 +124,8 @@ def _views(job: Job, schedule: Schedule, executor: Executor) -> dict[int, RankVi
                   schedule.ranks[r], nesting) for r in ranks]
         columns = executor.map(_view_from_file, items, desc="tracks")
         return {r: RankView(r, job.traces[r], schedule.ranks[r], c.kinds, c.tracks) for r, c in zip(ranks, columns)}
-    items = [(r, job.traces[r], schedule.ranks[r], nesting) for r in ranks]
-    return {v.rank: v for v in in_client(executor).map(_view, items, desc="tracks")}
+    local = [(r, job.traces[r], schedule.ranks[r], nesting) for r in ranks]
+    return {v.rank: v for v in in_client(executor).map(_view, local, desc="tracks")}
 
 
 def prepare(job: Job, schedule: Schedule | None = None, *, executor: Executor | None = None,

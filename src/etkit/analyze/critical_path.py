@@ -369,12 +369,12 @@ def _build(ctx: AnalysisContext, ranks: list[int], rows: list[int], limits: list
     for r in np.unique(rank).tolist():
         idx = np.flatnonzero(rank == r)
         v = ctx.views[r]
-        rows = row[idx]
-        start[idx] = v.sched.start_ns[rows]
-        end[idx] = v.sched.end_ns[rows]
-        kind[idx] = v.kinds[rows]
-        node_id[idx] = v.trace.ids[rows]
-        name_arr[idx] = np.asarray(v.trace.strings, dtype=object)[v.trace.name_idx[rows]]
+        picked = row[idx]
+        start[idx] = v.sched.start_ns[picked]
+        end[idx] = v.sched.end_ns[picked]
+        kind[idx] = v.kinds[picked]
+        node_id[idx] = v.trace.ids[picked]
+        name_arr[idx] = np.asarray(v.trace.strings, dtype=object)[v.trace.name_idx[picked]]
     names = name_arr.tolist()
     credited_end = np.minimum(end, limit)
     on_path = np.maximum(credited_end - start, 0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..model.job import Job
@@ -58,7 +59,7 @@ class JobDiff:
                 "comm_time": [d.to_json() for d in self.comm_time]}
 
 
-def _pairs(a: dict[str, float], b: dict[str, float]) -> list[Delta]:
+def _pairs(a: Mapping[str, float], b: Mapping[str, float]) -> list[Delta]:
     return [Delta(k, float(a.get(k, 0)), float(b.get(k, 0))) for k in sorted(set(a) | set(b))]
 
 

@@ -41,6 +41,7 @@ Every result has ``tables()`` (:mod:`.tables`: CSV files, ``to_pandas()``) and `
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -576,6 +577,6 @@ def gpu_analysis(job: Job, schedule: Schedule | None = None, *, include_last_ste
     ctx = _context(job, schedule, context)
     if not has_gpu_activity(ctx):
         return None
-    kw = {"include_last_step": include_last_step, "context": ctx}
+    kw: dict[str, Any] = {"include_last_step": include_last_step, "context": ctx}
     return GpuAnalysis(temporal_breakdown(job, **kw), kernel_breakdown(job, **kw), comm_comp_overlap(job, **kw),
                        idle_time_breakdown(job, **kw), launch_stats(job, **kw), annotation_breakdown(job, **kw))

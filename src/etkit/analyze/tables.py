@@ -26,7 +26,7 @@ __all__ = ["Table", "write_csv", "to_pandas"]
 class Table:
     name: str
     columns: list[str]
-    rows: list[Sequence[Any]] = field(default_factory=list)
+    rows: Sequence[Sequence[Any]] = field(default_factory=list)
 
     def csv_text(self) -> str:
         buf = io.StringIO()

@@ -163,8 +163,8 @@ class _RankCursor:
         self.ptr = np.concatenate(([0], np.cumsum(np.bincount(dst, minlength=n)))).tolist()
         self.deps = src[by_dst].tolist()
         self.dur = (trace.duration.astype(np.int64) * 1000).tolist()
-        self.start = [0] * n
-        self.end = [0] * n
+        self.start: list[float] = [0] * n
+        self.end: list[float] = [0] * n
         self.done = [False] * n
         self.pos = 0
         self.arrived: set[int] = set()
@@ -181,7 +181,7 @@ def schedule_from_durations(job: Job, *, cross: CrossRank | None = None) -> Sche
         cursors[rank].special[row] = inst
     for (rank, row), send in cross.send_of.items():
         cursors[rank].special[row] = send
-    arrivals: dict[int, dict[tuple[int, int], int]] = {}
+    arrivals: dict[int, dict[tuple[int, int], float]] = {}
     progress = True
     while progress:
         progress = False

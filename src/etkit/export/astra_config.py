@@ -60,7 +60,7 @@ _FAMILIES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 
 def _per_dim(system: SystemConfig, keep: tuple[int, ...]) -> SystemConfig:
-    return replace(system, **{f: tuple(system.algorithm(f, i) for i in keep) for f in _FAMILIES})
+    return replace(system, **{f: tuple(system.algorithm(f, i) for i in keep) for f in _FAMILIES})  # type: ignore[arg-type]
 
 
 def _number(value: float) -> int | float:

@@ -90,9 +90,9 @@ def astra_sim(job: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], ou
         declared = declared.merged(s.groups)
     groups = load_groups(declared, prefix, comm_groups)
     world = max(summaries) + 1
-    machine = astra_machine(network, system, world) if network is not None else None
+    machine = astra_machine(network, system, world) if network is not None else None  # type: ignore[arg-type]
     if machine is not None and len(machine.network.dims) > 1 and congestion == "aware":
-        raise ExportError(f"{network.source}: ASTRA-sim's congestion-aware backend takes a network of one "
+        raise ExportError(f"{network.source}: ASTRA-sim's congestion-aware backend takes a network of one "  # type: ignore[union-attr]
                           f"dimension, this one has {len(machine.network.dims)}")
     npus = machine.network.npus if machine is not None else max(world, 2)
     out_prefix = Path(out)

@@ -198,6 +198,7 @@ class _RankEdits:
                                                                 < task.mem_min_bytes))
             self.mem_size = dict.fromkeys(mem_rows.tolist(), task.mem_min_bytes)
             self.changes["MEM nodes grown to one ns of local-mem-bw"] += len(mem_rows)
+        self.duration_us: np.ndarray | None
         self.duration_us, extra = _replayed(trace, task) if (trace.start > 0).any() else (None, None)
         self.deps = _rewired_deps(trace, drop, bcast, self.second_id, extra)
         reencode = np.zeros(n, dtype=bool) if self.duration_us is None else np.ones(n, dtype=bool)

@@ -79,7 +79,8 @@ def get_device(name: str | Device, efficiency: float | None = None) -> Device:
     if isinstance(name, Device):
         device = name
     else:
-        device = next((d for key, d in DEVICES.items() if key.lower() == name.lower()), None)
-        if device is None:
+        found = next((d for key, d in DEVICES.items() if key.lower() == name.lower()), None)
+        if found is None:
             raise UsageError(f"unknown device {name!r}; presets: {', '.join(DEVICES)}")
+        device = found
     return device if efficiency is None else device.with_efficiency(efficiency)

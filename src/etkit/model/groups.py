@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -115,7 +116,7 @@ def parse_process_group_init(values: str, *, where: str = "process_group:init") 
     return ProcessGroups(groups)
 
 
-def _declared_ranks(entry: dict, where: str) -> tuple[int, ...]:
+def _declared_ranks(entry: dict[str, Any], where: str) -> tuple[int, ...]:
     return checked_ranks(entry.get("ranks") or [], f"{where}: process group {str(entry['pg_name'])[:40]!r}")
 
 

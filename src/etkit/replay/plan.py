@@ -66,7 +66,7 @@ _ET_DTYPE_NAMES = {"float": "float32", "double": "float64", "c10::Half": "float1
                    "unsigned char": "uint8", "bool": "bool"}
 _ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
              "int8": 1, "uint8": 1, "bool": 1}
-_P2P_TYPES = {NodeType.COMM_SEND_NODE: "SEND", NodeType.COMM_RECV_NODE: "RECV"}
+_P2P_TYPES: dict[int, str] = {NodeType.COMM_SEND_NODE: "SEND", NodeType.COMM_RECV_NODE: "RECV"}
 _COMPUTE_TYPES = (NodeType.COMP_NODE, NodeType.MEM_LOAD_NODE, NodeType.MEM_STORE_NODE)
 
 
@@ -421,9 +421,9 @@ def _recorded_alltoall_bytes(trace: Trace, row: int, size: int) -> tuple[list[in
             return None
         return [int(k) * (total // rows) for k in splits]
 
-    sent = per_peer(nbytes(inp), shapes[1], values[4])  # type: ignore[arg-type]
-    got = per_peer(nbytes(out), shapes[0], values[3])  # type: ignore[arg-type]
-    return (sent, got) if sent is not None and got is not None else None
+    sent_bytes = per_peer(nbytes(inp), shapes[1], values[4])  # type: ignore[arg-type]
+    got_bytes = per_peer(nbytes(out), shapes[0], values[3])  # type: ignore[arg-type]
+    return (sent_bytes, got_bytes) if sent_bytes is not None and got_bytes is not None else None
 
 
 def _assign_alltoall_splits(job: Job, plans: dict[int, RankPlan], positions: list[list[tuple[int, int]]]) -> None:

@@ -50,6 +50,12 @@ class Algorithm:
     """Base: what every algorithm exposes to its phase and stream."""
 
     __slots__ = ("kind", "rank", "data_size", "final_data_size", "stream", "fast")
+    kind: str
+    rank: int
+    data_size: int
+    final_data_size: int
+    stream: Stream
+    fast: bool
     symmetric = True  # every member does the same (a representative can stand for all)
 
     def bind(self, stream: Stream) -> None:

@@ -249,7 +249,7 @@ def measure(ranks: int = 2, *, backend: str = "gloo", sizes: tuple[int, ...] = D
 def _kind(m: Measurement) -> str:
     """The overhead key of a measurement: a CommType name or ``P2P``."""
     kind = COLLECTIVES.get(m.collective, m.collective)
-    return "P2P" if kind is None else getattr(kind, "name", kind)
+    return "P2P" if kind is None else getattr(kind, "name", kind)  # type: ignore[arg-type]
 
 
 def _model_ns(m: Measurement, network: NetworkConfig, ranks: int, system: SystemConfig = CALIBRATION_SYSTEM) -> float:
@@ -482,11 +482,11 @@ def comm_slots(job: Job) -> tuple[int, int]:
     for trace in job.traces.values():
         rows = np.flatnonzero((trace.types == NodeType.COMM_COLL_NODE) & (trace.start > 0))
         pgs = trace.pg_names()
-        groups: dict[str, list[int]] = {}
+        by_group: dict[str, list[int]] = {}
         for row in rows:
-            groups.setdefault(str(pgs[row] or "0"), []).append(int(row))
+            by_group.setdefault(str(pgs[row] or "0"), []).append(int(row))
         per_rank = max(per_rank, _most_at_once(trace, rows))
-        per_group = max([per_group] + [_most_at_once(trace, np.asarray(g)) for g in groups.values()])
+        per_group = max([per_group] + [_most_at_once(trace, np.asarray(g)) for g in by_group.values()])
     return per_rank, per_group
 
 
@@ -517,7 +517,7 @@ def measurements_from_job(job: Job, steps: set[int] | None = None) -> list[Measu
     """
     instances = [i for i in _collective_instances(job).values() if i.group > 1 and len(i.starts) == i.group]
     aligned = _one_clock(instances)
-    out = []
+    out: list[Measurement] = []
     for number, inst in enumerate(instances):
         if steps is not None and inst.step not in steps:
             continue

@@ -38,7 +38,9 @@ import heapq
 import math
 from array import array
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -209,7 +211,7 @@ class _Engine:
         self.group_cache: dict[tuple[int, ...], GroupPlan] = {}
         self.component_cache: dict[tuple, tuple[int, ...]] = {}
         self.symmetric_cache: dict[tuple, bool] = {}
-        self.time_cache: dict[tuple, dict[int, float]] = {}
+        self.time_cache: dict[tuple, Any] = {}  # (times, trees) per held-out part, or the aware time
         self.trees: dict = {}  # double-binary-tree alternation of the every-NPU group (the same on every rank)
         self.folded = folded  # aware: every collective is one class's, simulated for its representative
         canon = (lambda r: self.rep_of_class[self.class_of_rank.get(r, 0)]) if folded else None
@@ -449,7 +451,9 @@ class _Engine:
         decomposed type run one after another."""
         sys = self.rank_sys[c]
         if sys is None:
-            sys = self.rank_sys[c] = RankSys(self.rep_of_class[c], self.params, self.queue, self.coll_transport, self.ticks[c])
+            transport = self.coll_transport
+            assert transport is not None  # (made with the aware backend that runs parts live)
+            sys = self.rank_sys[c] = RankSys(self.rep_of_class[c], self.params, self.queue, transport, self.ticks[c])
         parts = self._parts(inst)
         members = inst.members
         group = self.group_plan(members)
@@ -513,6 +517,7 @@ class _Engine:
         if not vectors:
             return {}
         rng = self.rng
+        assert rng is not None  # (made for every system with recorded residuals)
         if whole:
             vec = vectors[int(rng.integers(len(vectors)))]
             drawn = dict(zip(inst.members, (vec[i] for i in rng.permutation(len(vec)))))
@@ -620,12 +625,12 @@ class _Engine:
                 nodes.extend(self._blocked(m.cls, m.row, f"a SEND from {src} to rank {m.dst} tag {m.tag} (none posted)"))
         for c, cls in enumerate(self.classes):
             prog = cls.program
-            for res, queue in enumerate(self.ready[c]):
-                if not queue:  # (the search for the holder walks every row)
+            for res, held in enumerate(self.ready[c]):
+                if not held:  # (the search for the holder walks every row)
                     continue
                 holder = next((r for r in range(len(prog)) if RESOURCE_OF_KIND[prog.kind[r]] == res
                                and not math.isnan(self.start[c][r]) and math.isnan(self.end[c][r])), None)
-                for _, row in queue:
+                for _, row in held:
                     what = f"node {prog.ids[holder]}" if holder is not None else "a blocked node"
                     nodes.extend(self._blocked(c, row, f"its {('CPU', 'compute', 'comm')[res]} resource, held by {what}"))
             never = sum(1 for d in self.indeg[c] if d > 0)
@@ -682,7 +687,7 @@ def _view(values: array) -> np.ndarray:
     return np.frombuffer(values, dtype=np.float64) if len(values) else np.empty(0)
 
 
-def _take(queue: deque | None, size: float, ok) -> object | None:
+def _take(queue: deque | None, size: float, ok: Callable[[Any], bool]) -> Any:
     """The first message of ``queue`` that ``ok`` accepts, one of ``size`` bytes preferred (ASTRA-sim
     matches sizes exactly; etkit pairs a message of another size too, with a warning)."""
     if not queue:
@@ -710,7 +715,7 @@ def _short(ranks: tuple[int, ...]) -> str:
 
 def _check(classes: list[RankClass], groups: ProcessGroups, world: int) -> list[BlockedNode]:
     """Problems found before running: unsupported comm types, unknown groups, bad p2p fields, missing deps."""
-    out = []
+    out: list[BlockedNode] = []
     for cls in classes:
         prog = cls.program
         out.extend(BlockedNode(p.rank, p.node_id, p.name, "invalid", p.message) for p in prog.problems)

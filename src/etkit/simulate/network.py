@@ -27,7 +27,7 @@ that plays the destination's role.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from .config import NetworkConfig
@@ -230,7 +230,7 @@ class Transport:
         self._send_ids: dict[tuple, int] = {}
         self._recv_ids: dict[tuple, int] = {}
 
-    def send(self, tag: int, src: int, dst: int, size: float, handler: Callable[[Any], None] | None, arg: Any,
+    def send(self, tag: Hashable, src: int, dst: int, size: float, handler: Callable[[Any], None] | None, arg: Any,
              mirror: int | None = None) -> None:
         """Send; ``handler(arg)`` (if any) when the message arrived. With ``mirror``, the message is the
         one ``src`` receives from ``mirror`` (rank symmetry)."""
@@ -255,7 +255,7 @@ class Transport:
         else:
             entry[4] = True
 
-    def recv(self, tag: int, src: int, dst: int, size: float, handler: Callable[[Any], None], arg: Any) -> None:
+    def recv(self, tag: Hashable, src: int, dst: int, size: float, handler: Callable[[Any], None], arg: Any) -> None:
         """Post a receive; ``handler(arg)`` when its message has arrived."""
         ids = self._recv_ids
         k = (tag, src, dst, size)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from .algorithms import A2A, AG, AR, RS, Algorithm, DoubleBinaryTree, Direct, HalvingDoubling, Ring
@@ -125,7 +125,7 @@ class Stream:
 
     __slots__ = ("sys", "dataset", "tag", "phases", "alg", "queue_id", "priority", "initialized", "mirrored")
 
-    def __init__(self, sys: RankSys, dataset: _DataSet, tag: int, phases: deque, priority: int, mirrored: bool) -> None:
+    def __init__(self, sys: RankSys, dataset: _DataSet, tag: Hashable, phases: deque, priority: int, mirrored: bool) -> None:
         self.sys = sys
         self.dataset = dataset
         self.tag = tag
@@ -163,7 +163,7 @@ class Stream:
 
     def init(self) -> None:
         self.initialized = True
-        self.alg.run_init()
+        self.alg.run_init()  # type: ignore[union-attr]  # (bound before the stream starts)
 
 
 class _DataSet:
@@ -232,7 +232,7 @@ class RankSys:
             self.tree_counter[key] = count + 1
             return DoubleBinaryTree(self.rank, plan.trees[count % 2], size)
         else:
-            ring = plan.ring
+            ring = plan.ring  # type: ignore[assignment]  # (a plan without trees has a ring)
         if name == "direct":
             return Direct(kind, self.rank, ring, size, direction, window)
         if name == "halvingDoubling":
@@ -247,8 +247,10 @@ class RankSys:
         if not group.whole:
             impls = p.impls[kind]
             impl = impls[0] if len(impls) == 1 else "ring"
-            if group.ring.n > 1:
-                phases.append((0, self._phase(kind, kind, group.ring, 0, impl, chunk, CLOCKWISE)))
+            ring = group.ring
+            assert ring is not None  # (a group that is not the whole network has its own ring)
+            if ring.n > 1:
+                phases.append((0, self._phase(kind, kind, ring, 0, impl, chunk, CLOCKWISE)))
             return phases
         plans = self.dim_plans(kind)
         impls = p.impls[kind]
@@ -277,7 +279,7 @@ class RankSys:
             remain = alg.final_data_size
         return phases
 
-    def start(self, kind: str, size: int, group: GroupPlan, tag: int, on_done: Callable[[], None],
+    def start(self, kind: str, size: int, group: GroupPlan, tag: Hashable, on_done: Callable[[], None],
               mirrored: bool = False) -> int:
         """Issue a collective (``Sys::generate_collective``); ``on_done()`` when its last chunk finished.
         Stream ``i`` uses tag ``(tag, i)``. Returns the number of chunks (0: nothing to do, done at once)."""
@@ -390,9 +392,11 @@ def symmetric_group(kind: str, group: GroupPlan, params: SysParams, network: Net
         name = split_algorithm(impls[0])[0] if len(impls) == 1 else "ring"
         if name == "doubleBinaryTree":
             name = "ring"
-        rings = [(group.ring, name)] if group.ring.n > 1 else []
+        rings = [(group.ring, name)] if group.ring is not None and group.ring.n > 1 else []
     for ring, name in rings:
+        assert ring is not None
         n = ring.n
+        peers: list[Callable[..., int]]
         if name == "halvingDoubling":
             if not _power_of_two(n):
                 return False

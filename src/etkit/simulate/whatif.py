@@ -144,11 +144,11 @@ def apply_setting(key: str, value: str, network: NetworkConfig, system: SystemCo
         _check_dimension(key, network)
         which = key[len(base):]
         field = "bandwidth_gbps" if base == "bandwidth" else "latency_ns"
-        dims = tuple(replace(d, **{field: float(value)}) if not which or int(which) == i else d
+        dims = tuple(replace(d, **{field: float(value)}) if not which or int(which) == i else d  # type: ignore[arg-type]
                      for i, d in enumerate(network.dims))
         return replace(network, dims=dims), system, knobs
     if key.startswith("scale-"):
-        return network, system, replace(knobs, **{key.replace("-", "_"): float(value)})
+        return network, system, replace(knobs, **{key.replace("-", "_"): float(value)})  # type: ignore[arg-type]
     if key == "splits":
         return network, replace(system, preferred_dataset_splits=int(float(value))), knobs
     return network, replace(system, active_chunks_per_dimension=int(float(value))), knobs  # active-chunks
@@ -156,7 +156,7 @@ def apply_setting(key: str, value: str, network: NetworkConfig, system: SystemCo
 
 def load_system_file(path: str | os.PathLike[str]) -> SystemConfig:
     """A system alone: an ASTRA-sim system JSON, or the ``system`` part of an etkit system YAML."""
-    return load_system(path) if Path(path).suffix == ".json" else load_etkit_system(path)[1]
+    return load_system(path) if Path(path).suffix == ".json" else load_etkit_system(path)[1]  # type: ignore[arg-type]
 
 
 def with_device(system: SystemConfig, knobs: Knobs) -> SystemConfig:
@@ -188,7 +188,7 @@ def plan_sweep(axes: Sequence[Axis], network: NetworkConfig | None, system: Syst
         net, sys_cfg, kn = network, system, knobs
         for i in order:
             net, sys_cfg, kn = apply_setting(axes[i][0], combo[i], net, sys_cfg, kn)  # type: ignore[arg-type]
-        points.append(PointConfig(tuple((axes[i][0], combo[i]) for i in range(len(axes))), net, sys_cfg, kn))
+        points.append(PointConfig(tuple((axes[i][0], combo[i]) for i in range(len(axes))), net, sys_cfg, kn))  # type: ignore[arg-type]
     return points
 
 

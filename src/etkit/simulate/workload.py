@@ -320,18 +320,18 @@ def build_program(trace: Trace, rank: int, system: SystemConfig, knobs: Knobs) -
     for row in np.flatnonzero(is_send & (peer == MISSING))[:20]:
         r = int(row)
         problems.append(Problem(rank, int(trace.ids[r]), trace.name(r), "SEND without comm_dst: no destination to send to"))
-    peer = _array("q", np.where(peer == MISSING, -1, peer))
-    del own, is_send, is_recv
+    peers = _array("q", np.where(peer == MISSING, -1, peer))
+    del own, is_send, is_recv, peer
     return Program(_array("b", kind), duration, _array("Q", trace.ids), *links, _array("i", trace.name_idx),
                    _array("i", trace.pg_idx), trace.strings, _array("q", np.where(trace.comm_type == MISSING, -1, trace.comm_type)),
-                   _array("d", np.where(trace.comm_size == MISSING, 0, trace.comm_size)), peer,
+                   _array("d", np.where(trace.comm_size == MISSING, 0, trace.comm_size)), peers,
                    _array("q", np.where(trace.comm_tag == MISSING, -1, trace.comm_tag)), problems)
 
 
 def _array(code: str, values: np.ndarray) -> array:
     """``values`` as an :class:`array.array` of ``code`` (through numpy's buffer, no Python object per element)."""
     out = array(code)
-    out.frombytes(memoryview(np.ascontiguousarray(values, dtype=np.dtype(code))).cast("B"))
+    out.frombytes(memoryview(np.ascontiguousarray(values, dtype=np.dtype(code))).cast("B"))  # type: ignore[arg-type]
     return out
 
 
@@ -412,9 +412,10 @@ def starts_of(shapes: Mapping[int, RankShape]) -> dict[int, float]:
     """:func:`recorded_starts` from the ranks' shapes."""
     if not shapes or any(s.recorded is None for s in shapes.values()):
         return {}
-    base = min(s.recorded[0] for s in shapes.values())
-    offsets = {r: (s.recorded[0] - base) * 1000.0 for r, s in shapes.items()}
-    if max(offsets.values()) > 0.5 * min(s.recorded[1] for s in shapes.values()) * 1000.0:
+    recorded = {r: s.recorded for r, s in shapes.items() if s.recorded is not None}
+    base = min(start for start, _ in recorded.values())
+    offsets = {r: (start - base) * 1000.0 for r, (start, _) in recorded.items()}
+    if max(offsets.values()) > 0.5 * min(span for _, span in recorded.values()) * 1000.0:
         return {}
     return offsets
 
@@ -498,7 +499,7 @@ class _GroupInfo:
         """Whether the group is every NPU (it then runs on the network's own rings, the same from everywhere)."""
         if pg not in self._layout:
             members = self.members(pg)
-            self._layout[pg] = len(members) == self.network.npus if members and max(members) < self.network.npus else None
+            self._layout[pg] = len(members) == self.network.npus if members and max(members) < self.network.npus else None  # type: ignore[union-attr]
         return self._layout[pg]
 
     def view(self, pg: str | None, rank: int) -> tuple:
@@ -529,6 +530,7 @@ class _GroupInfo:
         key = (src, dst)
         if key not in self._route:
             net = self.network
+            assert net is not None  # (a message needs a network)
             ok = 0 <= src < net.npus and 0 <= dst < net.npus
             self._route[key] = tuple((d.hops(abs(a - b)), d) if a != b else None
                                      for a, b, d in zip(net.coords(src), net.coords(dst), net.dims)) if ok else None
