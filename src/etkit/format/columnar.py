@@ -22,13 +22,21 @@ from dataclasses import field as _field_default
 import numpy as np
 from google.protobuf.message import DecodeError
 
+from .attrwire import (
+    INT_KIND,
+    MISSING,
+    ONEOF_WIRE_LUT,
+    STRING_VAL,
+    VALUE_FIELDS,
+    int_values,
+    plain_int,
+    simple_attributes,
+)
 from .schema import NodeBatch
-from .wire import WireFault, fixed, packed_varints, varints
+from .wire import LOW_BYTES, MSBS, WireFault, bitwise_count, fixed, packed_varints, varints, word_varints, word_view
 
 __all__ = ["Columns", "decode_columns", "join_columns", "split_columns", "rows_with_repeated_deps", "field_numbers", "HOT_INT_ATTRS", "MISSING", "PAD"]
 
-#: Sentinel in integer attribute columns for "attribute absent".
-MISSING = np.iinfo(np.int64).min
 #: Integer attributes kept as columns (any integer or bool kind accepted).
 HOT_INT_ATTRS = ("comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag", "comm_priority", "num_ops",
                  "tensor_size", "tid", "stream", "ts_ns", "dur_ns", "cat")
@@ -38,23 +46,6 @@ _CPU_NAME, _PG_NAME = len(HOT_INT_ATTRS), len(HOT_INT_ATTRS) + 1  # their indice
 PAD = 32
 _CHECK_CHUNK = 1 << 16
 _U32 = np.uint64(0xFFFFFFFF)
-_INT64_MAX = np.uint64(np.iinfo(np.int64).max)
-
-# AttributeProto value fields: number -> (wire type, decoder name)
-_VALUE_FIELDS = {
-    7: (0, "int32"), 9: (0, "int64"), 11: (0, "uint32"), 13: (0, "uint64"), 15: (0, "sint32"),
-    17: (0, "sint64"), 19: (5, "uint32"), 21: (1, "uint64"), 23: (5, "int32"), 25: (1, "int64"),
-    27: (0, "bool"),
-}
-_STRING_VAL = 29
-#: ``_INT_KIND[k]``: oneof member ``k`` holds an integer or bool (``k`` is 0 for an attribute without a value).
-_INT_KIND = np.zeros(34, dtype=bool)
-_INT_KIND[list(_VALUE_FIELDS)] = True
-_ONEOF_WIRE = {3: 1, 5: 5, 29: 2, 31: 2, **{n: wt for n, (wt, _) in _VALUE_FIELDS.items()}}
-_ONEOF_WIRE.update({n: 2 for n in range(4, 33, 2)})
-_ONEOF_WIRE_LUT = np.full(34, -1, dtype=np.int64)
-for _number, _wire in _ONEOF_WIRE.items():
-    _ONEOF_WIRE_LUT[_number] = _wire
 
 
 @dataclass
@@ -96,32 +87,6 @@ class _Fields:
 _BAD_WIRE = np.array([False, False, False, True, True, False, True, True])
 
 
-_MSBS = np.uint64(0x8080808080808080)
-_LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
-_LANES = tuple((np.uint64(keep), np.uint64(move), np.uint64(shift)) for keep, move, shift in (
-    (0x007F007F007F007F, 0x7F007F007F007F00, 1), (0x00003FFF00003FFF, 0x3FFF00003FFF0000, 2),
-    (0x000000000FFFFFFF, 0x0FFFFFFF00000000, 4)))
-
-
-def _word_varints(w: np.ndarray, avail: int) -> tuple[np.ndarray, np.ndarray]:
-    """Varints held in the low ``avail`` bytes of the words ``w``: values and lengths (0 = longer than that)."""
-    stop = ~w & _MSBS & np.uint64((1 << (8 * avail)) - 1)
-    low_bit = stop & (~stop + np.uint64(1))  # the terminating byte's top bit
-    found = low_bit != 0
-    x = w & (low_bit | (low_bit - np.uint64(1))) & _LOW7
-    for keep, move, shift in _LANES:  # squeeze the 7-bit groups together
-        x = (x & keep) | ((x & move) >> shift)
-    if _bitwise_count is not None:  # the stop bit's byte index k = the number of top bits below it
-        length = _bitwise_count((low_bit - np.uint64(1)) & _MSBS).astype(np.int64) + 1
-    else:
-        top_bit = np.log2(np.where(found, low_bit, np.uint64(1)).astype(np.float64)).astype(np.int64)  # 8k+7: exact
-        length = (top_bit >> 3) + 1
-    return x, np.where(found, length, 0)
-
-
-_bitwise_count = getattr(np, "bitwise_count", None)  # numpy >= 2.0
-
-
 def _step_fields(b: np.ndarray, words: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, ...]:
     """Tag and value/length varint of the fields at ``p``: (field, wire, q, value, advance)."""
     w = words[p]
@@ -132,7 +97,7 @@ def _step_fields(b: np.ndarray, words: np.ndarray, p: np.ndarray) -> tuple[np.nd
         second = (w >> np.uint64(8)) & np.uint64(0xFF)
         if (second < 0x80).all():  # one-byte values or lengths everywhere (most steps of a walk)
             return tag >> 3, tag & 7, q, second, np.ones(p.size, dtype=np.int64)
-        value, advance = _word_varints(w >> np.uint64(8), 7)
+        value, advance = word_varints(w >> np.uint64(8), 7)
         wire = tag & 7
         long = np.flatnonzero((advance == 0) & ((wire == 0) | (wire == 2)))  # fixed-width values are read later
         if long.size:
@@ -157,7 +122,7 @@ def _scan(b: np.ndarray, start: np.ndarray, end: np.ndarray, keep: Callable[[np.
     With ``stop_above``, a message is left after its first field numbered higher than that (for
     messages whose fields are known to be in ascending order).
     """
-    words = _words(b)
+    words = word_view(b)
     active = np.flatnonzero(start < end)
     p = start[active].astype(np.int64)
     e = end[active].astype(np.int64)
@@ -221,21 +186,12 @@ def _packed(b: np.ndarray, f: _Fields, number: int, n: int) -> tuple[np.ndarray,
     return ptr, all_val[order]
 
 
-def _words(b: np.ndarray) -> np.ndarray:
-    """A uint64 view whose element ``i`` is the 8 bytes starting at byte ``i`` of ``b`` (unaligned)."""
-    return np.ndarray(shape=(b.size - 7,), dtype="<u8", buffer=b, offset=0, strides=(1,))
-
-
 def _window_keys(words: np.ndarray, off: np.ndarray, length: np.ndarray, width: int) -> np.ndarray:
     """The first ``width`` bytes of each string (zero past its length) as ``width // 8`` uint64 words."""
     out = np.empty((off.size, width // 8), dtype=np.uint64)
     for k in range(width // 8):
-        out[:, k] = words[off + 8 * k] & _LOW_BYTES[np.clip(length - 8 * k, 0, 8)]
+        out[:, k] = words[off + 8 * k] & LOW_BYTES[np.clip(length - 8 * k, 0, 8)]
     return out
-
-
-#: ``_LOW_BYTES[k]``: a mask of the low ``k`` bytes of a word.
-_LOW_BYTES = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)
 
 
 _MIX_A, _MIX_B = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
@@ -248,7 +204,7 @@ def _long_keys(words: np.ndarray, off: np.ndarray, length: np.ndarray) -> np.nda
     k = 0
     with np.errstate(over="ignore"):
         while rows.size:
-            w = words[off[rows] + 8 * k] & _LOW_BYTES[np.minimum(length[rows] - 8 * k, 8)]
+            w = words[off[rows] + 8 * k] & LOW_BYTES[np.minimum(length[rows] - 8 * k, 8)]
             h[rows, 0] = (h[rows, 0] ^ w) * _MIX_A
             h[rows, 1] = (h[rows, 1] + w) * _MIX_B ^ (h[rows, 1] >> np.uint64(29))
             k += 1
@@ -261,7 +217,7 @@ def _same_strings(words: np.ndarray, off: np.ndarray, other: np.ndarray, length:
     rows = np.flatnonzero(off != other)
     k = 0
     while rows.size:
-        mask = _LOW_BYTES[np.minimum(length[rows] - 8 * k, 8)]
+        mask = LOW_BYTES[np.minimum(length[rows] - 8 * k, 8)]
         if ((words[off[rows] + 8 * k] ^ words[other[rows] + 8 * k]) & mask).any():
             return False
         k += 1
@@ -279,7 +235,7 @@ def _string_table(buf: bytes, b: np.ndarray, off: np.ndarray, length: np.ndarray
     n = off.size
     if n == 0:
         return np.zeros(0, dtype=np.int32), []
-    words = _words(b)
+    words = word_view(b)
     short = length <= 24
     keys = np.zeros((n, 4), dtype=np.uint64)
     keys[short, :3] = _window_keys(words, off[short], length[short], 24)
@@ -298,33 +254,6 @@ def _string_table(buf: bytes, b: np.ndarray, off: np.ndarray, length: np.ndarray
     rank[order] = np.arange(order.size)
     rows = first[order]
     return rank[inverse].astype(np.int32), [buf[o:o + k].decode("utf-8") for o, k in zip(off[rows].tolist(), length[rows].tolist())]
-
-
-def _int_values(kind: np.ndarray, value: np.ndarray) -> np.ndarray:
-    """Attribute integer values per oneof field number, as the int64 the columns hold."""
-    out = value.view(np.int64).copy()
-    low = value & _U32
-    present = np.bincount(kind, minlength=len(_ONEOF_WIRE_LUT))
-    for number, (_, decoder) in _VALUE_FIELDS.items():
-        if not present[number]:
-            continue
-        m = kind == number
-        if decoder == "int32":
-            out[m] = low[m].astype(np.uint32).view(np.int32).astype(np.int64)
-        elif decoder == "uint32":
-            out[m] = low[m].astype(np.int64)
-        elif decoder == "uint64":
-            v = value[m]
-            out[m] = np.where(v > _INT64_MAX, MISSING, v.astype(np.int64))
-        elif decoder == "sint32":
-            u = low[m].astype(np.uint32)
-            out[m] = ((u >> np.uint32(1)).astype(np.int64) ^ -(u & np.uint32(1)).astype(np.int64))
-        elif decoder == "sint64":
-            v = value[m]
-            out[m] = (v >> np.uint64(1)).view(np.int64) ^ -(v & np.uint64(1)).view(np.int64)
-        elif decoder == "bool":
-            out[m] = (value[m] != 0).astype(np.int64)
-    return out
 
 
 _HOT_KEYS = np.array([np.frombuffer(n.encode().ljust(16, b"\0"), dtype=np.uint64) for n in _HOT_NAMES])
@@ -356,53 +285,6 @@ def _keep_nothing(field: np.ndarray, wire: np.ndarray) -> np.ndarray:
     return np.zeros(field.size, dtype=bool)
 
 
-def _simple_attributes(b: np.ndarray, a_start: np.ndarray, a_end: np.ndarray, name_off: np.ndarray,
-                       name_len: np.ndarray, kind: np.ndarray, value: np.ndarray, v_off: np.ndarray) -> np.ndarray:
-    """Decode the attributes that are exactly ``name, value`` (the canonical encoding of nearly all).
-
-    Such an attribute starts with tag ``0a`` and a one-byte name length, then one value field whose
-    one-byte tag names a oneof member, and that field ends exactly where the attribute ends. Having
-    exactly these two fields, its name and value are the ones protobuf reports (no later duplicate
-    can override them). Fills the outputs for those attributes and returns the mask of them; the
-    others are left to the generic :func:`_scan`.
-    """
-    words = _words(b)
-    head = words[a_start]
-    first = head & np.uint64(0xFF)
-    length = ((head >> np.uint64(8)) & np.uint64(0xFF)).astype(np.int64)
-    q = a_start + 2 + length
-    ok = (first == 0x0A) & (length < 0x80) & (q < a_end)
-    q = np.where(ok, q, a_start)  # keep reads of the others inside the buffer
-    w = words[q]
-    low = (w & np.uint64(0xFF)).astype(np.int64)
-    high = ((w >> np.uint64(8)) & np.uint64(0xFF)).astype(np.int64)
-    two = low >= 0x80  # oneof members 16..32 have two-byte tags
-    tag = np.where(two, (low & 0x7F) | (high << 7), low)
-    field = np.minimum(tag >> 3, 33)
-    wire = tag & 7
-    ok &= (~two | (high < 0x80)) & (field >= 3) & (_ONEOF_WIRE_LUT[field] == wire)
-    off = q + 1 + two
-    rest = w >> (np.uint64(8) + (two.astype(np.uint64) << np.uint64(3)))
-    val = rest & np.uint64(0xFF)
-    advance = np.ones(val.size, dtype=np.int64)
-    long = np.flatnonzero(val >= 0x80)  # one-byte values (most) need no word-wide decoding
-    if long.size:
-        val[long], advance[long] = _word_varints(rest[long], 6)
-    fixed_width = (wire == 1) | (wire == 5)
-    ok &= fixed_width | (advance > 0)  # longer varints are left to the generic scan
-    off += np.where(fixed_width, 0, advance)
-    field_end = off + np.where(wire == 2, np.minimum(val, np.uint64(1 << 40)).astype(np.int64), 0)
-    for wire_type, width in ((1, 8), (5, 4)):
-        m = ok & (wire == wire_type)
-        if m.any():
-            val[m], field_end[m] = fixed(b, off[m], width), off[m] + width
-    ok &= field_end == a_end
-    sel: np.ndarray | slice = slice(None) if ok.all() else ok  # a slice avoids mask copies in the usual case
-    name_off[sel], name_len[sel] = a_start[sel] + 2, length[sel]
-    kind[sel], value[sel], v_off[sel] = field[sel], val[sel], off[sel]
-    return ok
-
-
 def _attributes(buf: bytes, b: np.ndarray, f: _Fields, n: int, int_rows: np.ndarray,
                 proof: _Proof) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """``is_cpu_op``, ``pg_name`` (index into the returned strings) per node; fills ``int_rows``.
@@ -425,10 +307,10 @@ def _attributes(buf: bytes, b: np.ndarray, f: _Fields, n: int, int_rows: np.ndar
     value = np.zeros(na, dtype=np.uint64)
     v_off = np.zeros(na, dtype=np.int64)
 
-    simple = _simple_attributes(b, a_start, a_end, name_off, name_len, kind, value, v_off)
-    proof.fields(_ATTR_WIRES, kind[simple], _ONEOF_WIRE_LUT[kind[simple]])  # the simple ones' value fields
+    simple, _ = simple_attributes(b, a_start, a_end, name_off, name_len, kind, value, v_off)  # names alone: below
+    proof.fields(_ATTR_WIRES, kind[simple], ONEOF_WIRE_LUT[kind[simple]])  # the simple ones' value fields
     proof.strings(name_off[simple], name_len[simple])
-    text = simple & (kind == _STRING_VAL)
+    text = simple & (kind == STRING_VAL)
     proof.strings(v_off[text], value[text])
     rest = np.flatnonzero(~simple)
     if rest.size:
@@ -439,11 +321,11 @@ def _attributes(buf: bytes, b: np.ndarray, f: _Fields, n: int, int_rows: np.ndar
             msgs = rest[msgs]
             m = (field == 1) & (wire == 2)
             name_len[msgs[m]], name_off[msgs[m]] = val[m].astype(np.int64), off[m]
-            m = _ONEOF_WIRE_LUT[np.minimum(field, 33)] == wire
+            m = ONEOF_WIRE_LUT[np.minimum(field, 33)] == wire
             kind[msgs[m]], value[msgs[m]], v_off[msgs[m]] = field[m], val[m], off[m]
 
         _scan(b, a_start[rest], a_end[rest], _keep_nothing, store)
-    name_id = _hot_name_ids(_window_keys(_words(b), name_off, np.minimum(name_len, 16), 16), name_len)
+    name_id = _hot_name_ids(_window_keys(word_view(b), name_off, np.minimum(name_len, 16), 16), name_len)
     return _hot_columns(buf, b, owner, name_id, kind, value, v_off, int_rows)
 
 
@@ -457,8 +339,8 @@ def _hot_columns(buf: bytes, b: np.ndarray, owner: np.ndarray, name_id: np.ndarr
     pg = np.full(n, -1, dtype=np.int32)
     hot = np.flatnonzero(name_id >= 0)
     owner, name_id, kind, value, v_off = owner[hot], name_id[hot], kind[hot], value[hot], v_off[hot]
-    is_int = _INT_KIND[kind]
-    int_val = _int_values(kind, value)
+    is_int = INT_KIND[kind]
+    int_val = int_values(kind, value)
     m = is_int & (name_id < _CPU_NAME)  # integer columns: one scatter into the rows of int_rows (last wins)
     int_rows[name_id[m], owner[m]] = int_val[m]
     m = is_int & (name_id == _CPU_NAME)
@@ -476,36 +358,16 @@ def _pg_column(buf: bytes, b: np.ndarray, rows: np.ndarray, owner: np.ndarray, k
     formatted one by one. Attributes are in wire order, so a node's last ``pg_name`` wins.
     """
     text = np.full(rows.size, -1, dtype=np.int64)
-    is_str = kind[rows] == _STRING_VAL
+    is_str = kind[rows] == STRING_VAL
     sel = rows[is_str]
     text[is_str], strings = _string_table(buf, b, v_off[sel], value[sel].astype(np.int64))
     table = {s: i for i, s in enumerate(strings)}
     for j in np.flatnonzero(~is_str & is_int[rows]).tolist():
         i = int(rows[j])
-        text[j] = table.setdefault(str(_plain_int(int(kind[i]), int(value[i]))), len(table))
+        text[j] = table.setdefault(str(plain_int(int(kind[i]), int(value[i]))), len(table))
     valid = text >= 0
     pg[owner[rows[valid]]] = text[valid]
     return list(table)
-
-
-def _plain_int(kind: int, value: int) -> int:
-    """What protobuf returns for an integer oneof member (used for the rare integer ``pg_name``)."""
-    decoder = _VALUE_FIELDS[kind][1]
-    if decoder in ("int32",):
-        value &= 0xFFFFFFFF
-        return value - (1 << 32) if value >= 1 << 31 else value
-    if decoder == "uint32":
-        return value & 0xFFFFFFFF
-    if decoder == "int64":
-        return value - (1 << 64) if value >= 1 << 63 else value
-    if decoder == "sint32":
-        value &= 0xFFFFFFFF
-        return (value >> 1) ^ -(value & 1)
-    if decoder == "sint64":
-        return (value >> 1) ^ -(value & 1)
-    if decoder == "bool":
-        return int(value != 0)
-    return value
 
 
 def _check_with_protobuf(buf: bytes, frame_start: np.ndarray, rec_end: np.ndarray) -> None:
@@ -614,9 +476,9 @@ _NODE_WIRES = _wire_table({1: (0,), 2: (2,), 3: (0,), 4: (0, 2), 5: (0, 2), 6: (
                            10: (2,)})
 _IOINFO_WIRES = _wire_table({1: (2,), 2: (2,), 3: (2,)})
 _ATTR_WIRES = _wire_table({1: (2,), 2: (2,), 3: (1,), 5: (5,), 29: (2,), 31: (2,),
-                           **{number: (wire,) for number, (wire, _) in _VALUE_FIELDS.items()}})
+                           **{number: (wire,) for number, (wire, _) in VALUE_FIELDS.items()}})
 #: Attribute fields that are proto3 strings (protobuf rejects them unless valid UTF-8).
-_ATTR_STRINGS = (1, 2, _STRING_VAL)
+_ATTR_STRINGS = (1, 2, STRING_VAL)
 
 
 class _Proof:
@@ -811,9 +673,9 @@ _BYTES_VAL = 31
 
 def _high_bytes_of(w: np.ndarray) -> int:
     """How many bytes of the words ``w`` have their top bit set."""
-    top = w & _MSBS
-    if _bitwise_count is not None:
-        return int(_bitwise_count(top).sum())
+    top = w & MSBS
+    if bitwise_count is not None:
+        return int(bitwise_count(top).sum())
     return sum(int(((top >> np.uint64(8 * k + 7)) & np.uint64(1)).sum()) for k in range(8))
 
 
@@ -831,7 +693,7 @@ def _lean_varints(w: np.ndarray, b: np.ndarray, q: np.ndarray, avail: int = 7) -
         value = (first & np.uint64(0x7F)) | ((second * more) << _SEVEN)
         extra = int(more.sum())
         return value, more.view(np.int64) + 1, extra
-    value, length = _word_varints(w, avail)
+    value, length = word_varints(w, avail)
     long = np.flatnonzero(length == 0)
     if long.size:
         value[long], length[long] = varints(b, q[long])
@@ -975,7 +837,7 @@ def _lean_attributes(b: np.ndarray, words: np.ndarray, a_start: np.ndarray, a_en
     wire = tag & 7
     alone = q == a_end  # a name alone
     kind[alone] = 0
-    scalar = ((kind & 1) == 1) & (kind >= 3) & (_ONEOF_WIRE_LUT[kind] == wire) & (~two | (second < 0x80))
+    scalar = ((kind & 1) == 1) & (kind >= 3) & (ONEOF_WIRE_LUT[kind] == wire) & (~two | (second < 0x80))
     if not (alone | scalar).all() or (kind == _BYTES_VAL).any():
         raise _Unusual("an attribute with a list, doc string or bytes value, or another field")
     high = int(two.sum())
@@ -994,7 +856,7 @@ def _lean_attributes(b: np.ndarray, words: np.ndarray, a_start: np.ndarray, a_en
             some = np.flatnonzero(fixed_width & (wire == wire_type))
             if some.size:
                 value[some], vlen[some] = fixed(b, off[some], width), width
-                extra += _high_bytes_of(words[off[some]] & _LOW_BYTES[width])
+                extra += _high_bytes_of(words[off[some]] & LOW_BYTES[width])
     high += extra
     v_off = off + vlen
     end = np.where(alone, q, v_off + np.where(wire == 2, value.view(np.int64), 0))
@@ -1023,13 +885,13 @@ _LEAN_W0, _LEAN_W1, _LEAN_ID = _lean_hot_table()
 def _lean_hot_ids(words: np.ndarray, a_start: np.ndarray, attrs: _LeanAttrs) -> np.ndarray:
     """Index into ``_HOT_NAMES`` of each attribute's name (-1: not one of them)."""
     name_len = attrs.name_len
-    w0 = attrs.head & _LOW_BYTES[np.minimum(name_len + 2, 8)]
+    w0 = attrs.head & LOW_BYTES[np.minimum(name_len + 2, 8)]
     pos = np.minimum(np.searchsorted(_LEAN_W0, w0), _LEAN_W0.size - 1)
     hit = np.flatnonzero((_LEAN_W0[pos] == w0) & (name_len <= 14))
     ids = np.full(a_start.size, -1, dtype=np.int64)
     if hit.size:
         pos = pos[hit]
-        w1 = words[a_start[hit] + 8] & _LOW_BYTES[np.clip(name_len[hit] - 6, 0, 8)]
+        w1 = words[a_start[hit] + 8] & LOW_BYTES[np.clip(name_len[hit] - 6, 0, 8)]
         good = w1 == _LEAN_W1[pos]
         ids[hit[good]] = _LEAN_ID[pos[good]]
     return ids
@@ -1080,7 +942,7 @@ def _record_high_bytes(b: np.ndarray, words: np.ndarray, rec_off: np.ndarray, re
     total = int(np.count_nonzero(b[int(rec_off[0]):int(rec_end[-1])] >= 0x80))
     if gap.any():
         small = gap <= 8
-        total -= _high_bytes_of(words[gap_at[small]] & _LOW_BYTES[gap[small]])
+        total -= _high_bytes_of(words[gap_at[small]] & LOW_BYTES[gap[small]])
         for at, size in zip(gap_at[~small].tolist(), gap[~small].tolist()):  # few: the files of a batch
             total -= int(np.count_nonzero(b[at:at + size] >= 0x80))
     return total
@@ -1091,7 +953,7 @@ def _lean_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndar
     """:func:`_decode_chunk` by the lean walk; :class:`_Unusual` (before anything is written to
     ``int_rows``) when the records are not of its shape."""
     n = rec_off.size
-    words = _words(b)
+    words = word_view(b)
     scalars, spans, high = _lean_nodes(b, words, rec_off, rec_end)
     for tag in (_TAG_INPUTS, _TAG_OUTPUTS):
         _, start, length = spans[tag].cat()
@@ -1199,10 +1061,7 @@ def split_columns(cols: Columns, bounds: np.ndarray) -> list[Columns]:
             local = np.empty(distinct.size, dtype=np.int32)
             local[order] = np.arange(distinct.size, dtype=np.int32)
             strings = table[distinct[order]].tolist()
-
-            def remap(idx: np.ndarray) -> np.ndarray:
-                return np.where(idx >= 0, local[np.searchsorted(distinct, idx)], -1).astype(np.int32)
-            name, pg = remap(name), remap(pg)
+            name, pg = (np.where(idx >= 0, local[np.searchsorted(distinct, idx)], -1).astype(np.int32) for idx in (name, pg))
         else:
             strings = []
         d0, d1, c0, c1 = (int(x) for x in (cols.data_ptr[r0], cols.data_ptr[r1], cols.ctrl_ptr[r0], cols.ctrl_ptr[r1]))

@@ -33,9 +33,10 @@ import numpy as np
 import orjson
 from google.protobuf.message import DecodeError
 
+from .attrwire import ONEOF_WIRE_LUT, int_values, simple_attributes
 from .protojson import attr_json, compact, io_to_dict
 from .schema import IOInfo, Node, NodeBatch, NodeType
-from .wire import WireFault, fixed, packed_varints, varints
+from .wire import WireFault, packed_varints, varints
 
 __all__ = ["JsonWriter", "FramingFault", "record_chunks"]
 
@@ -294,32 +295,14 @@ _ATTR_KINDS = {
     21: (1, "fixed64Val", '"%d"'), 23: (5, "sfixed32Val", "%d"), 25: (1, "sfixed64Val", '"%d"'),
     27: (0, "boolVal", None), 29: (2, "stringVal", "%s"),
 }
-_KIND_WIRE = np.full(34, -1, dtype=np.int64)
-for _number, (_wire, _, _) in _ATTR_KINDS.items():
-    _KIND_WIRE[_number] = _wire
+_KIND_WIRE = np.full(34, -1, dtype=np.int64)  # the wire type of each member handled here (-1: the others)
+_KIND_WIRE[list(_ATTR_KINDS)] = ONEOF_WIRE_LUT[list(_ATTR_KINDS)]
 _BOOL = 27
 _STRING = 29
 _UNSIGNED_64 = (13, 21)
 #: Variant codes beyond the field numbers: bool attributes (the value is part of the template), an
 #: attribute that is only a name, and one written from its cached JSON text.
 _FALSE, _TRUE, _NAME_ONLY, _TEXT = 33, 34, 35, 36
-
-
-def _zigzag(value: np.ndarray) -> np.ndarray:
-    return (value >> _U64(1)).view(np.int64) ^ -(value & _U64(1)).view(np.int64)
-
-
-def _attr_ints(kind: np.ndarray, raw: np.ndarray) -> np.ndarray:
-    """Integer attribute values as protobuf reads them (int64; uint64 kinds keep their raw bits)."""
-    out = raw.view(np.int64).copy()
-    low = raw & _U64(0xFFFFFFFF)
-    int32 = (kind == 7) | (kind == 23)
-    out[int32] = low[int32].astype(np.uint32).view(np.int32)
-    unsigned32 = (kind == 11) | (kind == 19)
-    out[unsigned32] = low[unsigned32].astype(np.int64)
-    out[kind == 15] = _zigzag(low[kind == 15])
-    out[kind == 17] = _zigzag(raw[kind == 17])
-    return out
 
 
 class _Attributes:
@@ -334,36 +317,21 @@ class _Attributes:
 
     def __init__(self, c: _Chunk, owner: np.ndarray, a_off: np.ndarray, a_len: np.ndarray) -> None:
         b = c.b
-        safe = np.int64(b.size - 1)  # a padding zero: where rows that have nothing to read there read
-        a_end = a_off + a_len
-        named = (a_len > 0) & (b[a_off] == 0x0A)  # the name comes first
-        name_len, name_len_size = varints(b, np.where(named, a_off + 1, safe))
-        name_off = a_off + 1 + name_len_size
-        name_len = name_len.astype(np.int64)
-        name_only = named & (name_off + name_len == a_end)
-        q = np.minimum(name_off + name_len, a_end)
-        tag, tag_len = varints(b, np.where(named & ~name_only, q, safe))
-        field = np.minimum(tag >> _U64(3), _U64(33)).astype(np.int64)
-        wire = (tag & _U64(7)).astype(np.int64)
-        simple = named & ~name_only & (q < a_end) & (_KIND_WIRE[field] == wire)
-        v_off = q + tag_len
-        value, value_len = varints(b, np.where(simple & (wire != 1) & (wire != 5), v_off, safe))
-        field_end = v_off + value_len + np.where(wire == 2, value.astype(np.int64), 0)
-        for wire_type, width in ((1, 8), (5, 4)):
-            m = simple & (wire == wire_type)
-            value[m], field_end[m] = fixed(b, v_off[m], width), v_off[m] + width
-        simple &= field_end == a_end
+        na = owner.size
+        name_off, name_len, v_off = (np.zeros(na, dtype=np.int64) for _ in range(3))
+        field, value = np.zeros(na, dtype=np.int64), np.zeros(na, dtype=_U64)
+        simple, name_only = simple_attributes(b, a_off, a_off + a_len, name_off, name_len, field, value, v_off)
+        simple &= _KIND_WIRE[field] >= 0  # the kinds the template writes; the others are JSON texts
         self.owner = owner
         self.kind = np.where(simple, field, np.where(name_only, _NAME_ONLY, _TEXT))
         self.raw = value
-        self.ints = _attr_ints(self.kind, value)
+        self.ints = int_values(self.kind, value)
         self.variant = np.where(self.kind == _BOOL, np.where(value != 0, _TRUE, _FALSE), self.kind)
         self.name_len = np.where(simple | name_only, name_len, 0)
         self.name_keys, self.long_names = _name_keys(c.data, b, name_off, self.name_len)
         strings = np.flatnonzero(self.kind == _STRING)
         self.strings = np.empty(owner.size, dtype=object)
-        self.strings[strings] = c.strings.texts(c.data, v_off[strings] + value_len[strings],
-                                                value[strings].astype(np.int64))
+        self.strings[strings] = c.strings.texts(c.data, v_off[strings], value[strings].astype(np.int64))
         texts = np.flatnonzero((self.kind == _TEXT) & c.fast[owner])
         self.texts = np.empty(owner.size, dtype=object)
         self.texts[texts] = c.texts(c.attr_texts, owner[texts], a_off[texts], a_len[texts])

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .columnar import MISSING, PAD, _INT_KIND, _ONEOF_WIRE_LUT, _STRING_VAL, _int_values, _plain_int, _scan, \
-    _simple_attributes, _string_table
+from .attrwire import INT_KIND, MISSING, ONEOF_WIRE_LUT, STRING_VAL, int_values, plain_int, simple_attributes
+from .columnar import PAD, _scan, _string_table
 from .wire import WireFault
 
 __all__ = ["RecordParts", "record_parts", "joined_spans", "span_table"]
@@ -48,8 +48,8 @@ class RecordParts:
         """Per attribute, its integer value as the trace columns hold it (any integer or bool kind; MISSING for
         other kinds and for uint64 values beyond int64)."""
         out = np.full(self.attr_kind.size, MISSING, dtype=np.int64)
-        sel = _INT_KIND[np.minimum(self.attr_kind, 33)]
-        out[sel] = _int_values(self.attr_kind[sel], self.attr_value[sel])  # type: ignore[index]
+        sel = INT_KIND[np.minimum(self.attr_kind, 33)]
+        out[sel] = int_values(self.attr_kind[sel], self.attr_value[sel])  # type: ignore[index]
         return out
 
     def ints(self, name: str) -> np.ndarray:
@@ -57,9 +57,9 @@ class RecordParts:
         columns hold it: any integer or bool kind, the last one of a record wins, :data:`MISSING` where none."""
         n = int(self.io_off.shape[0])
         out = np.full(n, MISSING, dtype=np.int64)
-        sel = np.flatnonzero((self.attr_name == self.names.index(name)) & _INT_KIND[np.minimum(self.attr_kind, 33)])
+        sel = np.flatnonzero((self.attr_name == self.names.index(name)) & INT_KIND[np.minimum(self.attr_kind, 33)])
         if sel.size:
-            out[self.attr_row[sel]] = _int_values(self.attr_kind[sel], self.attr_value[sel])  # type: ignore[index]
+            out[self.attr_row[sel]] = int_values(self.attr_kind[sel], self.attr_value[sel])  # type: ignore[index]
         return out
 
     def texts(self, name: str) -> tuple[np.ndarray, list[str]]:
@@ -68,15 +68,15 @@ class RecordParts:
         mine = self.attr_name == self.names.index(name)
         text = np.full(mine.size, -1, dtype=np.int64)  # per attribute
         table: list[str] = []
-        rows = np.flatnonzero(mine & (self.attr_kind == _STRING_VAL))
+        rows = np.flatnonzero(mine & (self.attr_kind == STRING_VAL))
         if rows.size:
             text[rows], table = _string_table(self.buf, np.frombuffer(self.buf, dtype=np.uint8), self.attr_value_off[rows],
                                               self.attr_value[rows].astype(np.int64))  # type: ignore[index]
-        numbers = np.flatnonzero(mine & (self.attr_kind != _STRING_VAL) & _INT_KIND[np.minimum(self.attr_kind, 33)])
+        numbers = np.flatnonzero(mine & (self.attr_kind != STRING_VAL) & INT_KIND[np.minimum(self.attr_kind, 33)])
         if numbers.size:  # rare: integer values, written out one by one
             index = {t: i for i, t in enumerate(table)}
             for j in numbers.tolist():
-                text[j] = index.setdefault(str(_plain_int(int(self.attr_kind[j]), int(self.attr_value[j]))), len(index))  # type: ignore[index]
+                text[j] = index.setdefault(str(plain_int(int(self.attr_kind[j]), int(self.attr_value[j]))), len(index))  # type: ignore[index]
             table = list(index)
         out = np.full(int(self.io_off.shape[0]), -1, dtype=np.int64)
         valid = np.flatnonzero(text >= 0)  # attributes in wire order: a record's last valid one wins
@@ -155,7 +155,7 @@ def record_parts(buf: bytes, rec_off: np.ndarray, rec_len: np.ndarray, names: Se
             attr_name = _named(b, name_off, name_len, names)
         attr_text = np.full(na, -1, dtype=np.int32)
         table: list[str] = []
-        text = kind == _STRING_VAL
+        text = kind == STRING_VAL
         if strings:
             attr_text[text], table = _string_table(padded, b, v_off[text], value[text].astype(np.int64))
         lists = np.flatnonzero(kind == _STRING_LIST) if strings else np.zeros(0, dtype=np.int64)
@@ -208,13 +208,13 @@ def _walk(b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray, io: bool, io_
     name_off, name_len = np.zeros(na, dtype=np.int64), np.zeros(na, dtype=np.int64)
     kind, value, v_off = np.zeros(na, dtype=np.int64), np.zeros(na, dtype=np.uint64), np.zeros(na, dtype=np.int64)
     if na:
-        rest = np.flatnonzero(~_simple_attributes(b, a_start, a_end, name_off, name_len, kind, value, v_off))
+        rest = np.flatnonzero(~simple_attributes(b, a_start, a_end, name_off, name_len, kind, value, v_off)[0])
         if rest.size:
             def store(msgs: np.ndarray, field: np.ndarray, wire: np.ndarray, val: np.ndarray, off: np.ndarray) -> None:
                 msgs = rest[msgs]
                 m = (field == 1) & (wire == 2)
                 name_len[msgs[m]], name_off[msgs[m]] = val[m].astype(np.int64), off[m]
-                m = _ONEOF_WIRE_LUT[np.minimum(field, 33)] == wire
+                m = ONEOF_WIRE_LUT[np.minimum(field, 33)] == wire
                 kind[msgs[m]], value[msgs[m]], v_off[msgs[m]] = field[m], val[m], off[m]
 
             _scan(b, a_start[rest], a_end[rest], _keep(()), store)

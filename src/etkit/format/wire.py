@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["WireFault", "varints", "fixed", "packed_varints"]
+__all__ = ["WireFault", "varints", "fixed", "packed_varints", "word_view", "word_varints", "LOW_BYTES", "MSBS",
+           "bitwise_count"]
 
 
 class WireFault(Exception):
@@ -60,3 +61,37 @@ def packed_varints(b: np.ndarray, off: np.ndarray, length: np.ndarray) -> tuple[
         raise WireFault("packed varint too long")
     values = np.add.reduceat((raw & 0x7F).astype(np.uint64) << (np.uint64(7) * within.astype(np.uint64)), starts)
     return values, np.add.reduceat(ends.astype(np.int64), first)
+
+
+# -- word-wide reading: eight bytes at any offset at once ----------------------------------------------
+
+#: The top bit of each byte of a word.
+MSBS = np.uint64(0x8080808080808080)
+_LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
+_LANES = tuple((np.uint64(keep), np.uint64(move), np.uint64(shift)) for keep, move, shift in (
+    (0x007F007F007F007F, 0x7F007F007F007F00, 1), (0x00003FFF00003FFF, 0x3FFF00003FFF0000, 2),
+    (0x000000000FFFFFFF, 0x0FFFFFFF00000000, 4)))
+#: ``LOW_BYTES[k]``: a mask of the low ``k`` bytes of a word.
+LOW_BYTES = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)
+bitwise_count = getattr(np, "bitwise_count", None)  # numpy >= 2.0
+
+
+def word_view(b: np.ndarray) -> np.ndarray:
+    """A uint64 view whose element ``i`` is the 8 bytes starting at byte ``i`` of ``b`` (unaligned)."""
+    return np.ndarray(shape=(b.size - 7,), dtype="<u8", buffer=b, offset=0, strides=(1,))
+
+
+def word_varints(w: np.ndarray, avail: int) -> tuple[np.ndarray, np.ndarray]:
+    """Varints held in the low ``avail`` bytes of the words ``w``: values and lengths (0 = longer than that)."""
+    stop = ~w & MSBS & np.uint64((1 << (8 * avail)) - 1)
+    low_bit = stop & (~stop + np.uint64(1))  # the terminating byte's top bit
+    found = low_bit != 0
+    x = w & (low_bit | (low_bit - np.uint64(1))) & _LOW7
+    for keep, move, shift in _LANES:  # squeeze the 7-bit groups together
+        x = (x & keep) | ((x & move) >> shift)
+    if bitwise_count is not None:  # the stop bit's byte index k = the number of top bits below it
+        length = bitwise_count((low_bit - np.uint64(1)) & MSBS).astype(np.int64) + 1
+    else:
+        top_bit = np.log2(np.where(found, low_bit, np.uint64(1)).astype(np.float64)).astype(np.int64)  # 8k+7: exact
+        length = (top_bit >> 3) + 1
+    return x, np.where(found, length, 0)
