@@ -152,7 +152,7 @@ def bench_sweep(runs: int) -> None:
 
     from_files = timed(lambda: simulate(prefix, network, system, knobs))
     loaded = load_job(prefix, executor=serial)
-    from_job = timed(lambda: simulate(loaded, network, system, knobs))
+    from_job = timed(lambda: simulate(loaded, network, system, knobs))  # noqa: F821 (called before the del)
     del loaded
     prep = timed(lambda: prepare(prefix, executor=serial))
     prepared = prepare(prefix, executor=serial)

@@ -107,7 +107,7 @@ def main() -> None:
 
         def write() -> None:
             with TraceWriter(path, GlobalMetadata(version="1.0.0")) as writer:
-                for node in nodes:
+                for node in nodes:  # noqa: F821 (called before the del)
                     writer.write(node)
 
         report("write (TraceWriter.write of Node messages)", *median_rate(n, write, args.runs))
@@ -122,7 +122,7 @@ def main() -> None:
         report("read (streaming Node messages)", *median_rate(n, read, args.runs))
         report("load (columnar Trace, whole file)", *median_rate(n, lambda: load_trace(path), args.runs))
         trace = load_trace(path)
-        report("write (Trace.write, lossless records)", *median_rate(n, lambda: trace.write(tmp_path / "c.et"),
+        report("write (Trace.write, lossless records)", *median_rate(n, lambda: trace.write(tmp_path / "c.et"),  # noqa: F821
                                                                       args.runs))
         del trace
         report("to-json", *median_rate(n, lambda: to_json(path, tmp_path / "big.json"), args.runs))

@@ -127,7 +127,7 @@ def leave_one_out(work: Path, samples: int, worlds: set[int] | None = None) -> N
             by_world.setdefault(job.world_size, []).append(name)
     ins, outs = [], []
     print(header())
-    for world, names in sorted(by_world.items()):
+    for _world, names in sorted(by_world.items()):
         for name in names:
             began = time.perf_counter()
             cal = calibrate_from_jobs([jobs[o] for o in names if o != name], holdout=True, samples=samples)

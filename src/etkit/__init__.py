@@ -20,7 +20,7 @@ from .errors import EtkitError, TraceFormatError  # noqa: E402 - light: no third
 if TYPE_CHECKING:  # pragma: no cover
     from .format.stream import open_trace, write_trace
     from .model import Job, ProcessGroups, Trace, load_job, load_trace
-    from .pytorch.job import convert_job
+    from .pytorch.job import convert_job  # noqa: F401 (etkit.convert_job, resolved lazily by __getattr__)
 
 #: Public names that live in heavier modules: name -> module that defines it.
 _LAZY = {

@@ -43,7 +43,7 @@ STDOUT = "-"
 # Inputs that no output of the same command may replace
 
 #: (st_dev, st_ino) -> the input's name as given, for the inputs of the command running in this context.
-_INPUTS: contextvars.ContextVar[dict[tuple[int, int], str]] = contextvars.ContextVar("etkit_inputs", default={})
+_INPUTS: contextvars.ContextVar[dict[tuple[int, int], str]] = contextvars.ContextVar("etkit_inputs", default={})  # noqa: B039 (never mutated: protect_inputs sets a copy)
 
 
 @contextlib.contextmanager

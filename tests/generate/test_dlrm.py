@@ -31,7 +31,7 @@ def test_volumes_match_the_hybrid_layout(npus: int) -> None:
     job = dlrm("dlrm-mlperf", npus=npus, batch=batch).to_job()
     tables_per_rank = math.ceil(26 / npus)
     mlp_params = sum(i * o + o for i, o in BOTTOM + TOP)
-    for rank, trace in job.traces.items():
+    for trace in job.traces.values():
         # forward pooled embeddings and backward gradients: the global batch of the (padded) local tables
         assert comm(trace, CommType.ALL_TO_ALL).tolist() == [npus * batch * tables_per_rank * 128 * 4] * 2
         assert int(comm(trace, CommType.ALL_REDUCE).sum()) == mlp_params * 4  # fp32 gradients, all ranks

@@ -283,7 +283,7 @@ def test_expert_parallel_all_to_all_and_expert_gradients() -> None:
 
 
 def test_tied_embeddings_are_reduced_between_first_and_last_stage() -> None:
-    dp, tp, pp = 1, 2, 3
+    tp, pp = 2, 3
     job = llm("gpt3-175b", layers=3, tp=tp, pp=pp, microbatches=2).to_job()
     vocab = -(-50257 // tp) * tp
     for rank in job.ranks:

@@ -106,7 +106,7 @@ def test_load_traces_gives_load_trace_of_each_file(upstream: Path, names: bool) 
 
 def test_load_traces_stops_at_the_first_bad_file_with_its_error(tmp_path: Path) -> None:
     good = [tmp_path / f"r.{i}.et" for i in range(4)]
-    for i, path in enumerate(good):
+    for path in good:
         _trace().write(path)
     empty, cut = tmp_path / "empty.et", tmp_path / "cut.et"
     empty.write_bytes(b"")

@@ -226,7 +226,7 @@ def test_host_traces_alone_convert_to_the_same_communication(name, tmp_path):
     job_dir = tmp_path / "hosts"
     job_dir.mkdir()
     files = rank_files(PYTORCH_JOBS / name)
-    for rank, (host, _) in files.items():
+    for host, _ in files.values():
         (job_dir / host.name).write_bytes(host.read_bytes())
     report = convert_job(job_dir, tmp_path / "job", executor=SerialExecutor())
     job = load_job(str(tmp_path / "job"), executor=SerialExecutor())

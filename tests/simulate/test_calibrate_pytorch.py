@@ -199,7 +199,7 @@ def test_trace_residuals_reproduce_each_recorded_member(converted) -> None:
     job = converted["tp_transformer_ws4"]
     cal = calibrate_from_job(job)
     calls: dict[int, list[tuple[float, float]]] = {}
-    for rank, trace in sorted(job.traces.items()):
+    for _rank, trace in sorted(job.traces.items()):
         rows = np.flatnonzero(trace.types == NodeType.COMM_COLL_NODE)
         rows = rows[np.argsort(trace.start[rows], kind="stable")]
         for k, row in enumerate(rows):

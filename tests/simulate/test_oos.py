@@ -216,5 +216,5 @@ def test_one_model_fitted_to_several_jobs_and_its_interval(jobs, tmp_path) -> No
 def test_recorded_step_time_is_kinetos(jobs) -> None:
     from etkit.simulate.calibrate import measured_step_ns
 
-    for name, job in jobs.items():
-        assert recorded_step_ns(job) == pytest.approx(measured_step_ns(PYTORCH_JOBS / name), abs=1_000.0)
+    for name, loaded in jobs.items():
+        assert recorded_step_ns(loaded) == pytest.approx(measured_step_ns(PYTORCH_JOBS / name), abs=1_000.0)

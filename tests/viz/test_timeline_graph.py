@@ -196,7 +196,7 @@ def test_perfetto_protobuf_timeline(two_rank_job, tmp_path):
     assert flow_out == flow_in == [1, 2] and result.flows == 2
     for uuid in threads:  # every begin on a track is closed, in order
         depth = 0
-        for ts, ev in events:
+        for _ts, ev in events:
             if ev[11] == uuid:
                 depth += 1 if ev[9] == 1 else -1
                 assert depth >= 0

@@ -9,7 +9,6 @@ resource contention, so it is a lower bound; ``--simulate`` gives a realistic on
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from typing import Any
 

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import UsageError
-from .common import add_json, add_quiet, add_workers, executor_from, prefix_arg, text_wanted, write_json
+from .common import add_quiet, add_workers, executor_from, prefix_arg, text_wanted, write_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -155,7 +155,7 @@ def _match_by_name_order(host: HostTrace, kin: KinetoTrace, rows: np.ndarray, re
         k_threads[int(kin.cpu_tid[row])].append(row)
     names = kin.names
     taken_threads: set[int] = set()
-    for tid, ops in sorted(by_tid.items(), key=lambda kv: -len(kv[1])):
+    for _tid, ops in sorted(by_tid.items(), key=lambda kv: -len(kv[1])):
         ops.sort(key=lambda i: host.ops[i].id)
         wanted = [host.ops[i].name for i in ops]
         best: tuple[int, int, list[tuple[int, int]]] = (0, -1, [])
@@ -588,7 +588,6 @@ def link(host: HostTrace, kineto: KinetoTrace | None) -> LinkedRank:
     n = len(host.ops)
     report = LinkReport(host_ops=n)
     rows = np.full(n, -1, dtype=np.int64)
-    nan = np.full(n, _NAN)
     if kineto is None:
         gpu = _split_gpu_nodes(host)
         n = len(host.ops)

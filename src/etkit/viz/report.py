@@ -319,7 +319,6 @@ def _gpu_section(a: JobAnalysis, ctx: AnalysisContext) -> str:
                           for w in ("idle", "compute", "non_compute")] +
                          [_spread([100 * g.overlap.get(r, 0.0) for r in ranks], lambda v: f"{v:.1f}%")]
                          for label, ranks in groups if ranks]))
-    total = sum(g.kernels.by_type.values()) or 1
     types = sorted(g.kernels.by_type.items(), key=lambda kv: -kv[1])
     parts.append(svg.bar_chart([k for k, _ in types], [float(v) for _, v in types], fmt_ns, color="#4e79a7"))
     dist = g.kernels.distribution()
@@ -331,7 +330,7 @@ def _gpu_section(a: JobAnalysis, ctx: AnalysisContext) -> str:
     idle: dict[str, int] = {}
     for _, _, cat, t, _ in g.idle.rows:
         idle[cat] = idle.get(cat, 0) + t
-    parts.append(f"<p>GPU idle time by cause, all ranks and streams: " + ", ".join(
+    parts.append("<p>GPU idle time by cause, all ranks and streams: " + ", ".join(
         f"{escape(c.replace('_', ' '))} {escape(fmt_ns(t))} ({_pct(t, sum(idle.values()))})" for c, t in idle.items())
         + "</p>")
     rows = [[r, w, c, fmt_ns(m), fmt_ns(med), fmt_ns(p95), fmt_ns(mx)] for r, w, c, _, m, med, p95, mx in
