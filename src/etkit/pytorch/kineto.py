@@ -417,23 +417,24 @@ class _Columns:
         launch[5].append(_time(ev.get("dur"), "dur"))
         launch[6].append(cat == "cuda_driver")
 
+    def _on_stream(self, cols: tuple[list[Any], ...], ev: dict[str, Any]) -> dict[str, Any]:
+        """Name, ts, dur and stream of an event on a GPU stream into ``cols[0:4]``; returns its args."""
+        args = _args(ev)
+        cols[0].append(self.names.setdefault(_name(ev), len(self.names)))
+        cols[1].append(_time(ev.get("ts"), "ts"))
+        cols[2].append(_time(ev.get("dur"), "dur"))
+        stream = args.get("stream")
+        cols[3].append(_num(ev.get("tid")) if stream is None else _id(stream, "args.stream"))
+        return args
+
     def annotation(self, ev: dict[str, Any]) -> None:
         """A range on a GPU stream (``gpu_user_annotation``)."""
-        ann, args = self.ann, _args(ev)
-        ann[0].append(self.names.setdefault(_name(ev), len(self.names)))
-        ann[1].append(_time(ev.get("ts"), "ts"))
-        ann[2].append(_time(ev.get("dur"), "dur"))
-        stream = args.get("stream")
-        ann[3].append(_num(ev.get("tid")) if stream is None else _id(stream, "args.stream"))
+        self._on_stream(self.ann, ev)
 
     def sync(self, ev: dict[str, Any]) -> None:
         """A device-side wait (``cuda_sync``)."""
-        sync, args = self.syncs, _args(ev)
-        sync[0].append(self.names.setdefault(_name(ev), len(self.names)))
-        sync[1].append(_time(ev.get("ts"), "ts"))
-        sync[2].append(_time(ev.get("dur"), "dur"))
-        stream = args.get("stream")
-        sync[3].append(_num(ev.get("tid")) if stream is None else _id(stream, "args.stream"))
+        sync = self.syncs
+        args = self._on_stream(sync, ev)
         sync[4].append(_id(args.get("wait_on_stream"), "args.wait_on_stream"))
         sync[5].append(_id(args.get("wait_on_cuda_event_record_corr_id"), "args.wait_on_cuda_event_record_corr_id"))
         sync[6].append(_id(args.get("correlation"), "args.correlation"))
