@@ -215,8 +215,8 @@ def _name_groups(used: Mapping[str, tuple[int, ...]], npus: int, source: str
             renamed[key] = None
         elif key == communicator_key(None) and members == everyone:
             renamed[key] = ""
-        elif _canonical_id(key) is not None:
-            by_id[_canonical_id(key)] = members
+        elif (gid := _canonical_id(key)) is not None:
+            by_id[gid] = members
             renamed[key] = key
         else:
             pending.append(key)
@@ -225,15 +225,15 @@ def _name_groups(used: Mapping[str, tuple[int, ...]], npus: int, source: str
         classes[gid % _KEEP_BELOW].append(frozenset(members))
     candidate = 1
     for key in pending:
-        members = frozenset(used[key])
+        member_set = frozenset(used[key])
         while candidate in by_id or candidate % _KEEP_BELOW == 0 or \
-                any(len(members & other) > 1 for other in classes[candidate % _KEEP_BELOW]):
+                any(len(member_set & other) > 1 for other in classes[candidate % _KEEP_BELOW]):
             candidate += 1
         if candidate > MAX_GROUP_ID:
             raise ExportError(f"{source}: cannot export for ASTRA-sim: {len(used)} communicators need more than "
                               f"{MAX_GROUP_ID} group ids (ASTRA-sim numbers group packets id * 10**6 in an int)")
         by_id[candidate] = used[key]
-        classes[candidate % _KEEP_BELOW].append(members)
+        classes[candidate % _KEEP_BELOW].append(member_set)
         renamed[key] = str(candidate)
     return renamed, {str(gid): by_id[gid] for gid in sorted(by_id)}
 
@@ -273,7 +273,7 @@ def _pair_messages(records: Mapping[int, CommRecord], world: int, source: str, c
             senders[int(dst)].add(rank)
     problems: list[str] = []
     send_size = {r: np.where(rec.send_size == MISSING, 0, rec.send_size).astype(np.int64) for r, rec in records.items()}
-    for r, sizes in send_size.items():
+    for sizes in send_size.values():
         small = sizes < least
         changes[f"messages grown to {least} bytes" if least > 1 else "empty messages grown to 1 byte"] += int(small.sum())
         sizes[small] = least
