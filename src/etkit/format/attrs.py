@@ -9,7 +9,7 @@ canonical kind of their name (``CANONICAL_KINDS``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ..errors import ValueRangeError
 from .schema import ATTR_KINDS, LIST_KINDS, AttributeProto
@@ -106,7 +106,7 @@ def make_attr(name: str, value: Any, kind: str | None = None) -> AttributeProto:
 
 def attr_kind(attr: AttributeProto) -> str | None:
     """The oneof member set on ``attr`` (``None`` when the attribute carries no value)."""
-    return attr.WhichOneof("value")
+    return cast("str | None", attr.WhichOneof("value"))
 
 
 def attr_value(attr: AttributeProto) -> Any:
@@ -156,7 +156,7 @@ def get_str(attrs: Iterable[AttributeProto], name: str, default: str | None = No
         return default
     kind = attr.WhichOneof("value")
     if kind == "string_val":
-        return attr.string_val
+        return cast(str, attr.string_val)
     if kind in INT_KINDS:
         return str(int(getattr(attr, kind)))
     return default

@@ -104,7 +104,7 @@ def simple_attributes(b: np.ndarray, a_start: np.ndarray, a_end: np.ndarray, nam
 
 def int_values(kind: np.ndarray, value: np.ndarray) -> np.ndarray:
     """Attribute integer values per oneof field number, as the int64 the columns hold."""
-    out = value.view(np.int64).copy()
+    out: np.ndarray = value.view(np.int64).copy()
     low = value & _U32
     present = np.bincount(kind, minlength=len(ONEOF_WIRE_LUT))
     for number, (_, decoder) in VALUE_FIELDS.items():

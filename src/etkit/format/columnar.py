@@ -262,7 +262,8 @@ _HOT_LENS = np.array([len(n) for n in _HOT_NAMES], dtype=np.int64)
 
 def _hash(keys: np.ndarray, length: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
-        return keys[:, 0] ^ (keys[:, 1] * np.uint64(0x9E3779B97F4A7C15)) ^ (length.astype(np.uint64) << np.uint64(56))
+        hashed: np.ndarray = keys[:, 0] ^ (keys[:, 1] * np.uint64(0x9E3779B97F4A7C15)) ^ (length.astype(np.uint64) << np.uint64(56))
+    return hashed
 
 
 _HOT_HASH = _hash(_HOT_KEYS, _HOT_LENS)
@@ -395,7 +396,8 @@ def _check_with_protobuf(buf: bytes, frame_start: np.ndarray, rec_end: np.ndarra
 
 
 def _keep_deps(field: np.ndarray, wire: np.ndarray) -> np.ndarray:
-    return (field == 4) | (field == 5)
+    kept: np.ndarray = (field == 4) | (field == 5)
+    return kept
 
 
 def _store_nothing(*_: np.ndarray) -> None:
@@ -458,7 +460,8 @@ _SCALAR_SLOT[list(_SCALAR_FIELDS)] = np.arange(len(_SCALAR_FIELDS))
 
 def _keep_node_lists(field: np.ndarray, wire: np.ndarray) -> np.ndarray:
     """Node fields kept for later passes: deps (4, 5), inputs and outputs (8, 9) and attributes (10)."""
-    return (field == 4) | (field == 5) | (((field == 8) | (field == 9) | (field == 10)) & (wire == 2))
+    kept: np.ndarray = (field == 4) | (field == 5) | (((field == 8) | (field == 9) | (field == 10)) & (wire == 2))
+    return kept
 
 
 def _wire_table(wires: dict[int, tuple[int, ...]]) -> np.ndarray:

@@ -87,7 +87,7 @@ def _batch_bytes(b: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[
 
 def _reserializes(piece: bytes, message: Any = NodeBatch) -> bool:
     try:
-        return message.FromString(piece).SerializeToString() == piece
+        return bool(message.FromString(piece).SerializeToString() == piece)
     except (DecodeError, ValueError, RuntimeError):
         return False
 
@@ -366,7 +366,7 @@ class _Chunk:
         """The cached JSON texts of ``b[off:off+length]`` as an object array; owners of ``None`` are dropped."""
         out = np.empty(owner.size, dtype=object)
         out[:] = cache.texts(self.data, off, length)
-        self.drop(owner[np.equal(out, None)])
+        self.drop(owner[out == None])  # per element
         return out
 
 
@@ -481,6 +481,10 @@ class _NodeColumns:
 
     def column(self, slot: tuple[Any, ...], rows: np.ndarray) -> list[Any]:
         """The values of one template slot for the nodes ``rows``."""
+        values: list[Any] = self._column(slot, rows)
+        return values
+
+    def _column(self, slot: tuple[Any, ...], rows: np.ndarray) -> Any:
         what, arg = slot
         if what == "int":
             return self.val[rows, arg].tolist()
@@ -559,6 +563,7 @@ def _template(key: tuple[Any, ...]) -> tuple[bytes, list[tuple[Any, Any]]]:
                 items.append(head + (b',"boolVal":true}' if variant == _TRUE else b',"boolVal":false}'))
                 continue
             _, json_key, value = _ATTR_KINDS[variant]
+            assert value is not None  # only bools have none, and they are written above
             items.append(head + b',"%s":%s}' % (json_key.encode(), value.encode()))
             slots.append(("attr_str" if variant == _STRING else "attr_uint" if variant in _UNSIGNED_64 else "attr_int",
                           index))

@@ -34,8 +34,18 @@ from ..fileio import atomic_output, open_maybe_gzip
 from .jsonfast import FramingFault, JsonWriter, record_chunks
 from .jsonizer import split_objects
 from .protojson import (
-    KIND_JSON, NODE_TYPE_NAMES, WIDE_SCALARS, attr_to_dict, compact, dict_to_metadata, dict_to_node, io_to_dict,
-    NodeEncoder, metadata_to_dict, node_to_dict, raw_bytes,
+    KIND_JSON,
+    NODE_TYPE_NAMES,
+    WIDE_SCALARS,
+    NodeEncoder,
+    attr_to_dict,
+    compact,
+    dict_to_metadata,
+    dict_to_node,
+    io_to_dict,
+    metadata_to_dict,
+    node_to_dict,
+    raw_bytes,
 )
 from .schema import AttributeProto, GlobalMetadata, IOInfo, Node
 from .stream import TraceWriter, open_trace
@@ -67,11 +77,11 @@ class _Fragments:
         if hit is not None:
             return hit
         kind = attr.WhichOneof("value")
-        quoted = _QUOTED_SCALARS.get(kind)  # type: ignore[arg-type]
+        quoted = _QUOTED_SCALARS.get(kind)
         if quoted is None or attr.doc_string or not attr.name:
             return self._get(key, lambda: attr_to_dict(attr))
         # integer-valued attributes are often unique per node (rf_id, seq_id): format them directly
-        return b'{"name":' + self.name(attr.name) + quoted % getattr(attr, kind)
+        return bytes(b'{"name":' + self.name(attr.name) + quoted % getattr(attr, kind))
 
     def io(self, io: IOInfo) -> bytes:
         return self._get((io.values, io.shapes, io.types), lambda: io_to_dict(io))
@@ -129,7 +139,7 @@ def _with_raw(d: dict[str, Any], message: Any, payload: bytes) -> dict[str, Any]
 
 def _needs_raw(message: Any, payload: bytes) -> bool:
     message.DiscardUnknownFields()  # the JSON carries no unknown fields, so neither may the comparison
-    return message.SerializeToString() != payload
+    return bool(message.SerializeToString() != payload)
 
 
 def _nan_lossy(text: bytes, from_dict: Any, payload: bytes) -> bool:
@@ -185,7 +195,9 @@ def _write_json(et_path: str | os.PathLike[str], json_path: str | os.PathLike[st
             writer = JsonWriter()
             with open_maybe_gzip(et_path) as stream:
                 for data, start, length in record_chunks(stream, _CHUNK_RECORDS):
-                    text = writer.chunk_json(data, start, length, lambda payload, i, base=count: slow(payload, base + i + 1))
+                    def slow_at(payload: bytes, i: int, base: int = count) -> bytes:
+                        return slow(payload, base + i + 1)
+                    text = writer.chunk_json(data, start, length, slow_at)
                     out.write(text[1:] if count == 0 else text)  # the first node follows "[" without a comma
                     count += start.size
         else:
@@ -322,7 +334,7 @@ def _payload(data: dict[str, Any], cls: Any, encode: Any) -> bytes:
         payload = raw_bytes(data)
         cls.FromString(payload)  # refuse bytes that are not this message
         return payload
-    return encode(data)
+    return bytes(encode(data))
 
 
 def _metadata_payload(data: dict[str, Any]) -> bytes:

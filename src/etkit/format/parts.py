@@ -11,7 +11,7 @@ Anything the walk does not handle returns ``None``: the caller parses record by 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,8 +70,9 @@ class RecordParts:
         table: list[str] = []
         rows = np.flatnonzero(mine & (self.attr_kind == STRING_VAL))
         if rows.size:
+            assert self.attr_value_off is not None and self.attr_value is not None
             text[rows], table = _string_table(self.buf, np.frombuffer(self.buf, dtype=np.uint8), self.attr_value_off[rows],
-                                              self.attr_value[rows].astype(np.int64))  # type: ignore[index]
+                                              self.attr_value[rows].astype(np.int64))
         numbers = np.flatnonzero(mine & (self.attr_kind != STRING_VAL) & INT_KIND[np.minimum(self.attr_kind, 33)])
         if numbers.size:  # rare: integer values, written out one by one
             index = {t: i for i, t in enumerate(table)}
@@ -84,12 +85,13 @@ class RecordParts:
         return out, table
 
 
-def _keep(numbers: tuple[int, ...]):  # noqa: ANN202
+def _keep(numbers: tuple[int, ...]) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     wanted = np.zeros(64, dtype=bool)
     wanted[list(numbers)] = True
 
     def keep(field: np.ndarray, wire: np.ndarray) -> np.ndarray:
-        return (wire == 2) & wanted[np.minimum(field, 63)]
+        kept: np.ndarray = (wire == 2) & wanted[np.minimum(field, 63)]
+        return kept
     return keep
 
 

@@ -351,7 +351,7 @@ class NodeEncoder:
                 used += 1
                 if type(io) is not dict or len(io) > 3:
                     return None
-                body = b""
+                io_body = b""
                 n = 0
                 for sub, subtag in (("values", b"\x0a"), ("shapes", b"\x12"), ("types", b"\x1a")):
                     text = io.get(sub)
@@ -360,10 +360,10 @@ class NodeEncoder:
                         if type(text) is not str:
                             return None
                         if text:
-                            body += _text(subtag, text)
+                            io_body += _text(subtag, text)
                 if n != len(io):
                     return None
-                parts.append((tag, _VARINT_1[tag] + _varint(len(body)) + body))
+                parts.append((tag, _VARINT_1[tag] + _varint(len(io_body)) + io_body))
         attrs = get("attr")
         if attrs is not None:
             used += 1

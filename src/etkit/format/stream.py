@@ -16,7 +16,7 @@ from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, BinaryIO
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -154,7 +154,7 @@ def _frame_starts(buf: bytes) -> np.ndarray | None:
     return None if walked is None else np.frombuffer(walked[0], dtype=np.int64)
 
 
-def _chain(buf: bytes, pos: int, stop: int) -> tuple[array, int] | None:
+def _chain(buf: bytes, pos: int, stop: int) -> tuple[array[int], int] | None:
     """Frame starts from ``pos`` (a frame start) while below ``stop``, and the first position at or past it;
     ``None`` if a prefix is cut or over-long."""
     starts = array("q")
@@ -275,7 +275,8 @@ def _guessed_starts(buf: bytes, b: np.ndarray) -> np.ndarray:
     likely = (short & (h0 > 0) & (h1 == mark)) | (~short & (h1 < 0x80) & (h2 == mark))
     found = likely.any(axis=1)
     guess = (np.flatnonzero(found) + 1) * _SEGMENT + likely[found].argmax(axis=1)
-    return guess[_starts_there(b, _frame_ends(b, guess), mark)]
+    kept: np.ndarray = guess[_starts_there(b, _frame_ends(b, guess), mark)]
+    return kept
 
 
 def _frame_ends(b: np.ndarray, pos: np.ndarray) -> np.ndarray:
@@ -283,7 +284,8 @@ def _frame_ends(b: np.ndarray, pos: np.ndarray) -> np.ndarray:
     last = b.size - 1
     head = b[pos].astype(np.int64)
     second = b[np.minimum(pos + 1, last)].astype(np.int64)
-    return np.where(head < 0x80, pos + 1 + head, pos + 2 + (head & 0x7F) + (second << 7))
+    ends: np.ndarray = np.where(head < 0x80, pos + 1 + head, pos + 2 + (head & 0x7F) + (second << 7))
+    return ends
 
 
 def _starts_there(b: np.ndarray, pos: np.ndarray, mark: int) -> np.ndarray:
@@ -292,7 +294,8 @@ def _starts_there(b: np.ndarray, pos: np.ndarray, mark: int) -> np.ndarray:
     at = np.minimum(pos, last)
     h0, h1, h2 = (b[np.minimum(at + k, last)] for k in range(3))
     short = h0 < 0x80
-    return (pos == b.size) | ((pos < b.size) & ((short & (h0 > 0) & (h1 == mark)) | (~short & (h1 < 0x80) & (h2 == mark))))
+    there: np.ndarray = (pos == b.size) | ((pos < b.size) & ((short & (h0 > 0) & (h1 == mark)) | (~short & (h1 < 0x80) & (h2 == mark))))
+    return there
 
 
 def _frame_table_exact(buf: bytes, path: str | os.PathLike[str], allow_empty: bool) -> FrameTable:
@@ -646,7 +649,7 @@ class TraceWriter:
                  compress: bool | None = None) -> None:
         self.path = Path(path)
         self._ctx = atomic_output(self.path, compress=compress)
-        self._out = self._ctx.__enter__()
+        self._out: BinaryIO | None = self._ctx.__enter__()
         self._pending: list[bytes] = []  # length prefixes and records, written out together
         self._pending_bytes = 0
         self._nodes: list[bytes] = []  # payloads of write() not yet checked for repeated deps
@@ -669,8 +672,13 @@ class TraceWriter:
         if self._pending_bytes >= self._FLUSH_BYTES:
             self._flush()
 
+    def _stream(self) -> BinaryIO:
+        if self._out is None:
+            raise ValueError(f"{self.path}: written after it was closed")
+        return self._out
+
     def _flush(self) -> None:
-        self._out.write(b"".join(self._pending))
+        self._stream().write(b"".join(self._pending))
         self._pending.clear()
         self._pending_bytes = 0
 
@@ -680,7 +688,7 @@ class TraceWriter:
         if nodes:
             self._records_written += len(nodes)
             self._flush()  # keep file order
-            self._out.write(_framed(nodes))
+            self._stream().write(_framed(nodes))
 
     def write(self, node: Node) -> None:
         """Append ``node`` (duplicate deps dropped, first occurrence kept; an empty node is refused).

@@ -41,7 +41,8 @@ def varints(b: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def fixed(b: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
     """Little-endian ``width``-byte values (fixed32/fixed64 bits) at ``pos``, as uint64."""
     win = b[pos[:, None] + np.arange(width)].astype(np.uint64)
-    return (win << (8 * np.arange(width, dtype=np.uint64))).sum(axis=1, dtype=np.uint64)
+    out: np.ndarray = (win << (8 * np.arange(width, dtype=np.uint64))).sum(axis=1, dtype=np.uint64)
+    return out
 
 
 def packed_varints(b: np.ndarray, off: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -78,7 +79,8 @@ bitwise_count = getattr(np, "bitwise_count", None)  # numpy >= 2.0
 
 def word_view(b: np.ndarray) -> np.ndarray:
     """A uint64 view whose element ``i`` is the 8 bytes starting at byte ``i`` of ``b`` (unaligned)."""
-    return np.ndarray(shape=(b.size - 7,), dtype="<u8", buffer=b, offset=0, strides=(1,))
+    view: np.ndarray = np.ndarray(shape=(b.size - 7,), dtype="<u8", buffer=b, offset=0, strides=(1,))
+    return view
 
 
 def word_varints(w: np.ndarray, avail: int) -> tuple[np.ndarray, np.ndarray]:

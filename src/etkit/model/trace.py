@@ -15,15 +15,16 @@ import zlib
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
 from google.protobuf.message import DecodeError
 
 from ..errors import TraceFormatError
-from ..format.attrs import INT_KINDS
-from ..format.schema import CommType, GlobalMetadata, Node, NodeType
 from ..fileio import read_bytes_maybe_gzip
+from ..format.attrs import INT_KINDS
 from ..format.columnar import HOT_INT_ATTRS, MISSING, PAD, Columns, decode_columns, split_columns
+from ..format.schema import CommType, GlobalMetadata, Node, NodeType
 from ..format.stream import HEAD_BYTES, TraceWriter, check_head, frame_table
 
 __all__ = ["Trace", "load_trace", "load_traces", "MISSING", "COMM_NODE_TYPES"]
@@ -34,7 +35,7 @@ _INT_COLUMNS = HOT_INT_ATTRS
 _INT_COLUMN_SET = frozenset(HOT_INT_ATTRS)
 
 
-def _csr(ptr: array, values: array) -> tuple[np.ndarray, np.ndarray]:
+def _csr(ptr: array[int], values: array[int]) -> tuple[np.ndarray, np.ndarray]:
     return np.frombuffer(ptr, dtype=np.int64).copy(), np.frombuffer(values, dtype=np.uint64).copy()
 
 
@@ -116,7 +117,8 @@ class Trace:
     @property
     def names(self) -> np.ndarray:
         """Node names as an object array (built on demand; prefer ``name_idx`` + ``strings``)."""
-        return np.asarray(self.strings, dtype=object)[self.name_idx]
+        names: np.ndarray = np.asarray(self.strings, dtype=object)[self.name_idx]
+        return names
 
     def name(self, row: int) -> str:
         return self.strings[int(self.name_idx[row])]
@@ -199,7 +201,8 @@ class _TraceBuilder:
     def __init__(self, path: str) -> None:
         self.path = path
 
-    def build(self, metadata: GlobalMetadata | bytes, records: Iterable) -> Trace:  # noqa: C901
+    def build(self, metadata: GlobalMetadata | bytes,
+              records: Iterable[bytes] | Iterable[tuple[int, int, bytes]]) -> Trace:  # noqa: C901
         path = self.path
         if isinstance(metadata, bytes):
             meta_record = metadata
@@ -278,9 +281,10 @@ class _TraceBuilder:
                         text = str(int(getattr(attr, kind)))
                     else:
                         continue
-                    pg = strings.get(text)
-                    if pg is None:
-                        pg = strings[text] = len(strings)
+                    known = strings.get(text)
+                    if known is None:
+                        known = strings[text] = len(strings)
+                    pg = known
             cpu.append(cpu_value)
             pg_idx.append(pg)
             if found is None:
@@ -319,7 +323,7 @@ def _from_columns(cols: Columns, metadata: GlobalMetadata, blob: bytes, rec_off:
         metadata=metadata, ids=cols.ids, types=cols.types, name_idx=cols.name_idx, strings=cols.strings,
         start=cols.start, duration=cols.duration, data_ptr=cols.data_ptr, data_deps=cols.data_deps,
         ctrl_ptr=cols.ctrl_ptr, ctrl_deps=cols.ctrl_deps, is_cpu_op=cols.is_cpu_op, pg_idx=cols.pg_idx,
-        **cols.ints, blob=blob, rec_off=rec_off, rec_len=rec_len, path=path,
+        **cast("dict[str, Any]", cols.ints), blob=blob, rec_off=rec_off, rec_len=rec_len, path=path,
     )
 
 
@@ -387,9 +391,9 @@ def _joint_batch(batch: list[tuple[str, bytes]], allow_empty: bool, names: bool)
         return None
     bases = np.zeros(len(batch) + 1, dtype=np.int64)
     np.cumsum(sizes, out=bases[1:])
-    joined = b"".join([buf for _, buf in batch] + [bytes(PAD)])
+    joined = b"".join([buf for _, buf in batch])
     try:
-        frames = frame_table(memoryview(joined)[:int(bases[-1])], "<batch>", allow_empty=True)
+        frames = frame_table(joined, "<batch>", allow_empty=True)
     except TraceFormatError:
         return None
     first = np.searchsorted(frames.start, bases[:-1])  # each file's GlobalMetadata frame
@@ -407,7 +411,7 @@ def _joint_batch(batch: list[tuple[str, bytes]], allow_empty: bool, names: bool)
             metadata.append((GlobalMetadata.FromString(record), record))
         except (DecodeError, ValueError, RuntimeError):
             return None
-    cols = decode_columns(joined, frames.start[node], frames.offset[node], frames.length[node], names=names)
+    cols = decode_columns(joined + bytes(PAD), frames.start[node], frames.offset[node], frames.length[node], names=names)
     if cols is None:
         return None
     rows = np.zeros(len(batch) + 1, dtype=np.int64)

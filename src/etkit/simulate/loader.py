@@ -14,11 +14,12 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 
-from ..format.columnar import HOT_INT_ATTRS, MISSING, Columns, decode_columns, join_columns
 from ..fileio import is_gzip
+from ..format.columnar import HOT_INT_ATTRS, MISSING, Columns, decode_columns, join_columns
 from ..format.stream import encode_varint, open_trace
 from ..model.groups import ProcessGroups
 from ..model.job import groups_from_trace
@@ -123,5 +124,5 @@ def _trace(cols: Columns, blob: bytes, rec_off: np.ndarray, rec_len: np.ndarray,
     return Trace(metadata=metadata, ids=cols.ids, types=cols.types, name_idx=cols.name_idx, strings=cols.strings,
                  start=cols.start, duration=cols.duration, data_ptr=cols.data_ptr, data_deps=cols.data_deps,
                  ctrl_ptr=cols.ctrl_ptr, ctrl_deps=cols.ctrl_deps, is_cpu_op=cols.is_cpu_op, pg_idx=cols.pg_idx,
-                 **{k: cols.ints.get(k, missing) for k in HOT_INT_ATTRS}, blob=blob, rec_off=rec_off, rec_len=rec_len,
+                 **cast("dict[str, Any]", {k: cols.ints.get(k, missing) for k in HOT_INT_ATTRS}), blob=blob, rec_off=rec_off, rec_len=rec_len,
                  path=path)
