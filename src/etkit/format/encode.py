@@ -13,7 +13,7 @@ numpy for all records at once, so the cost per node is a few array passes, not a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -114,7 +114,7 @@ def _gather(out: np.ndarray, pos: np.ndarray, blob: np.ndarray, src: np.ndarray,
 class _Piece:
     """Bytes of one field for every row: ``length`` per row (0 = absent), written by ``put(out, pos)``."""
 
-    def __init__(self, length: np.ndarray, put) -> None:  # noqa: ANN001
+    def __init__(self, length: np.ndarray, put: Callable[[np.ndarray, np.ndarray], None]) -> None:
         self.length, self.put = length, put
 
 
@@ -267,4 +267,5 @@ def _non_empty(names: Sequence[bytes], idx: np.ndarray) -> np.ndarray:
     if not len(names):
         return np.zeros(idx.size, dtype=bool)
     filled = np.fromiter((len(s) > 0 for s in names), dtype=bool, count=len(names))
-    return (idx >= 0) & filled[np.maximum(idx, 0)]
+    named: np.ndarray = (idx >= 0) & filled[np.maximum(idx, 0)]
+    return named
