@@ -30,8 +30,8 @@ from ..executor import Executor
 from ..format.schema import CommType
 from ..model.groups import ProcessGroups
 from ..model.job import Job
+from ..model.template import Param, RankPlan, TraceTemplate, build_job, synthetic_metadata, write_job
 from ..units import parse_size
-from .writer import Param, RankPlan, TraceTemplate, build_job, synthetic_metadata, write_job
 
 __all__ = [
     "BARRIER_TOKEN_BYTES",

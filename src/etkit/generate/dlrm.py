@@ -23,8 +23,8 @@ from ..executor import Executor
 from ..format.schema import CommType
 from ..model.devices import Device, get_device
 from ..model.groups import ProcessGroups
+from ..model.template import RankPlan, TraceTemplate, synthetic_metadata
 from .training import DTYPE_BYTES, ComputeChain, GeneratedJob, GradientBuckets, JobSummary
-from .writer import RankPlan, TraceTemplate, synthetic_metadata
 
 __all__ = ["DLRM_MODELS", "DlrmConfig", "DlrmJob", "DlrmSpec", "dlrm", "write_dlrm"]
 

@@ -4,7 +4,7 @@
 (the only thing that differs between roles; every rank of a stage has the same graph) and, per rank, the
 few values stamped into it (its ``pg_name`` per group kind, its pipeline peers). Nothing is built per
 rank until the job is written or materialised, so a 16k-rank job costs ``pp`` templates plus a byte copy
-per rank (see :mod:`etkit.generate.writer`).
+per rank (see :mod:`etkit.model.template`).
 
 What a stage's graph holds, per micro-batch in pipeline-schedule order (:func:`~etkit.generate.layout.pipeline_order`):
 forward and backward compute nodes per GEMM group of each layer (``num_ops`` = FLOPs, ``tensor_size`` =
@@ -32,10 +32,17 @@ from ..errors import UsageError
 from ..executor import Executor
 from ..format.schema import CommType
 from ..model.devices import Device, get_device
+from ..model.template import Param, RankPlan, TraceTemplate, synthetic_metadata
 from .layout import GroupTable, ParallelLayout, build_groups, pipeline_order
-from .training import (ADAM_BYTES_PER_PARAM, ADAM_FLOPS_PER_PARAM, DTYPE_BYTES, ComputeChain, GeneratedJob,
-                       GradientBuckets, JobSummary)
-from .writer import Param, RankPlan, TraceTemplate, synthetic_metadata
+from .training import (
+    ADAM_BYTES_PER_PARAM,
+    ADAM_FLOPS_PER_PARAM,
+    DTYPE_BYTES,
+    ComputeChain,
+    GeneratedJob,
+    GradientBuckets,
+    JobSummary,
+)
 
 __all__ = [
     "DTYPE_BYTES",

@@ -25,12 +25,12 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..executor import Executor
+from ..fileio import job_output
 from ..format.attrs import make_attr
 from ..format.schema import CommType, Node, NodeType
-from ..fileio import job_output
 from ..model.job import Job
+from ..model.template import RankPlan, TraceTemplate, WriteTask, build_job, plan_writes, run_writes, synthetic_metadata
 from .collective import add_barrier, add_broadcast
-from .writer import RankPlan, TraceTemplate, WriteTask, build_job, plan_writes, run_writes, synthetic_metadata
 
 __all__ = ["MICRO_CASES", "MicroParams", "micro", "write_micro"]
 

@@ -57,10 +57,10 @@ from ..errors import UsageError
 from ..format.schema import CommType, NodeType
 from ..model.devices import Device, get_device
 from ..model.groups import ProcessGroups
+from ..model.template import Param, RankPlan, TraceTemplate, Value, synthetic_metadata
 from .llm import ModelConfig, get_model
 from .requests import Request, RequestSource
 from .training import DTYPE_BYTES, GeneratedJob
-from .writer import Param, RankPlan, TraceTemplate, Value, synthetic_metadata
 
 __all__ = ["ServeLayout", "EngineConfig", "ServeSpec", "StepShape", "StepCost", "ServeJob", "SERVE_PRESETS",
            "CommCost", "alpha_beta_comm", "step_cost", "kv_bytes_per_token", "weight_bytes_per_gpu",

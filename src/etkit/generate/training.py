@@ -19,9 +19,9 @@ from ..format.schema import CommType, NodeType
 from ..model.devices import Device
 from ..model.groups import ProcessGroups
 from ..model.job import Job
+from ..model.template import Param, RankPlan, TraceTemplate, build_job, write_job
 from ..model.trace import Trace
 from ..units import exact_sum
-from .writer import Param, RankPlan, TraceTemplate, build_job, write_job
 
 __all__ = ["ComputeChain", "GeneratedJob", "GradientBuckets", "JobSummary", "summarize",
            "ADAM_BYTES_PER_PARAM", "ADAM_FLOPS_PER_PARAM", "DTYPE_BYTES"]

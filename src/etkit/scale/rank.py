@@ -3,7 +3,7 @@
 A source rank is read once, and every new rank that copies it is stamped from it: records that no
 copy changes are written as they are (the bytes of the input); a record whose process group or peer
 differs per copy keeps its other fields encoded once (rescaled where the plan says so) and gets the
-copy's ``pg_name`` / ``comm_src`` / ``comm_dst`` appended (:func:`etkit.generate.writer.attr_field`, the
+copy's ``pg_name`` / ``comm_src`` / ``comm_dst`` appended (:func:`etkit.model.template.attr_field`, the
 stamping of etkit's generators: ``attr`` is the last field of a Node, so the message is the same). A
 copy whose values are the source's own gets the source's bytes, so scaling a job to its own degree
 writes it back byte for byte. Merged pipeline stages (:func:`merge_stages`) are re-encoded node by node.
@@ -22,8 +22,8 @@ from ..format.attrs import attr_kind, make_attr
 from ..format.parts import joined_spans, record_parts
 from ..format.schema import AttributeProto, Node, NodeType
 from ..format.stream import TraceWriter, encode_varint, frame
-from ..generate.writer import attr_field
 from ..model.survey import survey_file
+from ..model.template import attr_field
 from ..model.trace import MISSING, Trace, load_trace
 
 __all__ = ["RankSurvey", "survey_rank", "Target", "SourceTask", "write_copies", "merge_stages"]
@@ -436,7 +436,7 @@ def _write_file(path: str, data: bytes) -> None:
 def write_copies(task: SourceTask) -> int:
     """Executor task: write every target of a single-source task; returns the nodes written.
 
-    Like the generators' :class:`~etkit.generate.writer.TraceTemplate`, the records that no copy changes
+    Like the generators' :class:`~etkit.model.template.TraceTemplate`, the records that no copy changes
     are written as they are, a run of them as one byte string (:class:`_Copies`). The files go into the
     job's staging folder (:func:`etkit.fileio.job_output`)."""
     trace = load_trace(task.sources[0], names=False)  # names are not read: only pg_name among the strings

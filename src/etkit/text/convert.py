@@ -46,9 +46,9 @@ from pathlib import Path
 from ..errors import UsageError
 from ..executor import Executor
 from ..format.schema import CommType
-from ..generate.writer import Param, RankPlan, TraceTemplate, build_job, synthetic_metadata, write_job
 from ..model.groups import ProcessGroups
 from ..model.job import Job
+from ..model.template import Param, RankPlan, TraceTemplate, build_job, synthetic_metadata, write_job
 from .parse import Phase, TextLayer, TextWorkload, TextWorkloadError, read_text
 
 __all__ = ["GroupLayout", "build_template", "convert_text", "group_layout", "write_text"]

@@ -8,8 +8,8 @@ from etkit.executor import ProcessExecutor
 from etkit.format.attrs import make_attr
 from etkit.format.schema import CommType, GlobalMetadata, Node, NodeType
 from etkit.format.stream import open_trace
-from etkit.generate.writer import Param, RankPlan, TraceTemplate, attr_field, build_job, write_job
 from etkit.model import load_job
+from etkit.model.template import Param, RankPlan, TraceTemplate, attr_field, build_job, write_job
 
 
 def _template() -> TraceTemplate:

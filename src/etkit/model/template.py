@@ -31,7 +31,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Union
+from typing import TypeVar, Union
 
 from .. import __version__
 from ..executor import Executor, SerialExecutor
@@ -39,9 +39,9 @@ from ..fileio import JobOutput, atomic_output, check_writable, job_output
 from ..format.attrs import CANONICAL_KINDS, make_attr
 from ..format.schema import SCHEMA_VERSION, CommType, GlobalMetadata, Node, NodeType
 from ..format.stream import encode_varint, frame
-from ..model.groups import ProcessGroups
-from ..model.job import Job, comm_groups_path
-from ..model.trace import Trace
+from .groups import ProcessGroups
+from .job import Job, comm_groups_path
+from .trace import Trace
 
 __all__ = [
     "Param",
@@ -118,13 +118,16 @@ def synthetic_metadata(source: str, **attrs: int | str) -> GlobalMetadata:
     return meta
 
 
-def frame_runs(items: Iterable[object]) -> list:
+_T = TypeVar("_T")
+
+
+def frame_runs(items: Iterable[_T]) -> list[_T | bytes]:
     """``items`` with every run of consecutive records (``bytes``) framed and joined into one byte string;
     the other items (records stamped per rank) stay as they are, in order."""
-    out: list = []
+    out: list[_T | bytes] = []
     run: list[bytes] = []
     for item in items:
-        if type(item) is bytes:
+        if isinstance(item, bytes):
             run.append(frame(item))
             continue
         if run:
@@ -189,7 +192,7 @@ class TraceTemplate:
         else:
             self._nodes.append(fixed)
         self._compiled = None
-        return node.id
+        return int(node.id)
 
     def node(self, name: str, node_type: NodeType, *, deps: Iterable[int] = (), ctrl_deps: Iterable[int] = (),
              duration: int = 0, attrs: Sequence[tuple[str, Value]] = ()) -> int:
