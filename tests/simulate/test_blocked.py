@@ -89,3 +89,15 @@ def test_cli_exits_1_with_the_report(tmp_path, capsys) -> None:
     import json
 
     assert json.loads(out.read_text())["blocked"]["blocked"][0]["rank"] == 0
+
+
+def test_a_job_of_some_ranks_files_names_the_absent_members() -> None:
+    """One rank's file of a bigger job (a Kineto trace of rank 1): its group and peers name rank 0, which is
+    not in the job; the simulator reports them, it does not fail on a missing rank (was ``KeyError: 0``)."""
+    j = job({1: [coll(1, CommType.ALL_REDUCE, 1024, pg="g"), p2p(2, "send", 64, dst=0, tag=1, deps=[1])],
+             2: [coll(1, CommType.ALL_REDUCE, 1024, pg="g")]}, {"g": [0, 1, 2]})
+    report = blocked(j).report
+    assert report.reason == "invalid input"
+    waits = {(n.rank, n.node_id): n.waits_for for n in report.nodes}
+    assert "rank(s) [0] of group 'g', which are not in the job" in waits[(1, 1)]
+    assert "rank 0, which is not in the job" in waits[(1, 2)]

@@ -716,6 +716,7 @@ def _short(ranks: tuple[int, ...]) -> str:
 def _check(classes: list[RankClass], groups: ProcessGroups, world: int) -> list[BlockedNode]:
     """Problems found before running: unsupported comm types, unknown groups, bad p2p fields, missing deps."""
     out: list[BlockedNode] = []
+    present = {r for cls in classes for r in cls.ranks}  # a job of some ranks' files: the others are absent
     for cls in classes:
         prog = cls.program
         out.extend(BlockedNode(p.rank, p.node_id, p.name, "invalid", p.message) for p in prog.problems)
@@ -735,7 +736,7 @@ def _check(classes: list[RankClass], groups: ProcessGroups, world: int) -> list[
                         out.append(BlockedNode(cls.rank, prog.ids[row], prog.name(row), "collective",
                                                f"process group {pg!r}, which no comm-groups file or METADATA node defines"))
                         continue
-                    bad = [r for r in members if r < 0 or r >= world]
+                    bad = [r for r in members if r not in present]
                     if bad:
                         out.append(BlockedNode(cls.rank, prog.ids[row], prog.name(row), "collective",
                                                f"rank(s) {bad} of group {pg!r}, which are not in the job"))
@@ -743,7 +744,7 @@ def _check(classes: list[RankClass], groups: ProcessGroups, world: int) -> list[
                         out.append(BlockedNode(cls.rank, prog.ids[row], prog.name(row), "collective",
                                                f"its group, but rank {cls.rank} is not in process group {pg!r} "
                                                f"({_short(members)})"))
-            elif kind == K_SEND and not (0 <= prog.comm_peer[row] < world) and prog.comm_peer[row] != -1:
+            elif kind == K_SEND and prog.comm_peer[row] not in present and prog.comm_peer[row] != -1:
                 out.append(BlockedNode(cls.rank, prog.ids[row], prog.name(row), "send",
                                        f"rank {prog.comm_peer[row]}, which is not in the job"))
     return out
