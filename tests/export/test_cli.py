@@ -59,11 +59,15 @@ def _example() -> list[tuple[str, list[str]]]:
     text = GUIDE.read_text()
     block = text[text.index(EXAMPLE):].split("```")[1]
     steps: list[tuple[str, list[str]]] = []
+    continued = False
     for line in block.strip("\n").splitlines():
-        if line.startswith("$ "):
-            steps.append((line[2:], []))
+        if continued:  # a command over several lines, each but the last ending in a backslash
+            steps[-1] = (steps[-1][0] + " " + line.strip().rstrip("\\").rstrip(), [])
+        elif line.startswith("$ "):
+            steps.append((line[2:].rstrip("\\").rstrip(), []))
         else:
             steps[-1][1].append(line)
+        continued = line.endswith("\\") and (continued or line.startswith("$ "))
     return steps
 
 
