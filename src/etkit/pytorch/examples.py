@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import OptionError, UsageError
 
 __all__ = ["build_workload", "check_world"]
 
@@ -31,11 +31,11 @@ _MIN_RANKS = {"ddp": 1, "tp": 2, "pp": 2, "moe": 2, "fsdp": 1, "cnn": 1}
 def check_world(workload: str, ranks: int) -> None:
     """Refuse a rank count the workload cannot run with."""
     if ranks < 1:
-        raise UsageError(f"--ranks must be >= 1 (got {ranks})")
+        raise OptionError("{ranks} must be >= 1", ranks=ranks)
     if ranks < _MIN_RANKS.get(workload, 1):
         raise UsageError(f"workload {workload!r} needs at least {_MIN_RANKS[workload]} ranks (got {ranks})")
     if ranks > 16:
-        raise UsageError(f"--ranks {ranks}: at most 16 CPU ranks are supported by the example jobs")
+        raise OptionError("{ranks}: at most 16 CPU ranks are supported by the example jobs", ranks=ranks)
 
 
 def build_workload(workload: str, rank: int, world: int) -> Callable[[int], None]:
