@@ -180,7 +180,7 @@ def test_symmetry_gives_the_same_schedule_as_walking_every_rank() -> None:
 def test_measured_trace_keeps_thread_gaps_and_replaces_recorded_blocking() -> None:
     from etkit.format.attrs import make_attr
     from etkit.simulate import Knobs
-    from etkit.simulate.collectives import group_layout, plan_collective
+    from etkit.simulate.collectives import group_shape, plan_collective
 
     def timed(node, start_us: int, tid: int = 1):
         node.start_time_micros = start_us
@@ -197,7 +197,7 @@ def test_measured_trace_keeps_thread_gaps_and_replaces_recorded_blocking() -> No
         d = timed(comp(4, 10, [2], cpu=True), 1170)  # returned 10 us after the collective ended
         per_rank[r] = [a, b, c, d]
     ring2 = net(("Ring", 2, BW, LAT))
-    collective = plan_collective(CommType.ALL_REDUCE, 1 << 16, group_layout((0, 1), ring2), system()).time_ns
+    collective = plan_collective(CommType.ALL_REDUCE, 1 << 16, group_shape((0, 1), ring2), system()).time_ns
     kept = simulate(job(per_rank), ring2, system())
     assert kept.makespan_ns == pytest.approx(50_000 + 10_000 + collective + 10_000 + 10_000)
     raw = simulate(job(per_rank), ring2, system(), Knobs(measured_gaps=False, strip_waits=False))

@@ -11,7 +11,7 @@ checks), ``aten`` (rebuilding recorded ops), ``pool`` (tensor reuse), ``kernels`
 
 from __future__ import annotations
 
-from .plan import Action, CommSpec, JobPlan, RankPlan, plan_job
+from .plan import Action, CommSpec, JobPlan, RankReplayPlan, plan_job
 from .runner import ReplayOptions, in_torchrun, replay_job
 
-__all__ = ["replay_job", "ReplayOptions", "in_torchrun", "plan_job", "JobPlan", "RankPlan", "CommSpec", "Action"]
+__all__ = ["replay_job", "ReplayOptions", "in_torchrun", "plan_job", "JobPlan", "RankReplayPlan", "CommSpec", "Action"]

@@ -26,13 +26,13 @@ import numpy as np
 import torch
 
 from ..format.attrs import get_str
+from ..model.edges import ctrl_parent
 from ..model.schedule import RankSchedule
 from ..model.trace import Trace
 from .aten import OpCall, UnsupportedOp, parse_op_call, run_op_call
 from .hosttime import blocked_us
 from .kernels import KernelBank, KernelChoice
-from ..model.edges import ctrl_parent
-from .plan import ACTION_KIND, Action, RankPlan, mark_ancestors, nearest_marked_ancestor
+from .plan import ACTION_KIND, Action, RankReplayPlan, mark_ancestors, nearest_marked_ancestor
 from .pool import TensorPool
 
 __all__ = ["RankReplayer", "RankResult", "KindStat", "Deviation", "Unreplayed"]
@@ -102,7 +102,7 @@ def _spin_until(deadline_ns: int) -> None:
 class RankReplayer:
     """Replays one rank's trace; ``communicator`` is ``None`` when the plan has no communication to issue."""
 
-    def __init__(self, trace: Trace, plan: RankPlan, pool: TensorPool, communicator: Any = None, *,
+    def __init__(self, trace: Trace, plan: RankReplayPlan, pool: TensorPool, communicator: Any = None, *,
                  host_time: bool = True) -> None:
         self.trace = trace
         self.plan = plan

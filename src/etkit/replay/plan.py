@@ -27,14 +27,14 @@ import numpy as np
 from ..errors import EtkitError
 from ..format.schema import CommType, NodeType
 from ..literal import LiteralError, parse_literal
-from ..model.groups import WORLD
 from ..model.edges import edges
+from ..model.groups import WORLD
 from ..model.job import Job
 from ..model.matching import DISAGREEMENTS, Matching, comm_record, match_comm
 from ..model.steps import is_step_name
 from ..model.trace import MISSING, Trace, comm_type_name
 
-__all__ = ["Action", "CommSpec", "RankPlan", "JobPlan", "plan_job", "plan_rank", "largest_buffer", "MODES",
+__all__ = ["Action", "CommSpec", "RankReplayPlan", "JobPlan", "plan_job", "plan_rank", "largest_buffer", "MODES",
            "ACTION_KIND"]
 
 MODES = ("comm", "compute", "full")
@@ -108,7 +108,7 @@ class CommSpec:
 
 
 @dataclass
-class RankPlan:
+class RankReplayPlan:
     """The static part of one rank's replay (picklable; PyTorch-free)."""
 
     rank: int
@@ -129,7 +129,7 @@ class RankPlan:
 class JobPlan:
     world: int
     groups: dict[str, tuple[int, ...]]  # every non-world group the job uses, created on every rank in order
-    ranks: dict[int, RankPlan]
+    ranks: dict[int, RankReplayPlan]
     notes: list[str] = field(default_factory=list)
 
 
@@ -278,7 +278,7 @@ def _iteration_time(trace: Trace, order: np.ndarray, dep_ptr: np.ndarray, dep_ro
     return float(finish.max()) if len(finish) else 0.0, "critical path of durations"
 
 
-def plan_rank(trace: Trace, rank: int, job: Job, mode: str) -> RankPlan:
+def plan_rank(trace: Trace, rank: int, job: Job, mode: str) -> RankReplayPlan:
     """Order, actions and comm specs of one rank (ATen parsing happens later, in the rank process)."""
     if mode not in MODES:
         raise EtkitError(f"unknown replay mode {mode!r} (choose from {', '.join(MODES)})")
@@ -286,7 +286,7 @@ def plan_rank(trace: Trace, rank: int, job: Job, mode: str) -> RankPlan:
     order = walk_order(trace, dep_ptr, dep_rows)
     types = trace.types
     action = np.full(len(trace), Action.NOOP, dtype=np.int8)
-    plan = RankPlan(rank, trace.path, order, dep_ptr, dep_rows, action, dangling_deps=dangling)
+    plan = RankReplayPlan(rank, trace.path, order, dep_ptr, dep_rows, action, dangling_deps=dangling)
     compute = np.isin(types, np.asarray(_COMPUTE_TYPES, dtype=types.dtype))
     comm = np.isin(types, np.asarray([NodeType.COMM_COLL_NODE, *_P2P_TYPES], dtype=types.dtype))
     known = compute | comm | (types == NodeType.METADATA_NODE)
@@ -319,7 +319,7 @@ def plan_rank(trace: Trace, rank: int, job: Job, mode: str) -> RankPlan:
 
 # -- across ranks ------------------------------------------------------------------------------------
 
-def _refuse_disagreements(job: Job, plans: dict[int, RankPlan], found: Matching, rules: frozenset[str]) -> None:
+def _refuse_disagreements(job: Job, plans: dict[int, RankReplayPlan], found: Matching, rules: frozenset[str]) -> None:
     """Refuse a job whose ranks disagree (by ``rules``) about a call it would replay (what ``etkit validate``
     reports): replaying it would hang or abort. Nodes the plan skips anyway (with a reason) are not
     replayed, so their disagreements do not count."""
@@ -334,7 +334,7 @@ def _refuse_disagreements(job: Job, plans: dict[int, RankPlan], found: Matching,
                          "(--allow-mismatch replays it anyway where sizes differ or a message has no partner)")
 
 
-def _positions(plans: dict[int, RankPlan], found: Matching) -> list[list[tuple[int, int]]]:
+def _positions(plans: dict[int, RankReplayPlan], found: Matching) -> list[list[tuple[int, int]]]:
     """The same collective on every member that replays it: [(rank, row), ...] per instance."""
     out = []
     for inst in found.instances:
@@ -345,7 +345,7 @@ def _positions(plans: dict[int, RankPlan], found: Matching) -> list[list[tuple[i
     return out
 
 
-def _harmonise_sizes(plans: dict[int, RankPlan], positions: list[list[tuple[int, int]]]) -> list[str]:
+def _harmonise_sizes(plans: dict[int, RankReplayPlan], positions: list[list[tuple[int, int]]]) -> list[str]:
     """Collectives whose members must pass equal buffers get the largest recorded size on every member
     (gloo aborts the process on a size mismatch); each change is noted."""
     notes = []
@@ -362,7 +362,7 @@ def _harmonise_sizes(plans: dict[int, RankPlan], positions: list[list[tuple[int,
     return notes
 
 
-def _match_point_to_point(plans: dict[int, RankPlan], found: Matching) -> list[str]:
+def _match_point_to_point(plans: dict[int, RankReplayPlan], found: Matching) -> list[str]:
     """Sends and receives as the matcher pairs them: the receive takes the send's size, dtype and tag;
     a node whose partner is missing or not replayed is left out (listed with its reason)."""
     notes = []
@@ -426,7 +426,7 @@ def _recorded_alltoall_bytes(trace: Trace, row: int, size: int) -> tuple[list[in
     return (sent_bytes, got_bytes) if sent_bytes is not None and got_bytes is not None else None
 
 
-def _assign_alltoall_splits(job: Job, plans: dict[int, RankPlan], positions: list[list[tuple[int, int]]]) -> None:
+def _assign_alltoall_splits(job: Job, plans: dict[int, RankReplayPlan], positions: list[list[tuple[int, int]]]) -> None:
     """Give every ALL_TO_ALL the per-peer split sizes that make the members agree.
 
     The recorded splits of converted traces are used when every member has them and they agree (what

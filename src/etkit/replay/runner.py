@@ -30,7 +30,7 @@ from ..model.job import Job, load_job
 from ..model.trace import load_trace
 from ..progress import Progress
 from ..units import format_bytes
-from .plan import JobPlan, RankPlan, largest_buffer, plan_job
+from .plan import JobPlan, RankReplayPlan, largest_buffer, plan_job
 
 __all__ = ["ReplayOptions", "replay_job", "in_torchrun"]
 
@@ -128,7 +128,7 @@ def _device_for(options: ReplayOptions, rank: int) -> Any:
     return torch.device(options.device or "cpu")
 
 
-def run_rank(plan: RankPlan, groups: dict[str, tuple[int, ...]], world: int, options: ReplayOptions) -> Any:
+def run_rank(plan: RankReplayPlan, groups: dict[str, tuple[int, ...]], world: int, options: ReplayOptions) -> Any:
     """Replay this process's rank once the default process group exists; returns its RankResult."""
     import torch
     import torch.distributed as dist

@@ -34,12 +34,20 @@ import yaml
 from ..errors import EtkitError, UsageError
 from ..fileio import atomic_output, read_bytes_maybe_gzip
 from ..format.schema import CommType, NodeType
-from .collectives import group_layout, p2p_time, plan_collective
-from .config import (ERRORS_KEY, OVERHEAD_KEY, RESIDUALS_KEY, SLOTS_GROUP_KEY, SLOTS_RANK_KEY, Dimension, NetworkConfig,
-                     SystemConfig)
 from ..model.edges import edges
 from ..model.job import Job
 from ..model.steps import STEP_PREFIX, step_number
+from .collectives import group_shape, p2p_time, plan_collective
+from .config import (
+    ERRORS_KEY,
+    OVERHEAD_KEY,
+    RESIDUALS_KEY,
+    SLOTS_GROUP_KEY,
+    SLOTS_RANK_KEY,
+    Dimension,
+    NetworkConfig,
+    SystemConfig,
+)
 
 __all__ = ["measured_step_ns", "measured_steps_ns", "simulated_steps_ns", "step_rows", "calibrate_from_job", "calibrate_from_jobs", "holdout_errors", "recorded_step_ns",
            "messages_from_job", "comm_slots", "predict_errors", "compute_scale", "Measurement", "Calibration", "measure", "fit", "calibrate", "write_calibration", "CALIBRATION_SYSTEM",
@@ -256,7 +264,7 @@ def _model_ns(m: Measurement, network: NetworkConfig, ranks: int, system: System
     kind = _kind(m)
     if kind == "P2P":
         return p2p_time(network, system, 0, 1, m.size)[0]
-    layout = group_layout(tuple(range(m.group or ranks)), network)
+    layout = group_shape(tuple(range(m.group or ranks)), network)
     comm_type = CommType[kind]
     return plan_collective(comm_type, m.size, layout, system).time_ns
 

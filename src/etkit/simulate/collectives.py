@@ -32,7 +32,7 @@ from .events import EventQueue
 from .network import Transport, make_network, unaware_delay
 from .system import GroupPlan, RankSys, SysParams, symmetric_group
 
-__all__ = ["SUPPORTED", "NATIVE", "KIND", "CollectiveStuck", "decompose", "collective_times", "GroupShape", "group_layout",
+__all__ = ["SUPPORTED", "NATIVE", "KIND", "CollectiveStuck", "decompose", "collective_times", "GroupShape", "group_shape",
            "CollectivePlan", "plan_collective", "p2p_time"]
 
 #: ASTRA-sim's own collectives and the system layer's name for each.
@@ -133,7 +133,7 @@ class GroupShape:
     network: NetworkConfig
 
 
-def group_layout(members: Sequence[int], network: NetworkConfig) -> GroupShape:
+def group_shape(members: Sequence[int], network: NetworkConfig) -> GroupShape:
     return GroupShape(tuple(members), network)
 
 
