@@ -42,16 +42,18 @@ class OptionError(UsageError):
     The message is a template whose ``{name}`` fields are the options it is about: ``str()`` reads in the
     library's words (``scale_compute=0.0 must be a positive finite number``), :meth:`as_flags` in the CLI's
     (``--scale-compute 0.0 must be ...``; a flag is its option's name with ``-`` for ``_``). Literal braces
-    in the rest of the template are doubled, as in :meth:`str.format`."""
+    in the rest of the template are doubled, as in :meth:`str.format`. An option given as ``...`` is named
+    without a value (``give exactly one of dp, tp``; ``give exactly one of --dp, --tp``)."""
 
     def __init__(self, template: str, **options: object) -> None:
         self.template = template
         self.options = options
-        super().__init__(template.format(**{k: f"{k}={v!r}" for k, v in options.items()}))
+        super().__init__(template.format(**{k: k if v is ... else f"{k}={v!r}" for k, v in options.items()}))
 
     def as_flags(self) -> str:
         """The message with each option written as the command-line flag that sets it."""
-        return self.template.format(**{k: f"--{k.replace('_', '-')} {v}" for k, v in self.options.items()})
+        flags = {k: f"--{k.replace('_', '-')}" for k in self.options}
+        return self.template.format(**{k: flags[k] if v is ... else f"{flags[k]} {v}" for k, v in self.options.items()})
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
         return (_rebuild_option_error, (self.template, self.options))

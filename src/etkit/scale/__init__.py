@@ -18,7 +18,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from ..errors import UsageError
+from ..errors import OptionError, UsageError
 from ..executor import Executor, default_executor
 from ..fileio import job_files, job_output, protect_inputs
 from ..model.groups import ProcessGroups
@@ -60,7 +60,7 @@ class ScaleReport:
 def _which(dp: int | None, tp: int | None, pp: int | None, ranks: int | None) -> tuple[str, int]:
     given = [(k, v) for k, v in (("dp", dp), ("tp", tp), ("pp", pp), ("ranks", ranks)) if v is not None]
     if len(given) != 1:
-        raise UsageError("give exactly one of --dp, --tp, --pp or --ranks")
+        raise OptionError("give exactly one of {dp}, {tp}, {pp} or {ranks}", dp=..., tp=..., pp=..., ranks=...)
     return given[0]
 
 
@@ -86,8 +86,8 @@ def plan_scale(job_or_prefix: str | os.PathLike[str], *, dp: int | None = None, 
     if dim == "ranks":
         per_replica = grid.world_size // grid.size("dp")
         if size % per_replica:
-            raise UsageError(f"--ranks {size}: not a multiple of the {per_replica} ranks of one data-parallel replica "
-                             f"(layout {grid.text()})")
+            raise OptionError(f"{{ranks}}: not a multiple of the {per_replica} ranks of one data-parallel replica "
+                              f"(layout {grid.text()})", ranks=size)
         dim, size = "dp", size // per_replica
     names = used | set(groups.groups)
     return make_plan(grid, groups, names, dim, size, keep, used=used), surveys, files

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import OptionError, UsageError
 from ..model.groups import WORLD, ProcessGroups
 
 __all__ = ["Dim", "GridLayout", "infer_layout", "parse_layout", "DIM_NAMES"]
@@ -151,10 +151,11 @@ def infer_layout(world_size: int, groups: ProcessGroups, used: Iterable[str],
         dims.append((stride, size, stride in distances))
         stride *= size
     if stride != world_size:
-        raise UsageError(f"the process groups do not tile the {world_size} ranks into a grid; give --layout")
+        raise OptionError(f"the process groups do not tile the {world_size} ranks into a grid; give {{layout}}", layout=...)
     p2p_dims = [i for i, d in enumerate(dims) if d[2]]
     if len(p2p_dims) > 1:
-        raise UsageError("point-to-point messages along more than one dimension; give --layout (e.g. tp2,dp2,pp2)")
+        raise OptionError("point-to-point messages along more than one dimension; give {layout} (e.g. tp2,dp2,pp2)",
+                          layout=...)
     others = [i for i in range(len(dims)) if i not in p2p_dims]
     if len(others) > 2:
         raise UsageError(f"{len(others)} dimensions with collectives (strides "

@@ -22,7 +22,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import OptionError, UsageError
 from ..format.schema import CommType
 from ..model.groups import WORLD, ProcessGroups
 from .layout import GridLayout
@@ -170,9 +170,9 @@ def make_plan(old: GridLayout, groups: ProcessGroups, names: set[str], dim: str,
     whole scaled dimension or within one position of it; a listed group that no node uses and that does
     neither is left out of the new job."""
     if keep not in KEEP_MODES:
-        raise UsageError(f"--keep must be one of {', '.join(KEEP_MODES)}")
+        raise OptionError(f"{{keep}} must be one of {', '.join(KEEP_MODES)}", keep=keep)
     if new_size < 1:
-        raise UsageError(f"--{dim} must be at least 1")
+        raise OptionError(f"{{{dim}}} must be at least 1", **{dim: new_size})
     old_full = old.with_dim(dim)
     n = old_full.size(dim)
     new = old_full.resized(dim, new_size)
