@@ -105,11 +105,13 @@ def atomic_output(path: str | os.PathLike[str], *, compress: bool | None = None)
             yield out
         return
     check_writable(path)
+    tmp_name: str | None = None
     try:
-        fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise _cannot_write(target, exc) from None
-    try:
+        try:
+            with _deferred_signals():  # a signal takes effect once the name is known: the file is removed
+                fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        except OSError as exc:
+            raise _cannot_write(target, exc) from None
         try:
             with os.fdopen(fd, "wb") as raw, _maybe_gzip(raw, compress) as out:
                 yield out
@@ -123,8 +125,9 @@ def atomic_output(path: str | os.PathLike[str], *, compress: bool | None = None)
         except OSError as exc:
             raise _cannot_write(target, exc) from None
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
+        if tmp_name is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp_name)
         raise
 
 
@@ -464,15 +467,16 @@ def _job_lock(target: Path) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _deferred_signals() -> Iterator[None]:
-    """SIGINT and SIGTERM arriving in the block take effect when it ends (the swap of a job's files is
-    never cut in half by Ctrl-C); outside the main thread signals cannot arrive here anyway."""
+    """SIGINT, SIGTERM and SIGHUP arriving in the block take effect when it ends (the swap of a job's files is
+    never cut in half by Ctrl-C; a temporary file is never created unnamed); outside the main thread signals
+    cannot arrive here anyway."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     pending: list[int] = []
-    wanted = (signal.SIGINT, signal.SIGTERM)
+    wanted = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
     previous = {sig: signal.getsignal(sig) for sig in wanted}
     for sig in wanted:
         signal.signal(sig, lambda signum, _frame: pending.append(signum))
