@@ -81,9 +81,13 @@ class ProcessExecutor:
         with ProcessPoolExecutor(max_workers=min(self.workers, len(seq))) as pool, \
                 Progress(total=len(seq), desc=desc, quiet=self.quiet) as bar:
             futures = {pool.submit(fn, item): i for i, item in enumerate(seq)}
-            for future in as_completed(futures):
-                results[futures[future]] = future.result()
-                bar.advance()
+            try:
+                for future in as_completed(futures):
+                    results[futures[future]] = future.result()
+                    bar.advance()
+            except BaseException:  # a failed task or a signal: the tasks not started never start
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
         return results
 
 

@@ -69,7 +69,9 @@ def install_startup_handlers() -> None:
 @contextlib.contextmanager
 def signals_raise() -> Iterator[None]:
     """Within the block, SIGINT raises :class:`KeyboardInterrupt` and SIGTERM/SIGHUP raise
-    :class:`etkit.errors.Interrupted` (once: later signals are ignored while the first unwinds)."""
+    :class:`etkit.errors.Interrupted` (once: later signals are ignored while the first unwinds). A process
+    forked inside the block (a pool's worker) ignores them: a signal to the job's process group reaches
+    the workers too, and the parent, which gets it as well, stops the job and reports it once."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
@@ -79,9 +81,10 @@ def signals_raise() -> Iterator[None]:
 
     previous = {sig: signal.getsignal(sig) for sig in _SIGNALS}
     fired: list[int] = []
+    owner = os.getpid()
 
     def handler(signum: int, _frame: object) -> None:
-        if fired:
+        if fired or os.getpid() != owner:  # a forked worker inherits this: its parent unwinds the job
             return
         fired.append(signum)
         if signum == signal.SIGINT:
@@ -103,6 +106,21 @@ def interrupted(prog: str, exc: BaseException) -> int:
     print(f"{prog}: interrupted ({_signal_name(signum)}); outputs are complete or untouched, "
           "never half-written", file=sys.stderr)
     return 128 + signum
+
+
+def leave_now(code: int) -> None:
+    """End the program with ``code`` after flushing its output, skipping the interpreter's shutdown (where
+    signal handlers are reset: a signal still being delivered would end the process by that signal)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+def hold_signals() -> None:
+    """Block SIGINT, SIGTERM and SIGHUP for the rest of the process (its exit, once the work is done)."""
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        signal.pthread_sigmask(signal.SIG_BLOCK, set(_SIGNALS))
 
 
 def _signal_name(signum: int) -> str:

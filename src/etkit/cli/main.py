@@ -68,4 +68,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def run() -> None:
-    sys.exit(main())
+    code = main()
+    if code > 128:  # interrupted: leave now, so that the interpreter's exit cannot turn it into a signal death
+        guard.leave_now(code)
+    guard.hold_signals()  # the work is done: a Ctrl-C now must not kill the interpreter's shutdown
+    sys.exit(code)
