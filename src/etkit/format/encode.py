@@ -102,13 +102,28 @@ def _table_blob(table: Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _gather(out: np.ndarray, pos: np.ndarray, blob: np.ndarray, src: np.ndarray, lengths: np.ndarray) -> None:
+    """``out[pos[i]:pos[i] + lengths[i]] = blob[src[i]:src[i] + lengths[i]]`` for every ``i`` (spans in order).
+
+    Each byte's place comes from one running sum (a step of 1 within a span, a jump between spans); a
+    source whose spans follow one another (a table written in row order) is read as one slice."""
     total = int(lengths.sum())
     if not total:
         return
+    if not lengths.all():
+        keep = lengths > 0
+        pos, src, lengths = pos[keep], src[keep], lengths[keep]
     first = np.zeros(lengths.size, dtype=np.int64)
     np.cumsum(lengths[:-1], out=first[1:])
-    within = np.arange(total, dtype=np.int64) - np.repeat(first, lengths)
-    out[np.repeat(pos, lengths) + within] = blob[np.repeat(src, lengths) + within]
+    step = np.ones(total, dtype=np.int64)
+    step[0] = pos[0]
+    step[first[1:]] = pos[1:] - (pos[:-1] + lengths[:-1]) + 1
+    where = np.cumsum(step)
+    if (src[1:] == src[:-1] + lengths[:-1]).all():
+        out[where] = blob[int(src[0]):int(src[0]) + total]
+        return
+    step[0] = src[0]
+    step[first[1:]] = src[1:] - (src[:-1] + lengths[:-1]) + 1
+    out[where] = blob[np.cumsum(step)]
 
 
 class _Piece:
