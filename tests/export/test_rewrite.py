@@ -140,7 +140,8 @@ def test_messages_get_their_source_tag_and_size(tmp_path: Path) -> None:
     assert got.comm_src.tolist() == [0, 0] and got.comm_dst.tolist() == [1, 1] and got.comm_tag.tolist() == [0, 0]
     assert got.comm_size.tolist() == [1, 2048]
     assert done.changes["RECV sources derived"] == 2 and done.changes["comm_tag 0 added"] == 3
-    assert finishes(tmp_path / "out") == pytest.approx(finishes(src), abs=1.0)
+    # the source's sizes disagree (simulate refuses it unless allowed); the export carries the sender's
+    assert finishes(tmp_path / "out") == pytest.approx(finishes(src, allow_mismatch=True), abs=1.0)
 
 
 def test_repeated_dependencies_are_written_once(tmp_path: Path) -> None:
