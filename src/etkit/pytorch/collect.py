@@ -32,6 +32,7 @@ import orjson
 from ..errors import EtkitError
 from ..fileio import atomic_output, check_writable, job_output
 from ..progress import Progress
+from ..rankprocs import rank_context
 
 __all__ = ["profile", "Recorder", "run_example", "WORKLOADS", "CollectError"]
 
@@ -202,15 +203,13 @@ def run_example(workload: str, ranks: int, out_dir: str | os.PathLike[str], *, s
     from .examples import check_world
 
     check_world(workload, ranks)
-    import torch.multiprocessing as mp
-
     out = Path(out_dir)
     with job_output(out, folder=True) as job:
-        return _collect(job, out, workload, ranks, steps, quiet, compress, timeout_s, mp)
+        return _collect(job, out, workload, ranks, steps, quiet, compress, timeout_s)
 
 
 def _collect(job: Any, out: Path, workload: str, ranks: int, steps: int, quiet: bool, compress: bool,
-             timeout_s: float, mp: Any) -> Path:
+             timeout_s: float) -> Path:
     """The body of :func:`run_example`, recording into ``job``'s staging folder."""
     suffix = ".gz" if compress else ""
     for r in range(ranks):  # before any rank starts: a file that could not be replaced in the end
@@ -219,7 +218,7 @@ def _collect(job: Any, out: Path, workload: str, ranks: int, steps: int, quiet: 
     work = job.staging
     total_steps = steps + 2
     started = time.perf_counter()
-    ctx = mp.get_context("spawn")
+    ctx = rank_context()
     queue = ctx.SimpleQueue()
     with tempfile.TemporaryDirectory(prefix="etkit-rdzv-") as tmp:
         init_file = os.path.join(tmp, "rendezvous")
