@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # mlc-chakra 1.0.0 brings chakra_jsonizer / chakra_converter and Holistic Trace Analysis (HTA) 0.5.0.
 REF_VENV ?= .venv-ref
 
-.PHONY: install refenv browser test demo bench clean
+.PHONY: install refenv browser lint test demo bench clean
 
 install: $(VENV)/.installed
 
@@ -34,6 +34,11 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 	  else echo "make: the report tests need Debian's chromium: sudo apt-get install chromium" >&2; exit 1; fi; }
+
+# ruff (pyflakes, import order, bugbear) and mypy (strict on etkit.format and etkit.model): pyproject.toml
+lint: install
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/mypy
 
 test: install refenv browser
 	ETKIT_REF_VENV=$(abspath $(REF_VENV)) $(PY) -m pytest -n 2 -q $(PYTEST_ARGS)

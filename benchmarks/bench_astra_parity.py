@@ -32,9 +32,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO))
 
-from etkit.format.schema import CommType  # noqa: E402
 from tests.astra.cases import chain, random_case  # noqa: E402
 from tests.astra.harness import ASTRA_SIM, NetworkSpec, compare, run_cases  # noqa: E402
+
+from etkit.format.schema import CommType  # noqa: E402
 
 EXAMPLES = REPO.parent / "shared" / "data" / "upstream" / "astra-sim-astra-sim" / "examples"
 ETKIT = REPO / ".venv" / "bin" / "etkit"
@@ -107,9 +108,10 @@ def _timed(args: list[str]) -> tuple[float, float, str]:
 
 
 def speed(runs: int) -> bool:
+    from tests.astra.harness import parse_finish
+
     from etkit.executor import SerialExecutor
     from etkit.generate.llm import llm
-    from tests.astra.harness import parse_finish
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-astra-"))
     chain(str(tmp / "chain16"), 16, [(CommType.ALL_REDUCE, 1 << 20)] * 1000, 10)

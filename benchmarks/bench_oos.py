@@ -38,8 +38,14 @@ sys.path.insert(0, str(REPO / "src"))
 from etkit.executor import SerialExecutor  # noqa: E402
 from etkit.model.job import Job, load_job  # noqa: E402
 from etkit.simulate import Knobs, simulate  # noqa: E402
-from etkit.simulate.calibrate import (Calibration, calibrate, calibrate_from_jobs, job_name,  # noqa: E402
-                                      predict_errors, recorded_step_ns)
+from etkit.simulate.calibrate import (  # noqa: E402
+    Calibration,
+    calibrate,
+    calibrate_from_jobs,
+    job_name,
+    predict_errors,
+    recorded_step_ns,
+)
 
 SHARED = REPO.parent / "shared" / "data" / "pytorch"
 

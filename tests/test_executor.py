@@ -9,8 +9,14 @@ import pytest
 
 from etkit.cli.main import main
 from etkit.errors import EtkitError, UsageError
-from etkit.executor import (DaskExecutor, ProcessExecutor, SerialExecutor, check_executor_spec,
-                            executor_from_spec, in_client)
+from etkit.executor import (
+    DaskExecutor,
+    ProcessExecutor,
+    SerialExecutor,
+    check_executor_spec,
+    executor_from_spec,
+    in_client,
+)
 
 
 @pytest.mark.parametrize("spec, kind, workers", [

@@ -8,13 +8,13 @@ from etkit import vocab
 def test_names_match_their_tables() -> None:
     from etkit.analyze.comm import ALGORITHMS
     from etkit.generate.collective import COLLECTIVE_TYPES
-    from etkit.model.devices import DEVICES
     from etkit.generate.dlrm import DLRM_MODELS
     from etkit.generate.layout import RECOMPUTE_MODES, SCHEDULES
     from etkit.generate.llm import MODELS
     from etkit.generate.micro import MICRO_CASES
     from etkit.generate.serve import SERVE_PRESETS
     from etkit.generate.training import DTYPE_BYTES
+    from etkit.model.devices import DEVICES
     from etkit.pytorch.collect import WORKLOADS
     from etkit.simulate.calibrate import DEFAULT_SIZES
     from etkit.simulate.config import PRESETS

@@ -8,7 +8,7 @@ import pytest
 
 from etkit.cli.main import main
 
-from .builders import write_job, coll, comp
+from .builders import coll, comp, write_job
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from etkit.analyze import analyze_job, breakdown, comm_summary, critical_path, imbalance, top_ops
-from etkit.analyze.kinds import COMM, COMPUTE, MEMORY, KIND_NAMES
+from etkit.analyze.kinds import COMM, COMPUTE, KIND_NAMES, MEMORY
 from etkit.format.schema import CommType
 
 from .builders import COMP, MEM, RECV, SEND, N, build_job, coll, comp

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from etkit.executor import SerialExecutor
 from etkit import export
+from etkit.executor import SerialExecutor
 from etkit.export import AstraSimExport
 from etkit.simulate import simulate
 from tests.astra.harness import AstraRun, NetworkSpec, compare, parse_finish, run_astra, write_system

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from etkit.format.attrs import make_attr
-from etkit.format.schema import ATTR_KINDS, GlobalMetadata, Node
 from etkit.format import columnar
+from etkit.format.attrs import make_attr
 from etkit.format.columnar import MISSING, decode_columns
+from etkit.format.schema import ATTR_KINDS, GlobalMetadata, Node
 from etkit.format.stream import TraceWriter, open_trace, scan_frames, write_trace
 from etkit.model.trace import _TraceBuilder, load_trace, read_trace_bytes
 

@@ -11,8 +11,16 @@ import pytest
 
 from etkit.errors import TraceFormatError
 from etkit.format.schema import GlobalMetadata, Node, NodeType
-from etkit.format.stream import (TraceWriter, _scan_frames_exact, _serialises_in_field_order, frame, frame_table,
-                                 open_trace, scan_frames, write_trace)
+from etkit.format.stream import (
+    TraceWriter,
+    _scan_frames_exact,
+    _serialises_in_field_order,
+    frame,
+    frame_table,
+    open_trace,
+    scan_frames,
+    write_trace,
+)
 from etkit.model.trace import load_trace
 
 from ..builders import coll, node, write_job

@@ -11,8 +11,8 @@ from etkit.cli.main import main
 from etkit.errors import UsageError
 from etkit.format.schema import CommType, NodeType
 from etkit.generate import collective, parse_groups, write_collective
-from etkit.units import parse_size
 from etkit.model import load_job
+from etkit.units import parse_size
 from etkit.validate import validate, validate_job
 
 from .p2p_checks import assert_sends_match_recvs, ranks_before_end

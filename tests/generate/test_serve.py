@@ -12,11 +12,20 @@ from etkit.analyze.serving import serving_metrics
 from etkit.errors import EtkitError, UsageError
 from etkit.format.attrs import attr_value, find_attr
 from etkit.format.schema import CommType, NodeType
-from etkit.model.devices import Device
 from etkit.generate.llm import ModelConfig
 from etkit.generate.requests import Request, RequestSource, load_requests, parse_length, synthetic_requests
-from etkit.generate.serve import (EngineConfig, ServeLayout, StepShape, kv_bytes_per_token, kv_capacity_tokens,
-                                  llm_serve, llm_serve_from_settings, step_cost, weight_bytes_per_gpu)
+from etkit.generate.serve import (
+    EngineConfig,
+    ServeLayout,
+    StepShape,
+    kv_bytes_per_token,
+    kv_capacity_tokens,
+    llm_serve,
+    llm_serve_from_settings,
+    step_cost,
+    weight_bytes_per_gpu,
+)
+from etkit.model.devices import Device
 from etkit.simulate import load_config, simulate
 from etkit.simulate.probe import comm_cost
 from etkit.validate import validate

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from etkit.errors import DependencyError
-from etkit.model.feeder import Feeder
 from etkit.format.attrs import get_bool, get_int
 from etkit.format.schema import GlobalMetadata, NodeType
 from etkit.format.stream import write_trace
+from etkit.model.feeder import Feeder
 
 from ..builders import node
 

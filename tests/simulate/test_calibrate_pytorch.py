@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+
 import numpy as np
 import pytest
 
@@ -10,8 +11,16 @@ from etkit.executor import SerialExecutor
 from etkit.format.schema import NodeType
 from etkit.model.job import load_job
 from etkit.simulate import simulate
-from etkit.simulate.calibrate import (CALIBRATION_SYSTEM, Measurement, _model_ns, calibrate_from_job, fit,
-                                      measure, measured_step_ns, write_calibration)
+from etkit.simulate.calibrate import (
+    CALIBRATION_SYSTEM,
+    Measurement,
+    _model_ns,
+    calibrate_from_job,
+    fit,
+    measure,
+    measured_step_ns,
+    write_calibration,
+)
 from etkit.simulate.config import load_config
 
 from ..conftest import PYTORCH_JOBS
@@ -136,9 +145,11 @@ def test_members_are_released_at_their_drawn_residuals() -> None:
     ring is a reduce-scatter and an all-gather round of 2 hops each, 4 L, plus the 1 us overhead. A
     recorded vector (-500, +3000) releases one member 500 ns early and the other 3 us late; a residual
     below -overhead is floored at the network's 4 L (the bytes still have to move)."""
-    from .helpers import coll, job as make_job
     from etkit.format.schema import CommType
     from etkit.simulate import Knobs
+
+    from .helpers import coll
+    from .helpers import job as make_job
 
     latency = 10_000.0
     network = net(("Switch", 2, 1e9, latency))
@@ -153,9 +164,11 @@ def test_members_are_released_at_their_drawn_residuals() -> None:
 
 
 def test_monte_carlo_is_seeded_and_picks_the_median_run() -> None:
-    from .helpers import coll, job as make_job
     from etkit.format.schema import CommType
     from etkit.simulate import Knobs
+
+    from .helpers import coll
+    from .helpers import job as make_job
 
     chain = make_job({r: [coll(i, CommType.ALL_REDUCE, 4, deps=[i - 1] if i > 1 else []) for i in range(1, 9)]
                       for r in range(2)})

@@ -17,8 +17,16 @@ from etkit.model.groups import ProcessGroups
 from etkit.model.job import Job, load_job
 from etkit.model.trace import Trace
 from etkit.simulate import Knobs, simulate
-from etkit.simulate.calibrate import (CALIBRATION_SYSTEM, calibrate_from_job, calibrate_from_jobs, comm_slots,
-                                      compute_scale, messages_from_job, recorded_step_ns, write_calibration)
+from etkit.simulate.calibrate import (
+    CALIBRATION_SYSTEM,
+    calibrate_from_job,
+    calibrate_from_jobs,
+    comm_slots,
+    compute_scale,
+    messages_from_job,
+    recorded_step_ns,
+    write_calibration,
+)
 from etkit.simulate.config import SystemConfig, load_config, system_from_dict
 
 from ..conftest import PYTORCH_JOBS

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 
-from etkit.model import Trace, MISSING
+from etkit.model import MISSING, Trace
 
 
 def labels(trace: Trace) -> dict[int, tuple]:

@@ -29,8 +29,8 @@ from ..format.schema import NodeType
 from ..model.job import Job
 from ..model.schedule import Schedule
 from .context import AnalysisContext, RankView, prepare
-from .kinds import KIND_NAMES
 from .gcpause import gc_paused
+from .kinds import KIND_NAMES
 from .tables import Table
 from .timing import dependency_rows
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .breakdown import CATEGORIES, TimeBreakdown
 from ..units import format_bytes
+from .breakdown import CATEGORIES, TimeBreakdown
 from .comm import SizeHistogram
 from .diff import Delta, JobDiff
 from .job_analysis import JobAnalysis

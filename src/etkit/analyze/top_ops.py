@@ -15,8 +15,8 @@ from ..model.job import Job
 from ..model.schedule import Schedule, measured_times
 from ..model.trace import node_type_name
 from .context import AnalysisContext, prepare
-from .tables import Table
 from .kinds import COMM, KIND_NAMES
+from .tables import Table
 
 __all__ = ["OpStats", "TopOps", "top_ops"]
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model.accounting import union_intervals, union_length
-from ..model.schedule import RankSchedule
 from ..model.kinds import RESOURCE_NAMES
+from ..model.schedule import RankSchedule
 from ..model.trace import MISSING, Trace
 from .kinds import COMM, COMPUTE, CPU, KIND_NAMES, MEMORY
 

@@ -17,8 +17,20 @@ import argparse
 from typing import TYPE_CHECKING
 
 from ..vocab import ANALYZE_ALGORITHMS
-from .common import (add_json, add_quiet, add_simulation_inputs, add_workers, executor_from, explicit_executor,
-                     non_negative_float, positive_int, simulation_from, text_wanted, wants_simulation, write_json)
+from .common import (
+    add_json,
+    add_quiet,
+    add_simulation_inputs,
+    add_workers,
+    executor_from,
+    explicit_executor,
+    non_negative_float,
+    positive_int,
+    simulation_from,
+    text_wanted,
+    wants_simulation,
+    write_json,
+)
 
 if TYPE_CHECKING:
     from ..model.job import Job

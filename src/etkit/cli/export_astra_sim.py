@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import argparse
 
-from .common import (add_json, add_quiet, add_simulation_inputs, add_workers, default_output, executor_from,
-                     prefix_arg, text_wanted, write_json)
+from .common import (
+    add_json,
+    add_quiet,
+    add_simulation_inputs,
+    add_workers,
+    default_output,
+    executor_from,
+    prefix_arg,
+    text_wanted,
+    write_json,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

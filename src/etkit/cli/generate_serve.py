@@ -7,8 +7,16 @@ import time
 from typing import Any
 
 from ..vocab import DEVICES, DTYPES, LLM_MODELS, SERVE_PRESETS
-from .common import (add_quiet, add_simulation_inputs, add_workers, explicit_executor, non_negative_int,
-                     positive_float, positive_int, prefix_arg)
+from .common import (
+    add_quiet,
+    add_simulation_inputs,
+    add_workers,
+    explicit_executor,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    prefix_arg,
+)
 
 
 def _split(text: str) -> tuple[int, int]:
@@ -125,10 +133,8 @@ def run(args: argparse.Namespace) -> int:
     per = tp * pp
     world = sum(args.disaggregated) if args.disaggregated else per * args.instances
     if preset or args.network or args.system:
-        from ..simulate import load_config
+        from ..simulate import Knobs, load_config
         from ..simulate.probe import comm_cost
-
-        from ..simulate import Knobs
 
         network, system, _ = load_config(args.network, args.system, preset=preset)
         comm_ns = comm_cost(network, system, world, Knobs(congestion=args.congestion))

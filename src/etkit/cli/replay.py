@@ -6,7 +6,17 @@ import argparse
 import os
 import sys
 
-from .common import add_json, add_quiet, add_ranks, non_negative_int, positive_float, positive_int, size_arg, text_wanted, write_json
+from .common import (
+    add_json,
+    add_quiet,
+    add_ranks,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    size_arg,
+    text_wanted,
+    write_json,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -16,7 +16,17 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_json, add_quiet, add_workers, default_output, executor_from, positive_int, prefix_arg, text_wanted, write_json
+from .common import (
+    add_json,
+    add_quiet,
+    add_workers,
+    default_output,
+    executor_from,
+    positive_int,
+    prefix_arg,
+    text_wanted,
+    write_json,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

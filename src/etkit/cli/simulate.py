@@ -18,8 +18,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
-from .common import (add_json, add_quiet, add_simulation_inputs, add_workers, executor_from, explicit_executor,
-                     knobs_from, non_negative_int, positive_float, simulation_from, text_wanted, write_json)
+from .common import (
+    add_json,
+    add_quiet,
+    add_simulation_inputs,
+    add_workers,
+    executor_from,
+    explicit_executor,
+    knobs_from,
+    non_negative_int,
+    positive_float,
+    simulation_from,
+    text_wanted,
+    write_json,
+)
 
 if TYPE_CHECKING:
     from ..simulate import SimulationBlocked

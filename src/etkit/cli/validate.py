@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-
 from typing import TYPE_CHECKING
 
 from .common import add_json, add_quiet, add_workers, executor_from, non_negative_int, text_wanted, write_json

@@ -36,8 +36,18 @@ import orjson
 from ..format.attrs import PROFILER_CATEGORIES, make_attr
 from ..format.schema import SCHEMA_VERSION, CommType, GlobalMetadata, NodeType
 from ..format.stream import TraceWriter
-from .comm import (CommArgumentError, CommKind, Family, classify_kernel, classify_op, group_name_arg, is_comm_kernel,
-                   message_bytes, p2p_peer_and_tag, process_group_entries)
+from .comm import (
+    CommArgumentError,
+    CommKind,
+    Family,
+    classify_kernel,
+    classify_op,
+    group_name_arg,
+    is_comm_kernel,
+    message_bytes,
+    p2p_peer_and_tag,
+    process_group_entries,
+)
 from .device import DeviceWaits, device_waits, gpu_node_type
 from .host import KNOWN_SCHEMAS, HostOp, HostTraceError
 from .kineto import us_to_ns

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ..executor import Executor, default_executor
-from ..model.groups import ProcessGroups
 from ..fileio import JobOutput, job_output
+from ..model.groups import ProcessGroups
 from ..model.job import comm_groups_path
 from .convert import RankReport, convert_linked
 from .jsonio import paused_gc

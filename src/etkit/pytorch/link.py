@@ -28,9 +28,9 @@ import numpy as np
 import orjson
 
 from ..errors import EtkitError
+from ..fileio import atomic_output
 from ..format.attrs import PROFILER_CATEGORIES
 from ..format.schema import CommType, NodeType
-from ..fileio import atomic_output
 from .comm import Family, classify_op, process_group_entries
 from .host import HostOp, HostTrace, load_host_trace
 from .jsonio import read_array_document

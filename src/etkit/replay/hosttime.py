@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model.trace import COMM_NODE_TYPES, Trace
 from ..model.edges import ctrl_parent
+from ..model.trace import COMM_NODE_TYPES, Trace
 
 __all__ = ["blocked_us", "WAKE_US"]
 

@@ -47,9 +47,9 @@ from ..model.matching import CommRecord, comm_record, match_comm
 from ..model.trace import Trace
 from .config import PRESETS, Knobs, NetworkConfig, SystemConfig, load_config, load_network, load_system
 from .engine import BlockedReport, SimulationBlocked, SymmetryBroken, disagreement_report, foldable, run_engine
-from .result import RankFigures, SimulationResult, build_schedule, figures_for
 from .loader import load_columns
 from .notes import gpu_notes, input_notes
+from .result import RankFigures, SimulationResult, build_schedule, figures_for
 from .workload import RankShape, build_classes, rank_shape
 
 __all__ = ["simulate", "prepare", "PreparedJob", "SimulationResult", "RankFigures", "SimulationBlocked", "BlockedReport", "Knobs",

@@ -35,7 +35,7 @@ from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
-from .algorithms import A2A, AG, AR, RS, Algorithm, DoubleBinaryTree, Direct, HalvingDoubling, Ring
+from .algorithms import A2A, AG, AR, RS, Algorithm, Direct, DoubleBinaryTree, HalvingDoubling, Ring
 from .config import NetworkConfig, SystemConfig
 from .events import EventQueue, RankTicks
 from .network import Transport

@@ -25,11 +25,11 @@ import numpy as np
 
 from .. import __version__
 from ..analyze.breakdown import CATEGORIES
-from ..analyze.roles import format_ranks
 from ..analyze.context import AnalysisContext, prepare
 from ..analyze.diff import JobDiff, diff_analyses
 from ..analyze.job_analysis import JobAnalysis, analyze_job
 from ..analyze.kinds import KIND_NAMES
+from ..analyze.roles import format_ranks
 from ..analyze.text import fmt_bytes, fmt_ns, middle
 from ..executor import Executor
 from ..fileio import atomic_output
