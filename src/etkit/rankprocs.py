@@ -8,6 +8,7 @@ first job in this process); everything a rank needs goes in its arguments.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 #: The multiprocessing start method of rank processes.
@@ -24,3 +25,12 @@ def rank_context() -> Any:
     context = mp.get_context(START_METHOD)
     context.set_forkserver_preload(list(PRELOAD))
     return context
+
+
+def start_ranks(fn: Callable[..., None], args: tuple[Any, ...], nprocs: int, *, join: bool = True) -> Any:
+    """Run ``fn(rank, *args)`` in ``nprocs`` rank processes (``torch.multiprocessing.start_processes`` from
+    the fork server): with ``join``, wait for all (a failed rank raises); else the context to join."""
+    import torch.multiprocessing as mp
+
+    rank_context()  # the fork server preloads torch
+    return mp.start_processes(fn, args=args, nprocs=nprocs, join=join, start_method=START_METHOD)

@@ -77,11 +77,10 @@ def _rank(rank: int, out_dir: str, init_file: str) -> None:
 
 
 def main(out_dir: str) -> int:
-    import torch.multiprocessing as mp
+    from etkit.rankprocs import start_ranks
 
     with tempfile.TemporaryDirectory(prefix="etkit-test-rdzv-") as tmp:
-        mp.start_processes(_rank, args=(out_dir, os.path.join(tmp, "rendezvous")), nprocs=WORLD,
-                           start_method="spawn", join=True)
+        start_ranks(_rank, (out_dir, os.path.join(tmp, "rendezvous")), WORLD)
     return 0
 
 

@@ -29,7 +29,7 @@ from ..executor import SerialExecutor
 from ..model.job import Job, load_job
 from ..model.trace import load_trace
 from ..progress import Progress
-from ..rankprocs import START_METHOD, rank_context
+from ..rankprocs import start_ranks
 from ..units import format_bytes
 from .plan import JobPlan, RankReplayPlan, largest_buffer, plan_job
 
@@ -203,16 +203,12 @@ def _wait_for_ranks(context: Any, out: Path, world: int, deadline: float, quiet:
 
 
 def _spawn(plan: JobPlan, options: ReplayOptions, quiet: bool) -> list[Any]:
-    import torch.multiprocessing as mp
-
     with tempfile.TemporaryDirectory(prefix="etkit-replay-") as folder:
         out = Path(folder)
         for rank, rank_plan in plan.ranks.items():
             with open(out / f"plan.{rank}.pkl", "wb") as f:
                 pickle.dump((rank_plan, plan.groups), f)
-        rank_context()  # the fork server preloads torch
-        context = mp.start_processes(_spawned_rank, args=(plan.world, folder, options), nprocs=plan.world,
-                                     join=False, start_method=START_METHOD)
+        context = start_ranks(_spawned_rank, (plan.world, folder, options), plan.world, join=False)
         deadline = time.monotonic() + options.timeout_s + 60.0 + 10.0 * plan.world
         try:
             failure = _wait_for_ranks(context, out, plan.world, deadline, quiet)
