@@ -32,12 +32,42 @@ __all__ = [
     "GZIP_MAGIC", "STDOUT", "atomic_output", "check_writable", "protect_inputs", "check_not_input",
     "job_output", "JobOutput", "rank_file_path", "comm_groups_path", "rank_files", "job_files", "RANK_FILE",
     "open_maybe_gzip", "read_bytes_maybe_gzip", "is_gzip", "max_decompressed_bytes", "DecompressionLimit",
-    "MAX_BYTES_ENV", "MIN_MAX_BYTES", "MAX_RATIO",
+    "MAX_BYTES_ENV", "MIN_MAX_BYTES", "MAX_RATIO", "stop_requests", "raise_if_stopped",
 ]
 
 GZIP_MAGIC = b"\x1f\x8b"
 #: The output name that means standard output.
 STDOUT = "-"
+
+# ---------------------------------------------------------------------------------------------------------
+# Stop requests: a signal that asked the command to stop, seen by every writer before it installs a file
+
+#: The signals received in the running command's :func:`stop_requests` block (None outside one).
+_STOPS: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("etkit_stops", default=None)
+
+
+@contextlib.contextmanager
+def stop_requests() -> Iterator[list[int]]:
+    """A list for the block's signal handler to append each stop signal to. Writers check it
+    (:func:`raise_if_stopped`) before a file or a job replaces its target, so a stop is obeyed even when
+    the exception its handler raised was swallowed (Python ignores exceptions raised inside at-fork
+    callbacks, ``__del__`` and weakref callbacks, and a signal can arrive there)."""
+    fired: list[int] = []
+    token = _STOPS.set(fired)
+    try:
+        yield fired
+    finally:
+        _STOPS.reset(token)
+
+
+def raise_if_stopped() -> None:
+    """Raise :class:`etkit.errors.Interrupted` if a stop signal arrived in this :func:`stop_requests` block."""
+    fired = _STOPS.get()
+    if fired:
+        from .errors import Interrupted
+
+        raise Interrupted(fired[0])
+
 
 # ---------------------------------------------------------------------------------------------------------
 # Inputs that no output of the same command may replace
@@ -120,6 +150,7 @@ def atomic_output(path: str | os.PathLike[str], *, compress: bool | None = None)
                 raise _cannot_write(target, exc) from None
             raise
         os.chmod(tmp_name, 0o666 & ~_umask())
+        raise_if_stopped()
         try:
             os.replace(tmp_name, target)
         except OSError as exc:
@@ -423,6 +454,7 @@ def job_output(target: str | os.PathLike[str], *, folder: bool = False, replace:
             out.claim(path)
         try:
             yield out
+            raise_if_stopped()
         except BaseException:
             out._discard()
             raise

@@ -67,37 +67,42 @@ def install_startup_handlers() -> None:
 
 
 @contextlib.contextmanager
-def signals_raise() -> Iterator[None]:
+def signals_raise() -> Iterator[list[int]]:
     """Within the block, SIGINT raises :class:`KeyboardInterrupt` and SIGTERM/SIGHUP raise
     :class:`etkit.errors.Interrupted` (once: later signals are ignored while the first unwinds). A process
     forked inside the block (a pool's worker) ignores them: a signal to the job's process group reaches
-    the workers too, and the parent, which gets it as well, stops the job and reports it once."""
+    the workers too, and the parent, which gets it as well, stops the job and reports it once.
+
+    Yields the signals received (:func:`etkit.fileio.stop_requests`): Python swallows an exception raised
+    where a signal can land (an at-fork callback, ``__del__``), so every writer checks the list before it
+    installs an output, and the caller reports an interruption whose exception never reached it."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield []
         return
     from ..errors import Interrupted
+    from ..fileio import stop_requests
 
     previous = {sig: signal.getsignal(sig) for sig in _SIGNALS}
-    fired: list[int] = []
     owner = os.getpid()
+    with stop_requests() as fired:
 
-    def handler(signum: int, _frame: object) -> None:
-        if fired or os.getpid() != owner:  # a forked worker inherits this: its parent unwinds the job
-            return
-        fired.append(signum)
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise Interrupted(signum)
+        def handler(signum: int, _frame: object) -> None:
+            if fired or os.getpid() != owner:  # a forked worker inherits this: its parent unwinds the job
+                return
+            fired.append(signum)
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            raise Interrupted(signum)
 
-    for sig in _SIGNALS:
-        signal.signal(sig, handler)
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old if old is not None else signal.SIG_DFL)
+        for sig in _SIGNALS:
+            signal.signal(sig, handler)
+        try:
+            yield fired
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old if old is not None else signal.SIG_DFL)
 
 
 def interrupted(prog: str, exc: BaseException) -> int:

@@ -17,7 +17,7 @@ import sys  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 
 from .. import __version__  # noqa: E402
-from ..errors import EtkitError, OptionError  # noqa: E402
+from ..errors import EtkitError, Interrupted, OptionError  # noqa: E402
 from ..safetext import printable  # noqa: E402
 from .common import VerbParser, reported_warnings  # noqa: E402
 
@@ -41,12 +41,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    with guard.signals_raise():
+    with guard.signals_raise() as stops:
         try:
             args = build_parser().parse_args(argv)
         except KeyboardInterrupt as exc:
             return guard.interrupted("etkit", exc)
-        return _run(args)
+        code = _run(args)
+        if stops and code <= 128:  # the signal's exception was swallowed where it landed: report it now
+            code = guard.interrupted(f"etkit {args.verb}", Interrupted(stops[0]))
+        return code
 
 
 def _run(args: argparse.Namespace) -> int:
