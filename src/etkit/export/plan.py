@@ -15,7 +15,8 @@ naming rank and node whatever ASTRA-sim would refuse or hang on that cannot be f
   (etkit's engine runs the instance at that size; ASTRA-sim matches packets by size and hangs on
   uneven ones, such as an all-to-all with uneven splits);
 * **point to point**: each SEND meets the k-th RECV with its (source, destination, tag), as
-  ``etkit validate`` pairs them (a missing tag is 0); a RECV without ``comm_src`` takes the only rank
+  ``etkit validate`` pairs them (:func:`etkit.model.matching.match_p2p`; a missing tag is 0, as ASTRA-sim
+  reads it); a RECV without ``comm_src`` takes the only rank
   that sends to it; the RECV's size becomes its SEND's, and an empty message one byte (ASTRA-sim
   asserts on empty ones) or, with the network known, as many bytes as its fastest link moves in one ns
   (ASTRA-sim's congestion-aware backend asserts on a transfer that takes no time: +1 ns for such a
@@ -29,14 +30,14 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ..errors import EtkitError
 from ..format.schema import NodeType
 from ..model.groups import ProcessGroups, communicator_key
-from ..model.matching import CommRecord, comm_record, match_comm
+from ..model.matching import CommRecord, collectives_by_group, comm_record, match_comm, match_p2p
 from ..model.trace import MISSING
 from ..simulate.config import NetworkConfig, SystemConfig
 from ..simulate.loader import load_columns
@@ -238,19 +239,10 @@ def _name_groups(used: Mapping[str, tuple[int, ...]], npus: int, source: str
     return renamed, {str(gid): by_id[gid] for gid in sorted(by_id)}
 
 
-def _rows_by_key(rec: CommRecord) -> dict[str, np.ndarray]:
-    keys = [communicator_key(pg) for pg in rec.pg_table]
-    out = {}
-    for key in dict.fromkeys(keys):
-        codes = [i for i, k in enumerate(keys) if k == key]
-        out[key] = np.flatnonzero(np.isin(rec.coll_pg_idx, codes))
-    return out
-
-
 def _equal_sizes(records: Mapping[int, CommRecord], used: Mapping[str, tuple[int, ...]], changes: dict[str, int]) -> dict[int, np.ndarray]:
     """Per rank, the size of each collective (record order): the largest of its instance's members."""
     sizes = {r: np.where(rec.coll_size == MISSING, 0, rec.coll_size).astype(np.int64) for r, rec in records.items()}
-    rows = {r: _rows_by_key(rec) for r, rec in records.items()}
+    rows = {r: collectives_by_group(rec) for r, rec in records.items()}
     for key, members in used.items():
         present = [r for r in members if r in records and key in rows[r]]
         if not present:
@@ -266,7 +258,8 @@ def _equal_sizes(records: Mapping[int, CommRecord], used: Mapping[str, tuple[int
 def _pair_messages(records: Mapping[int, CommRecord], world: int, source: str, changes: dict[str, int], least: int
                    ) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray], dict[int, np.ndarray]]:
     """(SEND sizes, at least ``least`` bytes; RECV sources; RECV sizes) per rank, record order; SENDs meet
-    RECVs as ``etkit validate`` pairs them, RECVs without a source first taking the only rank that sends to them."""
+    RECVs as the matcher pairs them (the tags as ASTRA-sim reads them), RECVs without a source first taking the
+    only rank that sends to them."""
     senders: dict[int, set[int]] = defaultdict(set)
     for rank, rec in records.items():
         for dst in np.unique(rec.send_peer[rec.send_peer != MISSING]).tolist():
@@ -301,30 +294,45 @@ def _pair_messages(records: Mapping[int, CommRecord], world: int, source: str, c
                 break
             recv_src[rank][i] = next(iter(found))
         changes["RECV sources derived"] += len(unknown)
+        src = recv_src[rank]
+        for i in np.flatnonzero((src != MISSING) & ((src < 0) | (src >= world)))[:5]:
+            problems.append(f"{_where(rank, int(rec.recv_ids[i]))}: RECV from rank {int(src[i])}, "
+                            f"which is not in the job (ranks 0..{world - 1})")
     if problems:
         raise _fail(source, problems)
-    sends: dict[tuple[int, int, int], list[tuple[int, int]]] = defaultdict(list)
-    recvs: dict[tuple[int, int, int], list[tuple[int, int]]] = defaultdict(list)
-    for rank, rec in records.items():
-        for i, (dst, tag) in enumerate(zip(rec.send_peer.tolist(), tag_of[rank][0].tolist())):
-            sends[(rank, dst, tag)].append((rank, i))
-        for i, (src, tag) in enumerate(zip(recv_src[rank].tolist(), tag_of[rank][1].tolist())):
-            recvs[(src, rank, tag)].append((rank, i))
-    for key in sorted(set(sends) | set(recvs)):
-        src, dst, tag = key
-        s_list, r_list = sends.get(key, []), recvs.get(key, [])
-        for (sr, si), (rr, ri) in zip(s_list, r_list):
-            size = int(send_size[sr][si])
-            if int(records[rr].recv_size[ri]) != size:
-                changes["RECV sizes set to their SEND's"] += 1
-            recv_size[rr][ri] = size
-        for sr, si in s_list[len(r_list):len(r_list) + 5]:
-            problems.append(f"{_where(sr, int(records[sr].send_ids[si]))}: SEND to rank {dst} tag {tag} has no "
+    as_read = {r: replace(rec, send_tag=tag_of[r][0], recv_tag=tag_of[r][1], recv_peer=recv_src[r])
+               for r, rec in records.items()}
+    matching = match_p2p(as_read, world)  # no wildcards left: the k-th SEND and RECV of each (source, destination, tag)
+    send_at = {r: _index_of_row(rec.send_rows) for r, rec in records.items()}
+    recv_at = {r: _index_of_row(rec.recv_rows) for r, rec in records.items()}
+    for sr, s_row, rr, r_row in matching.pairs:
+        si, ri = send_at[sr][s_row], recv_at[rr][r_row]
+        size = int(send_size[sr][si])
+        if int(records[rr].recv_size[ri]) != size:
+            changes["RECV sizes set to their SEND's"] += 1
+        recv_size[rr][ri] = size
+    listed: dict[tuple[int, ...], int] = defaultdict(int)  # lone ends named per channel and side
+    for rank, row in matching.unmatched:  # channel by channel, its SENDs before its RECVs, in issue order
+        is_send = row in send_at[rank]
+        i = send_at[rank][row] if is_send else recv_at[rank][row]
+        channel = (rank, int(records[rank].send_peer[i]), int(tag_of[rank][0][i])) if is_send else \
+            (int(recv_src[rank][i]), rank, int(tag_of[rank][1][i]))
+        listed[channel + (is_send,)] += 1
+        if listed[channel + (is_send,)] > 5:
+            continue
+        src, dst, tag = channel
+        if is_send:
+            problems.append(f"{_where(rank, int(records[rank].send_ids[i]))}: SEND to rank {dst} tag {tag} has no "
                             f"RECV on rank {dst} (ASTRA-sim would wait for it forever)")
-        for rr, ri in r_list[len(s_list):len(s_list) + 5]:
-            problems.append(f"{_where(rr, int(records[rr].recv_ids[ri]))}: RECV from rank {src} tag {tag} has no "
+        else:
+            problems.append(f"{_where(rank, int(records[rank].recv_ids[i]))}: RECV from rank {src} tag {tag} has no "
                             f"SEND on rank {src} (ASTRA-sim would wait for it forever)")
     if problems:
         raise _fail(source, problems)
     return send_size, recv_src, recv_size
+
+
+def _index_of_row(rows: np.ndarray) -> dict[int, int]:
+    """Row -> its position in a :class:`CommRecord`'s arrays."""
+    return {row: i for i, row in enumerate(rows.tolist())}
 

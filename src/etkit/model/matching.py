@@ -33,8 +33,8 @@ from ..format.schema import CommType, NodeType
 from .groups import ProcessGroups, communicator_key
 from .trace import MISSING, Trace, comm_type_name
 
-__all__ = ["CommRecord", "comm_record", "Mismatch", "Instance", "Matching", "match_comm", "ERROR", "WARNING",
-           "DISAGREEMENTS"]
+__all__ = ["CommRecord", "comm_record", "Mismatch", "Instance", "Matching", "match_comm", "match_p2p",
+           "collectives_by_group", "ERROR", "WARNING", "DISAGREEMENTS"]
 
 ERROR = "error"
 WARNING = "warning"
@@ -141,6 +141,24 @@ def match_comm(records: Mapping[int, CommRecord], groups: ProcessGroups, world: 
     return out
 
 
+def match_p2p(records: Mapping[int, CommRecord], world: int) -> Matching:
+    """The point-to-point half of :func:`match_comm`: send/recv pairs, lone ends and their findings
+    (for a caller that only moves messages, e.g. the ASTRA-sim export)."""
+    out = Matching()
+    _match_p2p(records, world, out)
+    return out
+
+
+def collectives_by_group(rec: CommRecord) -> dict[str, np.ndarray]:
+    """Communicator key -> indices into ``rec``'s collective arrays of the calls on it, in issue order
+    (the k-th index of a group on every member is one :class:`Instance`)."""
+    keys = list(dict.fromkeys(communicator_key(pg) for pg in rec.pg_table))  # the few groups, not one per call
+    key_of = np.asarray([keys.index(communicator_key(pg)) for pg in rec.pg_table], dtype=np.int64)[rec.coll_pg_idx]
+    order = np.argsort(key_of, kind="stable")
+    bounds = np.searchsorted(key_of[order], np.arange(len(keys) + 1))
+    return {key: order[bounds[k]:bounds[k + 1]] for k, key in enumerate(keys) if bounds[k + 1] > bounds[k]}
+
+
 def summary(mismatches: Sequence[Mismatch], limit: int = 5) -> str:
     """The first ``limit`` mismatches, one per line (``rank R node N: [rule] message``)."""
     lines = [f"rank {m.rank}" + (f" node {m.node_id}" if m.node_id is not None else "") + f": [{m.rule}] {m.message}"
@@ -156,16 +174,8 @@ def _match_collectives(records: Mapping[int, CommRecord], groups: ProcessGroups,
                        instances: bool) -> None:
     per_group: dict[str, dict[int, np.ndarray]] = defaultdict(dict)  # group -> rank -> indices into its arrays
     for rank in sorted(records):
-        rec = records[rank]
-        if not len(rec.coll_pg_idx):
-            continue
-        keys = list(dict.fromkeys(communicator_key(pg) for pg in rec.pg_table))  # the few groups, not one per call
-        key_of = np.asarray([keys.index(communicator_key(pg)) for pg in rec.pg_table], dtype=np.int64)[rec.coll_pg_idx]
-        order = np.argsort(key_of, kind="stable")
-        bounds = np.searchsorted(key_of[order], np.arange(len(keys) + 1))
-        for k, key in enumerate(keys):
-            if bounds[k + 1] > bounds[k]:
-                per_group[key][rank] = order[bounds[k]:bounds[k + 1]]
+        for key, idx in collectives_by_group(records[rank]).items():
+            per_group[key][rank] = idx
     found = out.mismatches
     for key, by_rank in sorted(per_group.items()):
         try:
