@@ -31,11 +31,12 @@ import numpy as np
 import orjson
 import yaml
 
-from ..errors import EtkitError, UsageError
+from ..errors import EtkitError, OptionError, UsageError
 from ..fileio import atomic_output, read_bytes_maybe_gzip
 from ..format.schema import CommType, NodeType
 from ..model.edges import edges
 from ..model.job import Job
+from ..model.matching import CommRecord, comm_record, match_comm, match_p2p
 from ..model.steps import STEP_PREFIX, step_number
 from .collectives import group_shape, p2p_time, plan_collective
 from .config import (
@@ -216,7 +217,7 @@ def measure(ranks: int = 2, *, backend: str = "gloo", sizes: tuple[int, ...] = D
     """Time each of ``collectives`` (:data:`COLLECTIVES` keys; ``send_recv``: a message from rank 0 to
     rank 1) at each size on ``ranks`` spawned processes (median over ``reps``)."""
     if ranks < 2:
-        raise UsageError("calibrate needs at least 2 ranks")
+        raise OptionError("{ranks}: calibrate needs at least 2 ranks", ranks=ranks)
     unknown = [c for c in collectives if c not in COLLECTIVES]
     if unknown:
         raise UsageError(f"unknown collective(s) {', '.join(unknown)}; choose from {', '.join(COLLECTIVES)}")
@@ -328,32 +329,67 @@ class _Instance:
     used: list[float] = field(default_factory=list)  # µs, per member: when its rank first ran an op depending on it
 
 
-def _collective_instances(job: Job) -> dict[tuple, _Instance]:
-    """Every timed collective instance (the k-th collective of a communicator) with its members' times."""
+def _collective_instances(job: Job) -> list[_Instance]:
+    """Every timed collective instance with its members' times: the matcher's instances
+    (:func:`~etkit.model.matching.match_comm`) with each rank's timed collectives in start order, so the
+    k-th a rank started on a communicator is its member of the k-th call; listed in the order the first
+    rank (then the next with an instance not yet listed) started them. A member of an unknown ``comm_type``
+    is left out; an instance whose members all are is not listed."""
+    records = _timed_records(job, (NodeType.COMM_COLL_NODE,))
+    position = {rank: dict(zip(rec.coll_rows.tolist(), range(len(rec.coll_rows)))) for rank, rec in records.items()}
     known = {int(c) for c in CommType}
-    out: dict[tuple, _Instance] = {}
-    for trace in job.traces.values():
-        pgs = trace.pg_names()
-        counters: dict[str, int] = {}
-        steps = step_rows(trace)
-        step_starts = trace.start[list(steps.values())].astype(np.float64)
-        rows = np.flatnonzero((trace.types == NodeType.COMM_COLL_NODE) & (trace.start > 0))
-        used = _first_use_us(trace)
-        for row in rows[np.argsort(trace.start[rows], kind="stable")]:
-            pg = pgs[row] if pgs[row] not in (None, "") else "0"
-            k = counters.get(pg, 0)
-            counters[pg] = k + 1
+    listed: list[tuple[tuple[int, int], _Instance]] = []
+    steps = {rank: step_rows(trace) for rank, trace in job.traces.items()}
+    used = {rank: _first_use_us(trace) for rank, trace in job.traces.items()}
+    turn = {rank: i for i, rank in enumerate(job.traces)}
+    for found in match_comm(records, job.groups, job.world_size).instances:
+        inst = None
+        for rank, row in sorted(found.members, key=lambda member: turn[member[0]]):
+            trace = job.traces[rank]
             comm_type = int(trace.comm_type[row])
             if comm_type not in known:
                 continue
-            at = int(np.searchsorted(step_starts, float(trace.start[row]), side="right")) - 1
-            inst = out.setdefault((pg, k), _Instance(CommType(comm_type).name, max(int(trace.comm_size[row]), 0),
-                                                     len(job.groups.members(pg, job.world_size)),
-                                                     list(steps)[at] if at >= 0 else None))
+            if inst is None:
+                inst = _Instance(CommType(comm_type).name, max(int(trace.comm_size[row]), 0),
+                                 len(job.groups.members(found.group, job.world_size)), _step_at(trace, steps[rank], row))
+                listed.append(((turn[rank], position[rank][row]), inst))
             inst.starts.append(float(trace.start[row]))
             inst.ends.append(float(trace.start[row] + trace.duration[row]))
-            inst.used.append(float(used[row]))
+            inst.used.append(float(used[rank][row]))
+    return [inst for _, inst in sorted(listed, key=lambda item: item[0])]
+
+
+def _timed_records(job: Job, node_types: tuple[NodeType, ...]) -> dict[int, CommRecord]:
+    """Per rank the :class:`~etkit.model.matching.CommRecord` of its timed nodes (a recorded start) of
+    ``node_types``, in start order: the issue order the matcher pairs them in."""
+    out = {}
+    for rank, trace in job.traces.items():
+        rows = np.flatnonzero(np.isin(trace.types, [int(t) for t in node_types]) & (trace.start > 0))
+        out[rank] = comm_record(trace, rank, rows[np.argsort(trace.start[rows], kind="stable")])
     return out
+
+
+def _in_channel_order(records: dict[int, CommRecord], pairs: list[tuple[int, int, int, int]]
+                      ) -> list[tuple[int, int, int, int]]:
+    """``pairs`` (the matcher's: channel by channel, each in issue order) with the channels (source,
+    destination, tag) in the order they first appear rank by rank, each rank's sends before its receives."""
+    first: dict[tuple[int, int, int], int] = {}
+    for rank, rec in records.items():
+        for peer, tag in zip(rec.send_peer.tolist(), rec.send_tag.tolist()):
+            first.setdefault((rank, peer, tag), len(first))
+        for peer, tag in zip(rec.recv_peer.tolist(), rec.recv_tag.tolist()):
+            first.setdefault((peer, rank, tag), len(first))
+    tag_of = {(rank, row): tag for rank, rec in records.items()
+              for row, tag in zip(rec.send_rows.tolist(), rec.send_tag.tolist())}
+    return sorted(pairs, key=lambda p: first[(p[0], p[2], tag_of[(p[0], p[1])])])
+
+
+def _step_at(trace, steps: dict[int, int], row: int) -> int | None:
+    """The profiled step (``steps``: :func:`step_rows`) in which ``row`` started: the last one that started
+    at or before it (None: before the first)."""
+    step_starts = trace.start[list(steps.values())].astype(np.float64)
+    at = int(np.searchsorted(step_starts, float(trace.start[row]), side="right")) - 1
+    return list(steps)[at] if at >= 0 else None
 
 
 def _first_use_us(trace) -> np.ndarray:
@@ -428,28 +464,21 @@ def recorded_step_ns(job: Job) -> float | None:
 
 def messages_from_job(job: Job, steps: set[int] | None = None) -> list[Measurement]:
     """What a measured job says its point-to-point messages cost: one ``P2P`` :class:`Measurement` per
-    message (a SEND and the RECV it met: the k-th of each (source, destination, tag) on either side), from
+    message (a SEND and the RECV it met, as :func:`~etkit.model.matching.match_p2p` pairs them with each
+    rank's recorded messages in start order: the k-th of each (source, destination, tag) on either side), from
     when both sides had posted it until the receiver returned (the simulator delivers a message to both
     at that moment). A blocking gloo SEND records its wait for the receiver, so the sender's record
     says nothing more; a loaded host makes even a 512-byte message cost milliseconds (its threads must
     be scheduled on both sides)."""
-    sides: dict[tuple[int, int, int], tuple[list, list]] = {}
-    for trace in job.traces.values():
-        step_starts = trace.start[list(step_rows(trace).values())].astype(np.float64)
-        step_names = list(step_rows(trace))
-        for side, node_type in enumerate((NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE)):
-            rows = np.flatnonzero((trace.types == node_type) & (trace.start > 0))
-            for row in rows[np.argsort(trace.start[rows], kind="stable")]:
-                key = (int(trace.comm_src[row]), int(trace.comm_dst[row]), int(trace.comm_tag[row]))
-                at = int(np.searchsorted(step_starts, float(trace.start[row]), side="right")) - 1
-                sides.setdefault(key, ([], []))[side].append(
-                    (float(trace.start[row]), float(trace.start[row] + trace.duration[row]), max(int(trace.comm_size[row]), 0),
-                     step_names[at] if at >= 0 else None))
+    steps_of = {rank: step_rows(trace) for rank, trace in job.traces.items()}
+    records = _timed_records(job, (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE))
     out = []
-    for sends, recvs in sides.values():
-        for (s0, _, size, _), (r0, r1, _, step) in zip(sends, recvs):
-            if steps is None or step in steps:
-                out.append(Measurement("P2P", size, max(r1 - max(s0, r0), 0.0) * 1e-6, 2))
+    for s_rank, s_row, r_rank, r_row in _in_channel_order(records, match_p2p(records, job.world_size).pairs):
+        send, recv = job.traces[s_rank], job.traces[r_rank]
+        if steps is None or _step_at(recv, steps_of[r_rank], r_row) in steps:
+            s0, r0 = float(send.start[s_row]), float(recv.start[r_row])
+            r1 = float(recv.start[r_row] + recv.duration[r_row])
+            out.append(Measurement("P2P", max(int(send.comm_size[s_row]), 0), max(r1 - max(s0, r0), 0.0) * 1e-6, 2))
     return out
 
 
@@ -523,7 +552,7 @@ def measurements_from_job(job: Job, steps: set[int] | None = None) -> list[Measu
     synchronised hosts); when they visibly are not, every member gets the shortest member duration.
     Point-to-point ops are left out: a blocking SEND records its wait for the receiver, not the message.
     """
-    instances = [i for i in _collective_instances(job).values() if i.group > 1 and len(i.starts) == i.group]
+    instances = [i for i in _collective_instances(job) if i.group > 1 and len(i.starts) == i.group]
     aligned = _one_clock(instances)
     out: list[Measurement] = []
     for number, inst in enumerate(instances):
@@ -562,7 +591,7 @@ def calibrate_from_jobs(jobs: Sequence[Job], *, steps: set[int] | None = None, h
     :attr:`Calibration.holdout` (written as ``etkit-prediction-errors``): the spread of those errors is
     the interval every later prediction carries (:meth:`SystemConfig.prediction_interval`)."""
     if not jobs:
-        raise UsageError("calibrate --from-trace needs at least one job")
+        raise OptionError("{jobs}: give at least one measured job", jobs=...)
     measurements: list[Measurement] = []
     for job in jobs:
         offset = 1 + max((m.instance for m in measurements), default=-1)
