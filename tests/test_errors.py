@@ -23,6 +23,7 @@ def test_an_option_error_names_the_option_or_its_flag():
     named = OptionError("give exactly one of {dp} or {max_buffer_bytes}", dp=..., max_buffer_bytes=...)
     assert (str(named), named.as_flags()) == ("give exactly one of dp or max_buffer_bytes",
                                               "give exactly one of --dp or --max-buffer-bytes")
+    assert named.as_flags({"dp": "--data-parallel"}) == "give exactly one of --data-parallel or --max-buffer-bytes"
 
 
 @pytest.mark.parametrize("field, value", [("scale_compute", 0.0), ("scale_bandwidth", math.inf),
@@ -54,3 +55,38 @@ def test_the_cli_prints_the_flag(tmp_path, capsys):
     code = main(["replay", str(prefix), "--backend", "nccl", "--device", "cpu", "-q"])
     assert code == 2
     assert capsys.readouterr().err.strip() == "etkit replay: --backend nccl needs --device cuda"
+
+
+def test_graph_analyze_and_calibrate_name_their_parameters_and_the_cli_its_flags(tmp_path, capsys):
+    """A library caller reads the parameter (``filters``, ``max_nodes``, ``folder``, ``jobs``); the CLI the
+    flag that sets it, also where the flag is not the parameter's name (``--filter``, ``--csv``)."""
+    from etkit.analyze.tables import write_csv
+    from etkit.model.trace import load_trace
+    from etkit.simulate.calibrate import calibrate_from_jobs
+    from etkit.viz.graph import select_subgraph
+
+    prefix = write_job(tmp_path / "job", [[node(1), node(2, deps=[1]), node(3, deps=[2])]])
+    trace = load_trace(f"{prefix}.0.et")
+    cases = [(lambda: select_subgraph(trace, filters=["dur>=x"]), "filters='dur>=x': a duration is a number of microseconds"),
+             (lambda: select_subgraph(trace, filters=["colour=red"]), "filters='colour=red': not a filter; use type=..., "
+              "kind=..., name~REGEX, dur>=US or dur<=US"),
+             (lambda: select_subgraph(trace, max_nodes=2), f"{trace.path}: 3 nodes selected, more than max_nodes=2; "
+              "narrow it with around and depth or filters"),
+             (lambda: write_csv([], prefix.with_name("job.0.et")), f"folder='{tmp_path}/job.0.et' is a file: give a "
+              "folder (it is created if missing)"),
+             (lambda: calibrate_from_jobs([]), "jobs: give at least one measured job")]
+    for call, words in cases:
+        with pytest.raises(OptionError) as info:
+            call()
+        assert str(info.value) == words
+    et = f"{prefix}.0.et"
+    for argv, printed in (
+            (["graph", et, "-o", str(tmp_path / "g.dot"), "--filter", "dur>=x"],
+             "etkit graph: --filter dur>=x: a duration is a number of microseconds"),
+            (["graph", et, "-o", str(tmp_path / "g.dot"), "--max-nodes", "2", "--no-critical-path"],
+             f"etkit graph: {et}: 3 nodes selected, more than --max-nodes 2; narrow it with --around and --depth or "
+             "--filter"),
+            (["analyze", str(prefix), "--csv", et, "-q"],
+             f"etkit analyze: --csv {et} is a file: give a folder (it is created if missing)")):
+        assert main(argv) == 2
+        assert capsys.readouterr().err.strip() == printed

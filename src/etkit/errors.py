@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 
 class EtkitError(Exception):
     """Base class of every error etkit reports to users (the CLI prints it on one line, exit 2)."""
@@ -50,9 +52,10 @@ class OptionError(UsageError):
         self.options = options
         super().__init__(template.format(**{k: k if v is ... else f"{k}={v!r}" for k, v in options.items()}))
 
-    def as_flags(self) -> str:
-        """The message with each option written as the command-line flag that sets it."""
-        flags = {k: f"--{k.replace('_', '-')}" for k in self.options}
+    def as_flags(self, flags: Mapping[str, str] | None = None) -> str:
+        """The message with each option written as the command-line flag that sets it: ``flags[name]``
+        where a verb's flag is not the option's name (``filters``: ``--filter``), else ``--name``."""
+        flags = {k: (flags or {}).get(k) or f"--{k.replace('_', '-')}" for k in self.options}
         return self.template.format(**{k: flags[k] if v is ... else f"{flags[k]} {v}" for k, v in self.options.items()})
 
     def __reduce__(self):  # type: ignore[no-untyped-def]

@@ -72,6 +72,7 @@ def test_simulate_refuses_with_the_findings_validate_reports(tmp_path: Path) -> 
     with pytest.raises(SimulationBlocked) as info:
         simulate(str(prefix), net(("Ring", 2, 50.0, 500.0)), system())
     assert info.value.report.disagreements == expected
+    assert "(allow_mismatch=True simulates the job anyway)" in str(info.value)  # the library's words
 
 
 def test_simulate_cli_exits_1_on_disagreeing_ranks_and_runs_them_when_allowed(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -82,6 +83,7 @@ def test_simulate_cli_exits_1_on_disagreeing_ranks_and_runs_them_when_allowed(tm
     assert main([*argv, "-q"]) == 1
     err = capsys.readouterr().err
     assert "simulation refused (ranks disagree" in err and "rank 1 node 1: [collective-mismatch]" in err
+    assert "(--allow-mismatch simulates the job anyway)" in err  # the CLI's
     assert main([*argv, "--allow-mismatch"]) == 0
     captured = capsys.readouterr()
     assert "makespan" in captured.out.lower()

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import OptionError, UsageError
 from ..fileio import atomic_output
 
 __all__ = ["Table", "write_csv", "to_pandas"]
@@ -49,7 +49,7 @@ def write_csv(tables: Iterable[Table], folder: str | os.PathLike[str]) -> list[P
     """Write every table as ``<folder>/<name>.csv`` (the folder is created); returns the paths."""
     root = Path(folder)
     if root.exists() and not root.is_dir():
-        raise UsageError(f"{root}: --csv names a folder, and this is a file")
+        raise OptionError("{folder} is a file: give a folder (it is created if missing)", folder=str(root))
     root.mkdir(parents=True, exist_ok=True)
     paths = []
     for table in tables:

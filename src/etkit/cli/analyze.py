@@ -132,7 +132,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--csv", metavar="DIR", help="also write every table as DIR/<table>.csv")
     p.add_argument("--top", type=positive_int, default=15, metavar="N", help="rows per table (default 15)")
     p.add_argument("--max-ranks", type=positive_int, default=16, metavar="N", help="ranks listed per table (default 16)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, option_flags={"folder": "--csv"})  # the library's names of the flags that differ
 
 
 def run(args: argparse.Namespace) -> int:

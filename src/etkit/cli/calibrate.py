@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="network YAML to write, with NET.system.json beside it (default: the first PREFIX's name + "
                         "-net.yml with --from-trace, else calibrated-net.yml)")
     add_quiet(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, option_flags={"jobs": "--from-trace"})  # the library's names of the flags that differ
 
 
 def run(args: argparse.Namespace) -> int:

@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-nodes", type=positive_int, default=400, metavar="N", help="refuse to draw more (default 400)")
     p.add_argument("--no-critical-path", action="store_true", help="skip computing the critical path")
     add_quiet(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, option_flags={"filters": "--filter"})  # the library's names of the flags that differ
 
 
 def run(args: argparse.Namespace) -> int:

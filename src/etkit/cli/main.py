@@ -57,7 +57,7 @@ def _run(args: argparse.Namespace) -> int:
         with guard.running(args), reported_warnings(f"etkit {args.verb}"):
             return int(args.func(args) or 0)
     except EtkitError as exc:  # a library option's value is named by the flag that set it
-        message = exc.as_flags() if isinstance(exc, OptionError) else str(exc)
+        message = exc.as_flags(getattr(args, "option_flags", None)) if isinstance(exc, OptionError) else str(exc)
         print(f"etkit {args.verb}: {printable(message, newlines=False)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader of our stdout went away (| head): nothing left to say

@@ -197,7 +197,7 @@ def _run_serving_sweep(args: argparse.Namespace, serving: bool) -> int:
 
 
 def _blocked(blocked: SimulationBlocked, args: argparse.Namespace) -> int:
-    print("\n".join(blocked.report.lines()), file=sys.stderr)
+    print("\n".join(blocked.report.lines(allow="--allow-mismatch")), file=sys.stderr)
     if args.json:
         write_json({"blocked": blocked.report.to_dict()}, args.json)
     return 1

@@ -80,10 +80,12 @@ class BlockedReport:
     #: the pre-check's findings (``rank R node N: [rule] message``): ranks that disagree about a call
     disagreements: list[str] = field(default_factory=list)
 
-    def lines(self, limit: int = 40) -> list[str]:
+    def lines(self, limit: int = 40, *, allow: str = "allow_mismatch=True") -> list[str]:
+        """The report, one line per blocked node or finding (``allow``: how the caller runs a refused job
+        anyway, in its words; the CLI says ``--allow-mismatch``)."""
         if self.disagreements:
             out = [f"simulation refused ({self.reason}): {len(self.disagreements)} finding(s), as etkit validate "
-                   "reports them (--allow-mismatch simulates the job anyway)"]
+                   f"reports them ({allow} simulates the job anyway)"]
             out += [f"  {d}" for d in self.disagreements[:limit]]
             if len(self.disagreements) > limit:
                 out.append(f"  ... and {len(self.disagreements) - limit} more")

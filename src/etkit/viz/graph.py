@@ -28,7 +28,7 @@ import numpy as np
 
 from ..analyze.kinds import KIND_NAMES, node_kinds
 from ..analyze.timing import dependency_rows, topological_order
-from ..errors import DependencyError, UsageError
+from ..errors import DependencyError, OptionError, UsageError
 from ..fileio import atomic_output
 from ..model.trace import Trace, node_type_name
 from ..safetext import xml_text
@@ -38,6 +38,7 @@ __all__ = ["SubGraph", "select_subgraph", "parse_filter", "write_graph", "FORMAT
 
 FORMATS = ("dot", "svg", "png", "pdf", "graphml")
 _BRIDGE_FAN_IN = 8
+_NOT_A_FILTER = "{filters}: not a filter; use type=..., kind=..., name~REGEX, dur>=US or dur<=US"
 _FILTER = re.compile(r"^(?P<key>type|kind|name|dur)\s*(?P<op>=|~|>=|<=)\s*(?P<value>.+)$")
 
 
@@ -56,7 +57,7 @@ def parse_filter(text: str):  # type: ignore[no-untyped-def]
     """A predicate ``(trace, kinds) -> bool mask`` from one filter expression (see the module docstring)."""
     m = _FILTER.match(text.strip())
     if not m:
-        raise UsageError(f"bad --filter {text!r}: use type=..., kind=..., name~REGEX, dur>=US or dur<=US")
+        raise OptionError(_NOT_A_FILTER, filters=text)
     key, op, value = m["key"], m["op"], m["value"].strip()
     if key == "type" and op == "=":
         wanted = {v.strip().upper().removesuffix("_NODE") for v in value.split(",")}
@@ -64,21 +65,26 @@ def parse_filter(text: str):  # type: ignore[no-untyped-def]
     if key == "kind" and op == "=":
         codes = [KIND_NAMES.index(v.strip()) for v in value.split(",") if v.strip() in KIND_NAMES]
         if not codes:
-            raise UsageError(f"bad --filter {text!r}: kinds are {', '.join(KIND_NAMES)}")
+            raise OptionError(f"{{filters}}: kinds are {', '.join(KIND_NAMES)}", filters=text)
         return lambda t, k: np.isin(k, codes)
     if key == "name" and op == "~":
         try:
             pattern = re.compile(value)
         except re.error as exc:
-            raise UsageError(f"bad --filter {text!r}: {exc}") from None
+            raise OptionError("{filters}: " + _literal(str(exc)), filters=text) from None
         return lambda t, k: np.isin(t.name_idx, [i for i, s in enumerate(t.strings) if pattern.search(s)])
     if key == "dur" and op in (">=", "<="):
         try:
             limit = float(value)
         except ValueError:
-            raise UsageError(f"bad --filter {text!r}: duration must be a number of microseconds") from None
+            raise OptionError("{filters}: a duration is a number of microseconds", filters=text) from None
         return (lambda t, k: t.duration >= limit) if op == ">=" else (lambda t, k: t.duration <= limit)
-    raise UsageError(f"bad --filter {text!r}: use type=..., kind=..., name~REGEX, dur>=US or dur<=US")
+    raise OptionError(_NOT_A_FILTER, filters=text)
+
+
+def _literal(text: str) -> str:
+    """``text`` as literal words of an :class:`OptionError` template (its braces doubled)."""
+    return text.replace("{", "{{").replace("}", "}}")
 
 
 @dataclass
@@ -144,8 +150,9 @@ def select_subgraph(trace: Trace, *, around: int | None = None, depth: int = 2, 
         keep[trace.row_of(around)] = True
     rows = np.flatnonzero(keep)
     if len(rows) > max_nodes:
-        raise UsageError(f"{trace.path}: {len(rows)} nodes selected, more than --max-nodes {max_nodes}; "
-                         "narrow it with --around ID --depth K or --filter")
+        raise OptionError(_literal(f"{trace.path}: {len(rows)} nodes selected,") + " more than {max_nodes}; narrow "
+                          "it with {around} and {depth} or {filters}", max_nodes=max_nodes, around=..., depth=...,
+                          filters=...)
     try:
         order = topological_order(trace)
     except DependencyError:  # a cycle: file order still bounds the searches, at worst a shortcut stays
