@@ -71,7 +71,7 @@ def test_graph_analyze_and_calibrate_name_their_parameters_and_the_cli_its_flags
              (lambda: select_subgraph(trace, filters=["colour=red"]), "filters='colour=red': not a filter; use type=..., "
               "kind=..., name~REGEX, dur>=US or dur<=US"),
              (lambda: select_subgraph(trace, max_nodes=2), f"{trace.path}: 3 nodes selected, more than max_nodes=2; "
-              "narrow it with around and depth or filters"),
+              "narrow it with around (a node id) and depth (hops) or filters"),
              (lambda: write_csv([], prefix.with_name("job.0.et")), f"folder='{tmp_path}/job.0.et' is a file: give a "
               "folder (it is created if missing)"),
              (lambda: calibrate_from_jobs([]), "jobs: give at least one measured job")]
@@ -84,8 +84,8 @@ def test_graph_analyze_and_calibrate_name_their_parameters_and_the_cli_its_flags
             (["graph", et, "-o", str(tmp_path / "g.dot"), "--filter", "dur>=x"],
              "etkit graph: --filter dur>=x: a duration is a number of microseconds"),
             (["graph", et, "-o", str(tmp_path / "g.dot"), "--max-nodes", "2", "--no-critical-path"],
-             f"etkit graph: {et}: 3 nodes selected, more than --max-nodes 2; narrow it with --around and --depth or "
-             "--filter"),
+             f"etkit graph: {et}: 3 nodes selected, more than --max-nodes 2; narrow it with --around (a node id) and "
+             "--depth (hops) or --filter"),
             (["analyze", str(prefix), "--csv", et, "-q"],
              f"etkit analyze: --csv {et} is a file: give a folder (it is created if missing)")):
         assert main(argv) == 2

@@ -151,7 +151,7 @@ def select_subgraph(trace: Trace, *, around: int | None = None, depth: int = 2, 
     rows = np.flatnonzero(keep)
     if len(rows) > max_nodes:
         raise OptionError(_literal(f"{trace.path}: {len(rows)} nodes selected,") + " more than {max_nodes}; narrow "
-                          "it with {around} and {depth} or {filters}", max_nodes=max_nodes, around=..., depth=...,
+                          "it with {around} (a node id) and {depth} (hops) or {filters}", max_nodes=max_nodes, around=..., depth=...,
                           filters=...)
     try:
         order = topological_order(trace)
