@@ -35,7 +35,7 @@ import orjson
 
 from ..format.attrs import PROFILER_CATEGORIES, make_attr
 from ..format.schema import SCHEMA_VERSION, CommType, GlobalMetadata, NodeType
-from ..format.stream import TraceWriter
+from ..format.stream import TraceWriter, frame
 from .comm import (
     CommArgumentError,
     CommKind,
@@ -52,7 +52,7 @@ from .device import DeviceWaits, device_waits, gpu_node_type
 from .host import KNOWN_SCHEMAS, HostOp, HostTraceError
 from .kineto import us_to_ns
 from .link import LinkedRank
-from .wire import INPUTS, OUTPUTS, AttrPieces, IoPieces, id_varints, node_record, varint
+from .wire import INPUTS, OUTPUTS, AttrPieces, IoPieces, id_varints, node_record
 
 __all__ = ["RankReport", "P2PCall", "convert_linked", "convert_linked_bytes", "GroupInfo", "groups_of_rank"]
 
@@ -841,8 +841,7 @@ class _RecordList:
         self.write_record(metadata.SerializeToString())
 
     def write_record(self, record: bytes) -> None:
-        self._pending.append(varint(len(record)))
-        self._pending.append(record)
+        self._pending.append(frame(record))
         self._size += len(record)
         if self._size >= self._CHUNK:
             self._chunks.append(b"".join(self._pending))
