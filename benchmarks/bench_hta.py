@@ -1,7 +1,9 @@
 """etkit against HTA on the GPU traces of shared data: convert-and-analyse, whole process, side by side.
 
 For each Kineto GPU trace in ``../shared/data`` (param's ``linear``, HTA's test traces), both tools run as
-fresh processes on the same folder, several times; the medians of wall time and of peak RSS are printed:
+fresh processes on the same folder, several times, one tool's run after the other's (so both see the same
+load); the medians of wall time, of CPU time (user + system: the steadier figure on a loaded machine) and
+of peak RSS are printed:
 
 - etkit: ``etkit analyze TRACE --csv DIR`` (Kineto converted on the fly, then every analysis: breakdown,
   top ops, comm, critical path, stragglers and HTA's GPU figures, written as CSV tables);
@@ -36,19 +38,23 @@ HTA = [str(REF_VENV / "bin" / "python"), str(REPO / "tests" / "analyze" / "hta_r
 TIME = shutil.which("time") and "/usr/bin/time"
 
 
-def _measure(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
-    """(wall seconds, peak RSS MiB) of one fresh process, by GNU time."""
+def _measure(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds: user + system, peak RSS MiB) of one fresh process, by GNU time."""
     out = tempfile.NamedTemporaryFile(prefix="etkit-bench-time-", delete=False)
     out.close()
     try:
-        done = subprocess.run([TIME or "/usr/bin/time", "-f", "%e %M", "-o", out.name, *cmd], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True, env=env)
+        done = subprocess.run([TIME or "/usr/bin/time", "-f", "%e %U %S %M", "-o", out.name, *cmd],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
         if done.returncode != 0:
             raise SystemExit(f"{' '.join(cmd)} failed: {done.stderr[-500:]}")
-        wall, rss_kb = Path(out.name).read_text().split()[-2:]
-        return float(wall), float(rss_kb) / 1024
+        wall, user, system, rss_kb = Path(out.name).read_text().split()[-4:]
+        return float(wall), float(user) + float(system), float(rss_kb) / 1024
     finally:
         os.unlink(out.name)
+
+
+def _medians(runs: list[tuple[float, float, float]]) -> tuple[float, float, float]:
+    return tuple(statistics.median(r[k] for r in runs) for k in range(3))  # type: ignore[return-value]
 
 
 def _trace_dir(name: str, root: Path) -> Path:
@@ -71,23 +77,35 @@ def main() -> int:
         raise SystemExit(f"HTA's environment {REF_VENV} is missing: make refenv")
     names = args.only or [n for n in sorted(KINETO_TRACES) if n != "hta-cpu-only"]  # HTA needs GPU work
     print(f"load average {os.getloadavg()[0]:.1f}; {args.runs} runs each; medians")
-    print(f"{'trace':24} {'etkit s':>8} {'HTA s':>8} {'speed-up':>8} {'etkit MiB':>10} {'HTA MiB':>8} {'mem ratio':>9}")
-    totals = [0.0, 0.0]
-    env = {**os.environ, "HTA_DISABLE_NS_ROUNDING": "1"}
+    print(f"{'trace':24} {'etkit s':>8} {'HTA s':>8} {'wall x':>7} {'etkit cpu':>9} {'HTA cpu':>8} {'cpu x':>6} "
+          f"{'etkit MiB':>9} {'HTA MiB':>8} {'mem ratio':>9}")
+    totals = [0.0, 0.0, 0.0, 0.0]
+    # both tools as installed: their modules' bytecode cached (PYTHONDONTWRITEBYTECODE would make every etkit
+    # run compile its modules again, while HTA's site-packages hold compiled bytecode), warmed up by one run each
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    hta_env = {**env, "HTA_DISABLE_NS_ROUNDING": "1"}
     with tempfile.TemporaryDirectory(prefix="etkit-bench-hta-") as tmp:
         root = Path(tmp)
+        warm = True
         for name in names:
             d = _trace_dir(name, root)
-            ours = [_measure([*ETKIT, "analyze", str(d), "-q", "-j", "1", "--csv", str(root / f"{name}-csv")])
-                    for _ in range(args.runs)]
-            theirs = [_measure([*HTA, str(d)], env) for _ in range(args.runs)]
-            ew, em = statistics.median(w for w, _ in ours), statistics.median(m for _, m in ours)
-            hw, hm = statistics.median(w for w, _ in theirs), statistics.median(m for _, m in theirs)
-            totals[0] += ew
-            totals[1] += hw
-            print(f"{name:24} {ew:8.2f} {hw:8.2f} {hw / ew:7.2f}x {em:10.0f} {hm:8.0f} {em / hm:9.2f}")
-    print(f"{'all traces':24} {totals[0]:8.2f} {totals[1]:8.2f} {totals[1] / totals[0]:7.2f}x   (target >= 5x, "
-          "memory ratio <= 1)")
+            if warm:
+                _measure([*ETKIT, "analyze", str(d), "-q", "-j", "1", "--csv", str(root / "warm-up")], env)
+                _measure([*HTA, str(d)], hta_env)
+                warm = False
+            ours, theirs = [], []
+            for _ in range(args.runs):  # alternating, so that both tools see the same load
+                ours.append(_measure([*ETKIT, "analyze", str(d), "-q", "-j", "1", "--csv", str(root / f"{name}-csv")],
+                                     env))
+                theirs.append(_measure([*HTA, str(d)], hta_env))
+            (ew, ec, em), (hw, hc, hm) = _medians(ours), _medians(theirs)
+            for k, v in enumerate((ew, hw, ec, hc)):
+                totals[k] += v
+            print(f"{name:24} {ew:8.2f} {hw:8.2f} {hw / ew:6.2f}x {ec:9.2f} {hc:8.2f} {hc / ec:5.2f}x "
+                  f"{em:9.0f} {hm:8.0f} {em / hm:9.2f}", flush=True)
+    ew, hw, ec, hc = totals
+    print(f"{'all traces':24} {ew:8.2f} {hw:8.2f} {hw / ew:6.2f}x {ec:9.2f} {hc:8.2f} {hc / ec:5.2f}x   "
+          f"(target >= 5x, memory ratio <= 1); load average now {os.getloadavg()[0]:.1f}")
     return 0
 
 

@@ -134,3 +134,35 @@ def test_cli_converts_a_folder_and_says_what_it_wrote(tmp_path, capsys):
     crossing = [r for r in gpu for d in trace.deps_of(r) if int(trace.stream[trace.row_of(int(d))])
                 not in (MISSING, int(trace.stream[r]))]
     assert len(streams) == 3 and crossing
+
+
+def _same_trace(a, b) -> None:
+    """Every column, the record bytes and the metadata of two traces are equal (their paths aside)."""
+    for name in a.__dataclass_fields__:
+        if name in ("path", "_order"):
+            continue
+        x, y = getattr(a, name), getattr(b, name)
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and np.array_equal(x, y), name
+        else:
+            assert x == y, name
+
+
+@pytest.mark.parametrize("name", ["hta-nccl", "hta-event-sync-streams", "pp_sendrecv_ws2", "hybrid_dp_tp_ws4"])
+def test_a_job_converted_in_memory_is_the_one_written_and_read_back(tmp_path, name):
+    """What analyze/report/timeline/diff hold of a Kineto input (converted in memory, no file) is what
+    ``etkit convert kineto`` writes, read back: every rank's columns and record bytes, and the process groups
+    (NCCL, cross-stream waits, gloo send/recv in pp_sendrecv, several groups in hybrid_dp_tp)."""
+    from etkit.executor import SerialExecutor
+    from etkit.model.groups import ProcessGroups
+    from etkit.pytorch.kineto_convert import convert_kineto, load_kineto_job
+
+    spec = KINETO_TRACES.get(name) or PYTORCH_JOBS / name
+    report = convert_kineto(spec, tmp_path / "k", executor=SerialExecutor())
+    job = load_kineto_job(spec, executor=SerialExecutor())
+    assert sorted(job.traces) == sorted(r.rank for r in report.ranks)
+    for r in report.ranks:
+        _same_trace(load_trace(r.path), job.traces[r.rank])
+        assert not Path(job.traces[r.rank].path).exists()  # named after its Kineto file, never a file itself
+    assert job.groups == (ProcessGroups.load(report.comm_groups) if report.comm_groups else ProcessGroups())
+    assert sorted(load_kineto_job(spec, executor=SerialExecutor(), ranks=[max(job.traces)]).traces) == [max(job.traces)]

@@ -27,7 +27,7 @@ from ..format.columnar import HOT_INT_ATTRS, MISSING, PAD, Columns, decode_colum
 from ..format.schema import CommType, GlobalMetadata, Node, NodeType
 from ..format.stream import HEAD_BYTES, TraceWriter, check_head, frame_table
 
-__all__ = ["Trace", "load_trace", "load_traces", "MISSING", "COMM_NODE_TYPES"]
+__all__ = ["Trace", "load_trace", "load_traces", "trace_from_bytes", "MISSING", "COMM_NODE_TYPES"]
 
 COMM_NODE_TYPES = (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, NodeType.COMM_COLL_NODE)
 
@@ -424,6 +424,11 @@ def _joint_batch(batch: list[tuple[str, bytes]], allow_empty: bool, names: bool)
         trace.metadata_record = record
         traces.append(trace)
     return traces
+
+
+def trace_from_bytes(buf: bytes, path: str = "<memory>") -> Trace:
+    """The :class:`Trace` of an ``.et`` file's (uncompressed) content ``buf``, as :func:`load_trace` reads it."""
+    return _trace_of(path, buf, False, True)
 
 
 def _trace_of(path: str, buf: bytes, allow_empty: bool, names: bool) -> Trace:

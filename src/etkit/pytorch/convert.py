@@ -35,7 +35,7 @@ import orjson
 
 from ..format.attrs import PROFILER_CATEGORIES, make_attr
 from ..format.schema import SCHEMA_VERSION, CommType, GlobalMetadata, NodeType
-from ..format.stream import TraceWriter
+from ..format.stream import TraceWriter, frame
 from .comm import (
     CommArgumentError,
     CommKind,
@@ -54,7 +54,7 @@ from .kineto import us_to_ns
 from .link import LinkedRank
 from .wire import INPUTS, OUTPUTS, AttrPieces, IoPieces, id_varints, node_record
 
-__all__ = ["RankReport", "P2PCall", "convert_linked", "GroupInfo", "groups_of_rank"]
+__all__ = ["RankReport", "P2PCall", "convert_linked", "convert_linked_bytes", "GroupInfo", "groups_of_rank"]
 
 PG_INIT = "process_group:init"
 #: Worker threads ProcessGroupGloo starts per group (two per device; one CPU device).
@@ -248,6 +248,7 @@ class _Converter:
         self.counts: Counter[str] = Counter()  # COMM nodes written, by kind
         self.groups = GroupInfo()
         self.kernel_chain: dict[int, int] = {}  # GPU activity -> the COMM chain head whose interval it is
+        self.framed = b""  # the ET's bytes, when converted in memory (run(None))
 
     # Nodes are assembled from encoded pieces (etkit.pytorch.wire). Attributes are mostly repeated values
     # (scope 0, tid 1, the same op_schema): each distinct run of them is encoded once as a template.
@@ -266,7 +267,8 @@ class _Converter:
                 a("op_schema", op.op_schema), a("is_cpu_op", is_cpu_op)])
         return b"".join((int64("rf_id", op.rf_id), int64("seq_id", op.seq_id), template))
 
-    def run(self, writer_path: str) -> RankReport:
+    def run(self, writer_path: str | None) -> RankReport:
+        """Convert the rank: write ``writer_path``, or (``None``) keep the framed records in :attr:`framed`."""
         linked, ops = self.linked, self.ops
         n = len(ops)
         parent = linked.parent.tolist()
@@ -347,7 +349,7 @@ class _Converter:
                 members.setdefault(h, []).append(i)
         return members
 
-    def _emit(self, walk: _Walk, path: str) -> RankReport:
+    def _emit(self, walk: _Walk, path: str | None) -> RankReport:
         """Write the rank's nodes: GPU activity placed, nodes put in id order, records written, report finished."""
         self._exact_times()
         chains = self._chain_members(walk.order, walk.head)
@@ -428,7 +430,7 @@ class _Converter:
                           make_attr("finish_ts", host.finish_ts, "uint64_val")])
         return meta
 
-    def _write_nodes(self, path: str, walk: _Walk, chains: dict[int, list[int]], items: list[int],
+    def _write_nodes(self, path: str | None, walk: _Walk, chains: dict[int, list[int]], items: list[int],
                      kernel_kind: dict[int, CommKind | None], waits: DeviceWaits) -> None:
         """Write the metadata node (when the host trace has none) and every node in id order."""
         linked, report = self.linked, self.report
@@ -436,7 +438,7 @@ class _Converter:
         self._stream_prev = self._stream_predecessors(st.new_id)
         self.ids = id_varints(len(items) + 1)
         head = walk.head
-        with TraceWriter(path, self._metadata()) as writer:
+        with (TraceWriter(path, self._metadata()) if path is not None else _RecordList(self._metadata())) as writer:
             write = writer.write_record
             if walk.pg_init is None and walk.pg_entries:
                 write(self._metadata_node(0, "## process_group:init ##", walk.pg_entries))
@@ -448,6 +450,8 @@ class _Converter:
                     write(self._comm_record(nid, ref, walk, chains[ref], st))
                 else:
                     write(self._host_record(nid, ref, walk, st))
+        if isinstance(writer, _RecordList):
+            self.framed = writer.framed()
 
     def _comm_record(self, nid: int, i: int, walk: _Walk, members: list[int], st: _WriteState) -> bytes:
         """The COMM node of chain head ``i``: after the op before it on its thread, the previous collective of
@@ -823,6 +827,40 @@ class _Converter:
 _NO_TIME = float("nan")
 
 
+class _RecordList:
+    """The in-memory twin of :class:`etkit.format.stream.TraceWriter`: :meth:`framed` is the bytes of the file
+    it would write (metadata first, every record after its length), framed a megabyte at a time as records
+    come (the records are not all held besides the result)."""
+
+    _CHUNK = 1 << 20
+
+    def __init__(self, metadata: GlobalMetadata) -> None:
+        self._chunks: list[bytes] = []
+        self._pending: list[bytes] = []
+        self._size = 0
+        self.write_record(metadata.SerializeToString())
+
+    def write_record(self, record: bytes) -> None:
+        self._pending.append(frame(record))
+        self._size += len(record)
+        if self._size >= self._CHUNK:
+            self._chunks.append(b"".join(self._pending))
+            self._pending, self._size = [], 0
+
+    def framed(self) -> bytes:
+        """The file's bytes (once: the chunks are dropped)."""
+        chunks, self._chunks = self._chunks, []
+        chunks.append(b"".join(self._pending))
+        self._pending = []
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def __enter__(self) -> _RecordList:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
 def _kind_label(kind: CommKind) -> str:
     """Report label of a COMM node: the collective's name, or SEND / RECV."""
     if kind.comm_type is not None:
@@ -836,8 +874,22 @@ def convert_linked(linked: LinkedRank, out_path: str | os.PathLike[str], *, rank
 
     ``p2p_matched`` settles send/recv whose group this rank alone cannot tell: host op id -> (pg_name,
     global peer), as :func:`etkit.pytorch.peers.match_p2p_peers` finds them across ranks."""
+    return _Converter(linked, _rank_of(linked, rank), str(out_path), p2p_matched).run(str(out_path))
+
+
+def _rank_of(linked: LinkedRank, rank: int | None) -> int | None:
+    """``rank``, else the host trace's, else the Kineto trace's."""
     if rank is None:
         rank = linked.host.rank if linked.host.rank is not None else (
             linked.kineto.rank if linked.kineto is not None else None)
-    return _Converter(linked, rank, str(out_path), p2p_matched).run(str(out_path))
+    return rank
 
+
+def convert_linked_bytes(linked: LinkedRank, *, rank: int | None = None, path: str = "<memory>",
+                         p2p_matched: dict[int, tuple[str, int]] | None = None) -> tuple[RankReport, bytes]:
+    """:func:`convert_linked` in memory: the report and the bytes of the ET file it would write (uncompressed;
+    :func:`etkit.model.trace.trace_from_bytes` reads them as :func:`etkit.model.trace.load_trace` reads the
+    file). ``path`` names the rank in the report. Nothing is written."""
+    converter = _Converter(linked, _rank_of(linked, rank), path, p2p_matched)
+    report = converter.run(None)
+    return report, converter.framed

@@ -15,12 +15,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..executor import Executor, default_executor
 from ..fileio import JobOutput, job_output
 from ..model.groups import ProcessGroups
 from ..model.job import comm_groups_path
+from ..model.trace import Trace
 from .convert import RankReport, convert_linked
 from .jsonio import paused_gc
 from .link import link_files
@@ -28,8 +29,9 @@ from .pairing import Pairing, check_pair, job_files, pair_traces
 from .peers import match_p2p_peers
 
 __all__ = ["RankPair", "JobReport", "find_rank_pairs", "convert_job", "convert_traces", "convert_rank",
-           "convert_files", "convert_ranks"]
+           "convert_files", "convert_ranks", "convert_ranks_in_memory"]
 
+R = TypeVar("R")
 _HOST = re.compile(r"^(?:rank-(?P<a>\d+)\.et|host\.(?P<b>\d+))\.json(?:\.gz)?$")
 
 #: One rank's input files and how they were paired (:class:`etkit.pytorch.pairing.Pairing`).
@@ -130,16 +132,37 @@ def convert_ranks(worker: Callable[[tuple[Any, ...]], RankReport], inputs: list[
     executor = executor or default_executor()
     with job_output(prefix) as out:
         tasks = [(rank, *args, str(out.rank_path(rank, compress=compress))) for rank, args in inputs]
-        reports = executor.map(worker, tasks, desc="convert")
-        # send/recv whose group a rank could not tell: settle them against the other ranks, convert those again
-        matched = match_p2p_peers(reports)
-        if matched:
-            again = [task + (matched[task[0]],) for task in tasks if task[0] in matched]
-            redone = {rep.rank: rep for rep in executor.map(worker, again, desc="convert (p2p peers)")}
-            reports = [redone.get(rep.rank, rep) for rep in reports]
+        reports = _settled(worker, tasks, executor, lambda rep: rep)
         report = _finish(str(prefix), reports, out)
     report.removed = [str(path) for path in out.removed]
     return report
+
+
+def convert_ranks_in_memory(worker: Callable[[tuple[Any, ...]], tuple[RankReport, Trace]],
+                            inputs: list[tuple[int, tuple[Any, ...]]], *, executor: Executor | None = None
+                            ) -> tuple[list[RankReport], dict[int, Trace], ProcessGroups]:
+    """:func:`convert_ranks` without files: ``worker((rank, *rank_inputs[, p2p_matched]))`` returns one rank's
+    report and :class:`etkit.model.trace.Trace`; returns the reports, the traces by rank and the job's process
+    groups (what ``<prefix>.comm_groups.json`` would hold). Send/recv peers are settled the same way."""
+    results = _settled(worker, [(rank, *args) for rank, args in inputs], executor or default_executor(),
+                       lambda result: result[0])
+    reports = [rep for rep, _ in results]
+    groups = _job_groups(reports)
+    return reports, {rep.rank: trace for rep, trace in results}, ProcessGroups.from_mapping(groups)
+
+
+def _settled(worker: Callable[[tuple[Any, ...]], R], tasks: list[tuple[Any, ...]], executor: Executor,
+             report_of: Callable[[R], RankReport]) -> list[R]:
+    """``worker`` on every task; then the send/recv whose group a rank could not tell are settled against the
+    other ranks' calls (:func:`etkit.pytorch.peers.match_p2p_peers`) and those ranks converted again (their
+    task with the settled peers appended)."""
+    results = executor.map(worker, tasks, desc="convert")
+    matched = match_p2p_peers([report_of(r) for r in results])
+    if matched:
+        again = [task + (matched[task[0]],) for task in tasks if task[0] in matched]
+        redone = {report_of(r).rank: r for r in executor.map(worker, again, desc="convert (p2p peers)")}
+        results = [redone.get(report_of(r).rank, r) for r in results]
+    return results
 
 
 def convert_files(host: str | os.PathLike[str], prefix: str | os.PathLike[str], *,

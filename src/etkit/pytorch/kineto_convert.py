@@ -30,15 +30,16 @@ import numpy as np
 
 from ..errors import UsageError
 from ..executor import Executor, default_executor, in_client
+from ..model.trace import Trace, trace_from_bytes
 from .comm import dtype_bytes
-from .convert import RankReport, convert_linked
+from .convert import RankReport, convert_linked, convert_linked_bytes
 from .host import HostOp, HostTrace
 from .jsonio import paused_gc
 from .kineto import KinetoTrace, load_kineto
 from .link import LinkedRank, LinkReport, _link_rows
 
 __all__ = ["KINETO_SCHEMA", "kineto_host_trace", "link_kineto", "kineto_files", "convert_kineto",
-           "convert_kineto_rank", "is_kineto_input", "load_kineto_job", "default_prefix"]
+           "convert_kineto_rank", "convert_kineto_rank_trace", "is_kineto_input", "load_kineto_job", "default_prefix"]
 
 #: The ``schema`` of a host trace built from a Kineto trace (reported as the rank's schema).
 KINETO_SCHEMA = "kineto"
@@ -209,6 +210,16 @@ def convert_kineto_rank(task: tuple[Any, ...]) -> RankReport:
         return convert_linked(link_kineto(kin), out, rank=rank, p2p_matched=task[3] if len(task) > 3 else None)
 
 
+def convert_kineto_rank_trace(task: tuple[Any, ...]) -> tuple[RankReport, Trace]:
+    """Convert one rank in memory: ``(rank, Kineto path[, p2p_matched])`` -> its report and trace."""
+    rank, path = task[:2]
+    name = f"{path} (rank {rank}, converted)"
+    with paused_gc():  # (the Kineto columns and host ops are freed before the ET's bytes are decoded)
+        report, framed = convert_linked_bytes(link_kineto(load_kineto(path, rank=rank)), rank=rank, path=name,
+                                              p2p_matched=task[2] if len(task) > 2 else None)
+    return report, trace_from_bytes(framed, name)
+
+
 def convert_kineto(spec: str | os.PathLike[str], prefix: str | os.PathLike[str], *,
                    executor: Executor | None = None, compress: bool = False):  # type: ignore[no-untyped-def]
     """Convert the Kineto trace ``spec`` (or every rank of the folder ``spec``) to ``<prefix>.<rank>.et`` and
@@ -223,28 +234,23 @@ def convert_kineto(spec: str | os.PathLike[str], prefix: str | os.PathLike[str],
 
 def load_kineto_job(spec: str | os.PathLike[str], *, executor: Executor | None = None,
                     ranks: list[int] | None = None):  # type: ignore[no-untyped-def]
-    """Convert the Kineto trace(s) at ``spec`` to ETs in a temporary folder and load them as a
-    :class:`etkit.model.job.Job` (what ``analyze``, ``report``, ``timeline`` and ``diff`` do with a Kineto
-    input); ``ranks`` keeps only those ranks. The job's process groups are the traces' own, also when
-    the folder holds only some ranks of the job. The temporary folder is this machine's, so under a remote
-    executor (a Dask cluster) the ranks are converted and read in this machine's pool
-    (:func:`etkit.executor.in_client`); ``etkit convert kineto`` to a shared folder runs them on the cluster."""
-    import tempfile
-
-    from ..model.groups import ProcessGroups
+    """Convert the Kineto trace(s) at ``spec`` to ETs in memory, as a :class:`etkit.model.job.Job` (what
+    ``analyze``, ``report``, ``timeline`` and ``diff`` do with a Kineto input); ``ranks`` keeps only those
+    ranks. Each rank's trace is the one ``etkit convert kineto`` writes, read back (the same bytes, decoded
+    the same way), without the file. The job's process groups are the traces' own, also when the folder
+    holds only some ranks of the job. The traces come back to this process, so under a remote executor (a
+    Dask cluster) the ranks are converted in this machine's pool (:func:`etkit.executor.in_client`);
+    ``etkit convert kineto`` to a shared folder runs them on the cluster."""
     from ..model.job import Job
-    from ..model.trace import load_trace
+    from .job import convert_ranks_in_memory
 
-    local = in_client(executor or default_executor())  # the temporary folder is not on the cluster's file system
-    with tempfile.TemporaryDirectory(prefix="etkit-kineto-") as tmp:
-        prefix = Path(tmp) / default_prefix(spec)
-        report = convert_kineto(spec, prefix, executor=local)
-        wanted = [(r.rank, r.path) for r in report.ranks if ranks is None or r.rank in ranks]
-        if not wanted:
-            raise UsageError(f"{spec}: no rank {ranks} among its ranks {[r.rank for r in report.ranks]}")
-        traces = local.map(load_trace, [p for _, p in wanted], desc="load")
-        groups = ProcessGroups.load(report.comm_groups) if report.comm_groups else ProcessGroups()
-    return Job({r: t for (r, _), t in zip(wanted, traces)}, groups, str(spec))
+    local = in_client(executor or default_executor())  # the traces come back to this process
+    reports, traces, groups = convert_ranks_in_memory(
+        convert_kineto_rank_trace, [(k.rank, (str(k.path),)) for k in kineto_files(spec)], executor=local)
+    wanted = [r.rank for r in reports if ranks is None or r.rank in ranks]
+    if not wanted:
+        raise UsageError(f"{spec}: no rank {ranks} among its ranks {[r.rank for r in reports]}")
+    return Job({r: traces[r] for r in wanted}, groups, str(spec))
 
 
 def default_prefix(spec: str | os.PathLike[str]) -> str:

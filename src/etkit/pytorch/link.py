@@ -529,21 +529,26 @@ def _attach_gpu(kin: KinetoTrace, rows: np.ndarray, k_parent: np.ndarray, runtim
         per_tid[tid] = (sel, kin.cpu_ts[sel])
     end = kin.cpu_ts + kin.cpu_dur
     lo, hi = window
-    gpu_bytes = kin.gpu_bytes if len(kin.gpu_bytes) == n_gpu else np.full(n_gpu, -1)
+    gpu_bytes = (kin.gpu_bytes if len(kin.gpu_bytes) == n_gpu else np.full(n_gpu, -1)).tolist()
+    # plain lists: indexing numpy arrays one element at a time is several times slower
+    corr, gpu_ts, gpu_dur = kin.gpu_correlation.tolist(), kin.gpu_ts.tolist(), kin.gpu_dur.tolist()
+    stream, name_of, names = kin.gpu_stream.tolist(), kin.gpu_name.tolist(), kin.names
+    launch_ts, launch_tid = kin.launch_ts.tolist(), kin.launch_tid.tolist()
+    kernels_outside = kernels_unlinked = 0
     out: list[GpuActivity] = []
     for g in range(n_gpu):
-        j = launch_of.get(int(kin.gpu_correlation[g]), -1)
+        j = launch_of.get(corr[g], -1)
         if j >= 0:
-            t = float(kin.launch_ts[j])
+            t = launch_ts[j]
             if not lo <= t <= hi:
-                report.kernels_outside += 1
+                kernels_outside += 1
                 continue
-        elif not (kin.gpu_ts[g] < hi and kin.gpu_ts[g] + kin.gpu_dur[g] > lo):
-            report.kernels_outside += 1
+        elif not (gpu_ts[g] < hi and gpu_ts[g] + gpu_dur[g] > lo):
+            kernels_outside += 1
             continue
         owner = runtime_ops.get(j, -1) if j >= 0 else -1
         if owner < 0 and j >= 0:
-            found = per_tid.get(int(kin.launch_tid[j]))
+            found = per_tid.get(launch_tid[j])
             if found is not None:
                 sel, starts = found
                 k = int(np.searchsorted(starts, t, side="right")) - 1
@@ -552,12 +557,12 @@ def _attach_gpu(kin: KinetoTrace, rows: np.ndarray, k_parent: np.ndarray, runtim
                     row = int(k_parent[row])
                 owner = host_of_row.get(row, -1) if row >= 0 else -1
         if owner < 0:
-            report.kernels_unlinked += 1
-        else:
-            report.kernels_linked += 1
-        out.append(GpuActivity(owner, kin.names[kin.gpu_name[g]], kin.gpu_category[g], float(kin.gpu_ts[g]),
-                               float(kin.gpu_dur[g]), int(kin.gpu_stream[g]), kin.gpu_pg[g],
-                               int(gpu_bytes[g]), int(kin.gpu_correlation[g]), g))
+            kernels_unlinked += 1
+        out.append(GpuActivity(owner, names[name_of[g]], kin.gpu_category[g], gpu_ts[g], gpu_dur[g], stream[g],
+                               kin.gpu_pg[g], gpu_bytes[g], corr[g], g))
+    report.kernels_outside += kernels_outside
+    report.kernels_unlinked += kernels_unlinked
+    report.kernels_linked += len(out) - kernels_unlinked
     report.kernels = len(out)
     out.extend(_stream_syncs(kin, launch_of, runtime_ops, window))
     return out
