@@ -57,12 +57,15 @@ def _track_keys(trace: Trace, sched: RankSchedule, kinds: np.ndarray) -> tuple[n
     tagged = on_stream | (trace.tid != MISSING)
     if not tagged.any():
         return keys, labels
-    value = np.where(on_stream, trace.stream, trace.tid)[tagged]
-    combos, inverse = np.unique(np.stack([keys[tagged], on_stream[tagged].astype(np.int64), value], axis=1),
-                                axis=0, return_inverse=True)
+    values, vcode = np.unique(np.where(on_stream, trace.stream, trace.tid)[tagged], return_inverse=True)
+    # one int64 per (kind, on stream, value) in their lexicographic order: a 1-D unique, not a slow axis=0 one
+    packed = (keys[tagged] * 2 + on_stream[tagged]) * len(values) + vcode.ravel()
+    combos, inverse = np.unique(packed, return_inverse=True)
+    pair, v_of = np.divmod(combos, len(values))
     index: dict[str, int] = {}
     codes = [index.setdefault(f"{labels[k] if k < len(KIND_NAMES) else ''} {'stream' if is_stream else 'tid'} {v}",
-                              len(labels) + len(index)) for k, is_stream, v in combos.tolist()]
+                              len(labels) + len(index))
+             for k, is_stream, v in zip((pair // 2).tolist(), (pair % 2).tolist(), values[v_of].tolist(), strict=True)]
     keys[tagged] = np.asarray(codes, dtype=np.int64)[inverse.ravel()]
     return keys, labels + list(index)
 
