@@ -99,3 +99,19 @@ def test_values_rewritten_with_numpy_as_one_by_one(monkeypatch) -> None:
             assert [blob[s:s + k] for s, k in zip(starts.tolist(), lengths.tolist())] == side, trial
         assert vec.tensors_renumbered == one.tensors_renumbered and vec.found == one.found, trial
     assert sum(r is not None for r in assembled) >= 25  # the numpy assembly ran (not only the fallbacks)
+
+
+def test_the_device_table_is_exact() -> None:
+    """Devices of up to 7 bytes are keyed by their bytes in one word, longer ones by the general table: the same."""
+    from etkit.anonymize.ioinfo import _short_table
+    from etkit.format.parts import span_table
+
+    for devices in (["cpu", "cuda:0", "cuda:12", "cpu", "", "é", "abcdeé", "cuda:12"],
+                    ["abcdefé", "abcdefü", "cudacuda", "cpu", "abcdefé"]):
+        blob = "".join(devices).encode()
+        length = np.array([len(d.encode()) for d in devices], dtype=np.int64)
+        off = np.concatenate([[0], np.cumsum(length)[:-1]]).astype(np.int64)
+        index, texts = _short_table(np.frombuffer(blob, dtype=np.uint8), off, length)
+        expected_index, expected_texts = span_table(blob, off, length)
+        assert texts == expected_texts and index.tolist() == expected_index.tolist()
+        assert [texts[i] for i in index.tolist()] == devices

@@ -204,8 +204,9 @@ def _spread(out: np.ndarray, at: np.ndarray, src: np.ndarray, start: np.ndarray,
 
 
 def _short_table(b: np.ndarray, off: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, list[str]]:
-    """:func:`~etkit.format.parts.span_table` of short texts (devices): up to 8 bytes keyed by their bytes."""
-    if length.size and length.max() <= 8:
+    """:func:`~etkit.format.parts.span_table` of short texts (devices): up to 7 bytes keyed by their bytes and
+    length in one word (bytes in bits 0-55, the length in bits 60-63)."""
+    if length.size and length.max() <= 7:
         key = length.astype(np.uint64) << np.uint64(60)
         for j in range(int(length.max())):
             more = length > j
