@@ -4,8 +4,9 @@ generated job scaled to 16,384 ranks. Prints medians of several runs and the rat
     .venv/bin/python benchmarks/bench_share_scale.py [--runs 3] [--nodes 200000] [--ranks 4] [--skip-16k]
 
 - anonymize: a PyTorch-converter-like job (``--ranks`` ranks of ``--nodes`` nodes each: ATen ops with
-  IOInfo, op_schema, rf_id, seq_id, tid; every tenth node a collective), default policy, the proof
-  (every input string searched in every output byte) included, validation not;
+  IOInfo, op_schema, rf_id, seq_id, tid; every tenth node a collective), default policy, everything the
+  verb does included: the survey, the rewrite, the proof (every input string searched in every output
+  byte) and the validation of the output;
 - scale, nodes per second: the same job scaled dp ``ranks`` -> 2 x ``ranks`` (every source rank read,
   every node written twice);
 - scale 1,024 -> 16,384 ranks: Llama-3 70B at dp 16 x tp 8 x pp 8 (generated, 1.23M nodes), scaled to

@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
+from ..format.parts import span_table
+from ..format.wire import WireFault
+
 __all__ = ["IoRewriter", "quoted_strings", "parse_shapes", "bucket_dim", "starts_of"]
 
 # a tensor, a quoted string (either quote), or any other run that is not a bracket, comma or space
@@ -80,10 +83,141 @@ def _first_use_numbers(keys: np.ndarray) -> tuple[np.ndarray, int]:
     compared as numbers (the same keys, cheaper to sort)."""
     if keys.dtype.itemsize <= 18 and not ((np.strings.str_len(keys) > 1) & np.strings.startswith(keys, b"0")).any():
         keys = keys.astype(np.int64)
+    return _first_use_ranks(keys)
+
+
+def _first_use_ranks(keys: np.ndarray) -> tuple[np.ndarray, int]:
+    """1, 2, ... for each distinct value of ``keys`` in order of first use, and how many there are."""
     _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
     rank = np.empty(first.size, dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(1, first.size + 1)
     return rank[inverse.ravel()], int(first.size)
+
+
+#: The longest tensor or storage id :func:`canonical_tensors` reads (a longer one: it declines). Ids of up
+#: to 18 digits without leading zeros compare as int64 exactly as they compare as text.
+_MAX_DIGITS = 18
+_SPECIAL = np.zeros(256, dtype=bool)
+_SPECIAL[[0x27, 0x5C, 0x1E, 0x1F]] = True  # what ends a device: ' (the end), or \\ and the separators (no match)
+
+
+@dataclass(frozen=True)
+class TensorSpans:
+    """The canonical tensors of a text (what :data:`_CANONICAL_TENSOR_B` splits by), found with numpy: each
+    tensor's span, its tensor and storage ids as numbers, where its storage id ends and its device starts
+    (between them ``, offset, numel, elem_bytes, '`` as written) and where the device ends."""
+
+    start: np.ndarray
+    end: np.ndarray
+    tensor_id: np.ndarray
+    storage_id: np.ndarray
+    storage_end: np.ndarray
+    device: np.ndarray
+    device_end: np.ndarray
+
+
+def _digit_values(b: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The numbers written in ASCII digits at ``b[start:end]`` (at most :data:`_MAX_DIGITS` digits each)."""
+    length = end - start
+    value = np.zeros(start.size, dtype=np.int64)
+    for j in range(int(length.max(initial=0))):
+        more = j < length
+        value[more] = value[more] * 10 + (b[start[more] + j] - 48)
+    return value
+
+
+def canonical_tensors(text: bytes) -> TensorSpans | None:
+    """The tensors that ``_CANONICAL_TENSOR_B.split(text)`` splits by, located with numpy instead of a Python
+    object per piece; None where the arrays could differ from that split (an id longer than
+    :data:`_MAX_DIGITS` digits or with a leading zero, two candidates overlapping): the caller takes the
+    regular expression.
+
+    The runs of digits are found in one pass; a tensor is five consecutive runs, the first after ``[``,
+    each followed by ``, `` (the third may have a minus before it), then the quoted device and ``]``. The split
+    scans left to right and takes the first match at each position, so where matches do not overlap they
+    are its matches."""
+    n = len(text)
+    b = np.frombuffer(text + bytes(8), dtype=np.uint8)
+    digit = np.zeros(n + 2, dtype=np.int8)
+    digit[1:n + 1] = b[:n] - np.uint8(48) <= 9
+    edges = np.flatnonzero(np.diff(digit))  # a run of digits starts at edges[0::2] and ends at edges[1::2]
+    rs, re = edges[0::2], edges[1::2]
+    if rs.size < 5:
+        return _no_tensors()
+    r = np.flatnonzero((rs[:-4] > 0) & (b[np.maximum(rs[:-4] - 1, 0)] == 0x5B))
+    ok = np.ones(r.size, dtype=bool)
+    for k in range(4):  # run r+k is followed by ", " and then run r+k+1 (the third number: maybe "-" first)
+        end, nxt = re[r + k], rs[r + k + 1]
+        ok &= (b[end] == 0x2C) & (b[end + 1] == 0x20)
+        ok &= (nxt == end + 2) | ((k == 1) & (nxt == end + 3) & (b[end + 2] == 0x2D))
+    end = re[r + 4]
+    ok &= (b[end] == 0x2C) & (b[end + 1] == 0x20) & (b[end + 2] == 0x27)
+    device = end + 3
+    special = np.flatnonzero(_SPECIAL[b[:n]])
+    close = np.append(special, n)[np.searchsorted(special, device)]  # n: none (b[n] is padding)
+    ok &= (b[close] == 0x27) & (b[close + 1] == 0x5D)
+    r, device, close = r[ok], device[ok], close[ok]
+    start, stop = rs[r] - 1, close + 2
+    if (start[1:] < stop[:-1]).any():
+        return None
+    ids = []
+    for k in (0, 1):
+        first, last = rs[r + k], re[r + k]
+        if ((last - first > 1) & (b[first] == 0x30)).any() or (last - first > _MAX_DIGITS).any():
+            return None
+        ids.append(_digit_values(b, first, last))
+    return TensorSpans(start, stop, ids[0], ids[1], re[r + 1], device, close)
+
+
+def _no_tensors() -> TensorSpans:
+    none = np.zeros(0, dtype=np.int64)
+    return TensorSpans(none, none, none, none, none, none, none)
+
+
+def _decimal(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The decimal digits of positive ``values``: how many each has, and digit ``j`` (from the right) in column j."""
+    digits = np.ones(values.size, dtype=np.int64)
+    bound = 10
+    while values.size and bound <= values.max():
+        digits += values >= bound
+        bound *= 10
+    columns = np.empty((values.size, int(digits.max(initial=1))), dtype=np.uint8)
+    rest = values.copy()
+    for j in range(columns.shape[1]):
+        columns[:, j] = rest % 10 + 48
+        rest //= 10
+    return digits, columns
+
+
+def _place(out: np.ndarray, at: np.ndarray, digits: np.ndarray, columns: np.ndarray) -> None:
+    """Write each number's digits (``_decimal``) at ``out[at:at + digits]``."""
+    for j in range(columns.shape[1]):
+        more = digits > j
+        out[at[more] + digits[more] - 1 - j] = columns[more, j]
+
+
+def _spread(out: np.ndarray, at: np.ndarray, src: np.ndarray, start: np.ndarray, length: np.ndarray) -> None:
+    """Copy each (short) span ``src[start:start + length]`` to ``out[at:at + length]``, one byte column at a time."""
+    for j in range(int(length.max(initial=0))):
+        more = np.flatnonzero(length > j)
+        out[at[more] + j] = src[start[more] + j]
+
+
+def _short_table(b: np.ndarray, off: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """:func:`~etkit.format.parts.span_table` of short texts (devices): up to 7 bytes keyed by their bytes and
+    length in one word (bytes in bits 0-55, the length in bits 60-63)."""
+    if length.size and length.max() <= 7:
+        key = length.astype(np.uint64) << np.uint64(60)
+        for j in range(int(length.max())):
+            more = length > j
+            key[more] |= b[off[more] + j].astype(np.uint64) << np.uint64(8 * j)
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        texts = [b[o:o + k].tobytes().decode("utf-8") for o, k in zip(off[first[order]].tolist(), length[first[order]].tolist())]
+        return rank[inverse.ravel()], texts
+    return span_table(b.tobytes(), off, length)
 
 
 def _strings_add(*columns: bytes | np.ndarray) -> np.ndarray:
@@ -195,12 +329,15 @@ class IoRewriter:
                 out.append((b"".join(new), starts_of(new_lengths, 0), new_lengths))
             return out
         joined = b"\x1f".join(text for text, lengths in sides if lengths.size)
-        parts = _CANONICAL_TENSOR_B.split(joined)
-        rest = b"\x1e".join(parts[0::5])
-        if _TENSOR_B.search(rest):  # a tensor written with other spacing: the general split
-            result = self._tensors_general(joined)
-        else:
-            result = self._tensors_canonical(parts, rest)
+        spans = canonical_tensors(joined)
+        result = self._tensors_located(joined, spans) if spans is not None else None
+        if result is None:  # what the arrays cannot hold (or other spacing): the regular expressions
+            parts = _CANONICAL_TENSOR_B.split(joined)
+            rest = b"\x1e".join(parts[0::5])
+            if _TENSOR_B.search(rest):  # a tensor written with other spacing: the general split
+                result = self._tensors_general(joined)
+            else:
+                result = self._tensors_canonical(parts, rest)
         cuts = np.flatnonzero(np.frombuffer(result, dtype=np.uint8) == 0x1F)
         starts = np.concatenate([[0], cuts + 1]).astype(np.int64)
         ends = np.concatenate([cuts, [len(result)]]).astype(np.int64)
@@ -227,6 +364,69 @@ class IoRewriter:
         pieces[0::2] = others
         pieces[1::2] = tensors.tolist()
         return b"".join(pieces)
+
+    def _tensors_located(self, joined: bytes, spans: TensorSpans) -> bytes | None:
+        """:meth:`_tensors_canonical` from the tensors :func:`canonical_tensors` found in ``joined``, assembled
+        with numpy: the other segments with the tensors cut out (a \\x1e in each place), their arguments
+        ``None`` (one regular-expression pass), then each \\x1e replaced by its tensor, written from its new
+        numbers and the bytes between its storage id and device as they are. None (nothing done): a device is
+        not UTF-8, or a tensor is written with other spacing (the general split)."""
+        n = len(joined)
+        b = np.frombuffer(joined, dtype=np.uint8)
+        m = int(spans.start.size)
+        try:
+            device_idx, device_texts = _short_table(b, spans.device, spans.device_end - spans.device)
+        except (UnicodeDecodeError, WireFault):
+            return None
+        delta = np.zeros(n + 1, dtype=np.int8)
+        delta[spans.start] = 1
+        delta[spans.end] -= 1  # an end may be the next start (the ends are distinct, and so are the starts)
+        keep = np.cumsum(delta[:n], dtype=np.int8) == 0
+        keep[spans.start] = True
+        marked = b.copy()
+        marked[spans.start] = 0x1E
+        rest = marked[keep].tobytes()
+        if _TENSOR_B.search(rest):  # a tensor written with other spacing
+            return None
+        self.found.update((a or b).decode("utf-8", "surrogateescape") for a, b in _QUOTED_B.findall(rest))
+        self.found.update(device_texts)
+        subbed = _OTHER_B.sub(b"None", rest)
+        if not m:
+            return subbed
+        ids, self.tensor_count = _first_use_ranks(spans.tensor_id)
+        storages, self.storage_count = _first_use_ranks(spans.storage_id)
+        kinds = [_device(t).encode() for t in device_texts]
+        kind_len = np.array([len(k) for k in kinds], dtype=np.int64)[device_idx]
+        id_digits, id_columns = _decimal(ids)
+        sid_digits, sid_columns = _decimal(storages)
+        between = spans.device - spans.storage_end  # ", offset, numel, elem_bytes, '"
+        size = 1 + id_digits + 2 + sid_digits + between + kind_len + 2
+        s = np.frombuffer(subbed, dtype=np.uint8)
+        marks = np.flatnonzero(s == 0x1E)
+        before = np.zeros(m + 1, dtype=np.int64)  # the tensors' bytes before each segment
+        np.cumsum(size, out=before[1:])
+        out = np.empty(s.size - m + int(before[-1]), dtype=np.uint8)
+        shift = np.zeros(s.size, dtype=np.int64)  # where each byte of the segments goes: moved by the tensors before
+        shift[marks] = size - 1
+        np.cumsum(shift, out=shift)
+        other = s != 0x1E
+        out[(np.arange(s.size) + shift)[other]] = s[other]
+        at = marks - np.arange(m) + before[:-1]
+        out[at] = 0x5B
+        _place(out, at + 1, id_digits, id_columns)
+        at = at + 1 + id_digits
+        out[at], out[at + 1] = 0x2C, 0x20
+        _place(out, at + 2, sid_digits, sid_columns)
+        at = at + 2 + sid_digits
+        _spread(out, at, b, spans.storage_end, between)
+        at = at + between
+        for which, kind in enumerate(kinds):
+            mine = at[device_idx == which]
+            for j, byte in enumerate(kind):
+                out[mine + j] = byte
+        at = at + kind_len
+        out[at], out[at + 1] = 0x27, 0x5D
+        return out.tobytes()
 
     def _tensors_general(self, joined: bytes) -> bytes:
         """:meth:`_tensors_canonical` for tensors of any spacing (split by :data:`_TENSOR_B`)."""

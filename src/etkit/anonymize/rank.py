@@ -29,6 +29,7 @@ from ..format.encode import AttrColumn, NodeTable, Packed, encode_nodes, encode_
 from ..format.parts import joined_spans, record_parts, span_table
 from ..format.schema import GlobalMetadata, Node, NodeType
 from ..format.stream import frame
+from ..model.edges import edges
 from ..model.groups import parse_process_group_init
 from ..model.survey import survey_file
 from ..model.trace import MISSING, Trace, load_trace
@@ -191,11 +192,9 @@ def _leaf_rows(trace: Trace, rows: np.ndarray) -> np.ndarray:
         return rows
     member = np.zeros(len(trace), dtype=bool)
     member[rows] = True
-    children = trace.edge_sources("ctrl")
-    parents = trace.rows_of(trace.ctrl_deps)
+    ctrl = edges(trace, "ctrl")
     holds = np.zeros(len(trace), dtype=bool)
-    ok = (parents >= 0) & member[children]
-    holds[parents[ok]] = True
+    holds[ctrl.parent[(ctrl.parent >= 0) & member[ctrl.child]]] = True
     return rows[~holds[rows]]
 
 
@@ -507,8 +506,8 @@ class _RankView:
             off, size = parts.text_off[have], parts.text_len[have]
             values.append(joined_spans(blob, off[:, 3 * side], size[:, 3 * side], b"\x1f"))
             value_len.append(np.where(off[:, 3 * side] >= 0, size[:, 3 * side], 0).astype(np.int64))
-            shapes.append(span_table(blob, off[:, 3 * side + 1], size[:, 3 * side + 1]))
-            types.append(span_table(blob, off[:, 3 * side + 2], size[:, 3 * side + 2]))
+            shapes.append(span_table(parts.buf, off[:, 3 * side + 1], size[:, 3 * side + 1], padded=True))
+            types.append(span_table(parts.buf, off[:, 3 * side + 2], size[:, 3 * side + 2], padded=True))
         attrs: dict[str, tuple[list[int], list[bytes]]] = {}
         for i, name in enumerate(parts.names):
             if name in _COLUMN_ATTRS:
