@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from etkit.errors import TraceFormatError
@@ -195,3 +196,13 @@ def test_files_read_in_batches_give_each_rank_s_findings(tmp_path: Path, monkeyp
     bad.write_bytes(bad.read_bytes()[:-2])
     with pytest.raises(TraceFormatError, match="j.12.et"):
         _check(prefix)
+
+
+def test_unknown_enum_values_are_found_by_table_as_by_membership() -> None:
+    from etkit.validate import rank_rules
+
+    for dtype, table, members in ((np.int32, rank_rules._KNOWN_TYPES, [int(t) for t in NodeType]),
+                                  (np.int64, rank_rules._KNOWN_COMM, [int(c) for c in CommType])):
+        info = np.iinfo(dtype)
+        values = np.array([info.min, info.max, -1, *range(-2, len(table) + 3)], dtype=dtype)
+        assert np.array_equal(rank_rules._unknown(values, table), ~np.isin(values, members))
