@@ -202,8 +202,8 @@ def bench_checks(prefix: Path, nodes: int, runs: int, tmp: Path) -> None:
     print(f"  fastest: {fastest} ({verdict(fastest == 'info')})")
 
 
-_LOADER = ("import sys\nfrom etkit.model.job import discover\nfrom etkit.simulate.loader import load_columns\n"
-           "for f in discover(sys.argv[1])[0]:\n    load_columns(f.path)\n")
+_LOADER = ("import sys\nfrom etkit.model.job import discover\nfrom etkit.simulate.loader import load_columns_many\n"
+           "for _ in load_columns_many([f.path for f in discover(sys.argv[1])[0]]):\n    pass\n")
 
 
 def bench_job(prefix: Path, nodes: int, runs: int, tmp: Path, label: str, *, targets: bool = True) -> None:

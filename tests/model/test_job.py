@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from etkit.errors import UsageError
 from etkit.executor import ProcessExecutor, SerialExecutor
+from etkit.format.columnar import HOT_INT_ATTRS, NODE_COLUMNS
 from etkit.format.schema import CommType
 from etkit.model import ProcessGroups, discover, load_job
 from etkit.model.groups import parse_process_group_init
+from etkit.model.job import rank_batches
+from etkit.model.trace import load_trace
 
 from ..builders import coll, node, write_job
 
@@ -59,3 +63,37 @@ def test_writing_a_smaller_job_over_a_bigger_one_leaves_no_stale_ranks(tmp_path:
     small.write(tmp_path / "j")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["j.0.et", "j.1.et", "other.0.et"]
     assert load_job(tmp_path / "j", executor=SerialExecutor()).ranks == [0, 1]
+
+
+def test_rank_batches_keep_the_order_and_split_by_size(tmp_path: Path) -> None:
+    ranks = [[node(i) for i in range(1, 2 + (r * 37) % 50)] for r in range(40)]
+    files, _ = discover(write_job(tmp_path / "j", ranks))
+    sizes = {str(f.path): f.path.stat().st_size for f in files}
+    for batch_bytes, min_batches in ((1 << 24, 16), (600, 1), (1, 1), (1 << 24, 1)):
+        batches = rank_batches(files, batch_bytes=batch_bytes, min_batches=min_batches)
+        assert [item for batch in batches for item in batch] == [(f.rank, str(f.path)) for f in files]
+        target = max(1, min(batch_bytes, sum(sizes.values()) // min_batches))
+        assert all(len(b) == 1 or sum(sizes[p] for _, p in b) <= target for b in batches)
+        assert all(sum(sizes[p] for _, p in b) + sizes[n[0][1]] > target for b, n in zip(batches, batches[1:]))
+    assert len(rank_batches(files)) >= 16 and len(rank_batches(files, min_batches=1)) == 1
+    assert rank_batches(files[:1]) == [[(0, str(files[0].path))]]
+
+
+@pytest.mark.shared_data
+def test_load_job_reads_batches_as_load_trace_reads_each_file(upstream: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank files read together (one batch for the whole job) are the traces load_trace gives file by file:
+    every column, the names, process-group names, metadata and record bytes."""
+    monkeypatch.setattr("etkit.model.job.MIN_BATCHES", 1)
+    for prefix in ("generated-by-stage-3a7f49c/tp4_pp2_recompute/workload",
+                   "generated-by-upstream-chakra-21585d8/text_converter_npus4_passes1/Resnet50_DataParallel"):
+        job = load_job(upstream / prefix, executor=SerialExecutor())
+        files, _ = discover(upstream / prefix)
+        assert len(files) > 1 and sorted(job.traces) == [f.rank for f in files]
+        for f in files:
+            got, one = job.traces[f.rank], load_trace(f.path)
+            for column in NODE_COLUMNS + HOT_INT_ATTRS + ("rec_off", "rec_len"):
+                if column not in ("name_idx", "strings", "pg_idx"):
+                    assert np.array_equal(getattr(got, column), getattr(one, column)), (f.path, column)
+            assert list(got.names) == list(one.names) and list(got.pg_names()) == list(one.pg_names())
+            assert (got.blob, got.metadata, got.metadata_record, got.path) == (one.blob, one.metadata,
+                                                                              one.metadata_record, one.path)

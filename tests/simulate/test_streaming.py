@@ -3,12 +3,14 @@ to simulating the loaded job."""
 
 from __future__ import annotations
 
+import gzip
 import tracemalloc
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from etkit.errors import TraceFormatError
 from etkit.executor import SerialExecutor
 from etkit.model.job import groups_from_trace, load_job
 from etkit.model.trace import load_trace
@@ -112,3 +114,31 @@ def test_small_files_read_whole_give_the_streamed_columns(upstream: Path) -> Non
         assert whole.groups == streamed.groups and whole.trace.blob == streamed.trace.blob == b""
         assert (whole.trace.metadata, whole.trace.metadata_record) == (streamed.trace.metadata,
                                                                       streamed.trace.metadata_record)
+
+
+@pytest.mark.shared_data
+def test_many_files_loaded_together_give_each_file_s_columns(upstream: Path, tmp_path: Path) -> None:
+    """load_columns_many reads runs of small plain files together: per file, the columns, names, groups and
+    metadata of load_columns; a gzip file between them is streamed in its place, and an unreadable file
+    raises its own error after the files before it."""
+    files = sorted(upstream.glob("generated-by-stage-3a7f49c/*/*.et"))
+    files += sorted(upstream.glob("generated-by-upstream-chakra-21585d8/text_converter_npus4_passes1/Resnet50*.et"))
+    gz = tmp_path / "x.0.et.gz"
+    gz.write_bytes(gzip.compress(files[0].read_bytes()))
+    paths = [*files[:5], gz, *files[5:]]
+    many = list(loader.load_columns_many(paths))
+    assert len(many) == len(paths)
+    for path, got in zip(paths, many):
+        one = load_columns(path)
+        for column in COLUMNS:
+            assert np.array_equal(getattr(got.trace, column), getattr(one.trace, column)), (path, column)
+        assert list(got.trace.names) == list(one.trace.names) and got.trace.path == str(path)
+        assert list(got.trace.pg_names()) == list(one.trace.pg_names()) and got.groups == one.groups
+        assert (got.trace.metadata, got.trace.metadata_record) == (one.trace.metadata, one.trace.metadata_record)
+    bad = tmp_path / "bad.1.et"
+    bad.write_bytes(files[1].read_bytes()[:-3])
+    seen = []
+    with pytest.raises(TraceFormatError, match="bad.1.et"):
+        for got in loader.load_columns_many([files[0], bad, files[2]]):
+            seen.append(got.trace.path)
+    assert seen == [str(files[0])]

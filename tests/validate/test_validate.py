@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from etkit.errors import TraceFormatError
 from etkit.executor import SerialExecutor
 from etkit.format.schema import CommType, GlobalMetadata, Node, NodeType
 from etkit.format.stream import TraceWriter, write_trace
 from etkit.model.groups import ProcessGroups
-from etkit.validate import validate
+from etkit.model.job import Job
+from etkit.model.trace import load_trace
+from etkit.validate import validate, validate_job
 
 from ..builders import coll, node, recv, send, write_job
 
@@ -172,3 +176,33 @@ def test_cycle_in_a_million_node_file_without_recursion_limits(tmp_path: Path) -
     report = validate(tmp_path / "big", executor=SerialExecutor())
     [cycle] = [f for f in report.findings if f.rule == "cycle"]
     assert cycle.node_id == 1 and f"{n} nodes" in cycle.message
+
+
+@pytest.mark.parametrize("min_batches", [1, 16])
+def test_files_read_in_batches_give_each_rank_s_findings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         min_batches: int) -> None:
+    """Ranks read together (one batch, or many) are checked as ranks read one by one; a truncated file in
+    the middle of a batch is named in the one-line error."""
+    monkeypatch.setattr("etkit.model.job.MIN_BATCHES", min_batches)
+    good = [node(1, duration=3), coll(2, AR, 1024, deps=[1]), node(3, deps=[2])]
+    ranks = [good] * 9 + [[node(1), node(1), node(2, deps=[99]), coll(3, AR, 512, deps=[2])]] + [good] * 6
+    prefix = write_job(tmp_path / "j", ranks)
+    report = _check(prefix)
+    loaded = {rank: load_trace(f"{prefix}.{rank}.et", allow_empty=True) for rank in range(len(ranks))}
+    one_by_one = validate_job(Job(loaded, ProcessGroups(), None))
+    assert [str(f) for f in report.findings] == [str(f) for f in one_by_one.findings] and not report.ok
+    assert (report.ranks, report.nodes) == (16, 3 * 15 + 4) and {f.rank for f in report.errors} == {9}
+    bad = tmp_path / "j.12.et"
+    bad.write_bytes(bad.read_bytes()[:-2])
+    with pytest.raises(TraceFormatError, match="j.12.et"):
+        _check(prefix)
+
+
+def test_unknown_enum_values_are_found_by_table_as_by_membership() -> None:
+    from etkit.validate import rank_rules
+
+    for dtype, table, members in ((np.int32, rank_rules._KNOWN_TYPES, [int(t) for t in NodeType]),
+                                  (np.int64, rank_rules._KNOWN_COMM, [int(c) for c in CommType])):
+        info = np.iinfo(dtype)
+        values = np.array([info.min, info.max, -1, *range(-2, len(table) + 3)], dtype=dtype)
+        assert np.array_equal(rank_rules._unknown(values, table), ~np.isin(values, members))

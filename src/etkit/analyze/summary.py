@@ -1,8 +1,9 @@
 """``etkit info``: what a job holds, per rank: node counts by type, communication volume by kind,
 summed durations, and the GlobalMetadata.
 
-Each rank is summarised in its own executor task (load, count, return a small record), so a job of
-thousands of ranks never sits in memory at once.
+The ranks are summarised in executor tasks of a batch of rank files each (:func:`~etkit.model.job.rank_batches`:
+the batch's files loaded together, each rank counted, a small record returned), so a job of thousands of
+ranks never sits in memory at once.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import numpy as np
 from ..executor import Executor, default_executor
 from ..format.attrs import attr_value
 from ..format.schema import NodeType
-from ..model.job import discover
-from ..model.trace import MISSING, Trace, comm_type_name, load_trace, node_type_name
+from ..model.job import discover, rank_batches
+from ..model.trace import MISSING, Trace, comm_type_name, load_traces, node_type_name
 from ..units import exact_sum
 
 __all__ = ["RankInfo", "JobInfo", "summarize_trace", "info"]
@@ -105,9 +106,10 @@ def _span(start: np.ndarray, duration: np.ndarray) -> int:
     return last - int(start.min())
 
 
-def _summarize_file(task: tuple[int, str]) -> RankInfo:
-    rank, path = task
-    return summarize_trace(load_trace(path, names=False), rank)  # counts only: no name table to build
+def _summarize_files(batch: list[tuple[int, str]]) -> list[RankInfo]:
+    """Executor task: the :class:`RankInfo` of each ``(rank, path)`` of one batch."""
+    traces = load_traces([path for _, path in batch], names=False)  # counts only: no name table to build
+    return [summarize_trace(trace, rank) for (rank, _), trace in zip(batch, traces)]
 
 
 def info(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
@@ -115,7 +117,7 @@ def info(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
     """Summarise every rank of the job at ``spec`` (prefix, file or files)."""
     files, _ = discover(spec)
     executor = executor or default_executor()
-    ranks = executor.map(_summarize_file, [(f.rank, str(f.path)) for f in files], desc="info")
+    ranks = [r for part in executor.map(_summarize_files, rank_batches(files), desc="info") for r in part]
     job = JobInfo(ranks)
     by_type: Counter[str] = Counter()
     for r in ranks:

@@ -16,8 +16,9 @@ returns ``None`` and the caller takes the record-by-record path, which produces 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from dataclasses import field as _field_default
+from typing import Any
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -35,7 +36,7 @@ from .attrwire import (
 from .schema import NodeBatch
 from .wire import LOW_BYTES, MSBS, WireFault, bitwise_count, fixed, packed_varints, varints, word_varints, word_view
 
-__all__ = ["Columns", "decode_columns", "join_columns", "split_columns", "rows_with_repeated_deps", "field_numbers", "HOT_INT_ATTRS", "MISSING", "PAD"]
+__all__ = ["NodeColumns", "Columns", "decode_columns", "join_columns", "split_columns", "rows_with_repeated_deps", "field_numbers", "HOT_INT_ATTRS", "MISSING", "PAD"]
 
 #: Integer attributes kept as columns (any integer or bool kind accepted).
 HOT_INT_ATTRS = ("comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag", "comm_priority", "num_ops",
@@ -48,8 +49,13 @@ _CHECK_CHUNK = 1 << 16
 _U32 = np.uint64(0xFFFFFFFF)
 
 
-@dataclass
-class Columns:
+@dataclass(eq=False)
+class NodeColumns:
+    """The per-node columns every decoded form of a trace has (this list's one home): :class:`Columns` (the
+    decoder's result) and :class:`etkit.model.trace.Trace` (which adds the metadata, the integer attribute
+    columns one by one and the record bytes). Row ``i`` is the ``i``-th node; ``name_idx`` and ``pg_idx``
+    index ``strings`` (-1: absent); ``data_ptr``/``ctrl_ptr`` are CSR offsets into ``data_deps``/``ctrl_deps``."""
+
     ids: np.ndarray
     types: np.ndarray
     name_idx: np.ndarray
@@ -62,6 +68,20 @@ class Columns:
     ctrl_deps: np.ndarray
     is_cpu_op: np.ndarray
     pg_idx: np.ndarray
+
+    def node_columns(self) -> dict[str, Any]:
+        """The :class:`NodeColumns` fields of this object by name (to build another form from it)."""
+        return {name: getattr(self, name) for name in NODE_COLUMNS}
+
+
+#: The field names of :class:`NodeColumns`, in order.
+NODE_COLUMNS = tuple(f.name for f in fields(NodeColumns))
+
+
+@dataclass(eq=False)
+class Columns(NodeColumns):
+    """What the decoder gives: the :class:`NodeColumns` and the :data:`HOT_INT_ATTRS` columns by name."""
+
     ints: dict[str, np.ndarray]
 
 

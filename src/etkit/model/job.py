@@ -1,7 +1,8 @@
 """A job: every rank's :class:`Trace` plus the process groups that tie the ranks together.
 
 ``discover`` turns what users type (a prefix such as ``out/llm``, or explicit files) into the per-rank
-file list; ``load_job`` reads the files through an executor, one task per rank.
+file list; ``rank_batches`` groups that list into executor tasks of several files (read together by
+:func:`~etkit.model.trace.load_traces`); ``load_job`` reads the files through an executor, a batch per task.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from ..executor import Executor, in_client
 from ..fileio import RANK_FILE, comm_groups_path, job_output, rank_file_path, rank_files
 from ..format.schema import NodeType
 from .groups import ProcessGroups, parse_process_group_init
-from .trace import Trace, load_trace
+from .trace import BATCH_BYTES, Trace, load_traces
 
-__all__ = ["Job", "RankFile", "discover", "jobs_in", "require_whole_job", "load_job", "groups_from_trace",
+__all__ = ["Job", "RankFile", "discover", "rank_batches", "jobs_in", "require_whole_job", "load_job", "groups_from_trace",
            "groups_from_traces", "comm_groups_path", "groups_file", "load_groups", "remove_stale_files"]
 
 _RANK_SUFFIX = RANK_FILE
@@ -28,6 +29,40 @@ _RANK_SUFFIX = RANK_FILE
 class RankFile:
     rank: int
     path: Path
+
+
+#: :func:`rank_batches` makes at least this many batches of a job with that many files (work for a pool to share).
+MIN_BATCHES = 16
+
+
+def rank_batches(files: Sequence[RankFile], *, batch_bytes: int | None = None,
+                 min_batches: int | None = None) -> list[list[tuple[int, str]]]:
+    """``files`` (in order) as consecutive batches of ``(rank, path)``: per-batch executor tasks that read their
+    files together (:func:`~etkit.model.trace.load_traces`), so a job of many small files pays its records,
+    not a task and a decoder set-up per file.
+
+    A batch holds about ``batch_bytes`` (size on disk; default :data:`~etkit.model.trace.BATCH_BYTES`), less
+    where the job would otherwise make fewer than ``min_batches`` (default :data:`MIN_BATCHES`) batches; a file
+    larger than that is a batch alone. A file that cannot be sized counts as empty (reading it gives its error).
+    """
+    batch_bytes = BATCH_BYTES if batch_bytes is None else batch_bytes
+    min_batches = MIN_BATCHES if min_batches is None else min_batches
+    sizes = []
+    for f in files:
+        try:
+            sizes.append(os.stat(f.path).st_size)
+        except OSError:
+            sizes.append(0)
+    target = max(1, min(batch_bytes, sum(sizes) // max(1, min_batches)))
+    batches: list[list[tuple[int, str]]] = []
+    held = 0
+    for f, size in zip(files, sizes):
+        if not batches or (held and held + size > target):
+            batches.append([])
+            held = 0
+        batches[-1].append((f.rank, str(f.path)))
+        held += size
+    return batches
 
 
 def discover(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> tuple[list[RankFile], str | None]:
@@ -214,7 +249,8 @@ class Job:
 def load_job(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
              comm_groups: str | os.PathLike[str] | None = None,
              executor: Executor | None = None) -> Job:
-    """Load every rank of a job (see :func:`discover`) into columnar traces, one executor task per rank.
+    """Load every rank of a job (see :func:`discover`) into columnar traces, one executor task per batch of
+    rank files (:func:`rank_batches`).
 
     With a remote executor (:class:`~etkit.executor.DaskExecutor`) the files are read in this process's
     own pool: whole traces never travel through the cluster. Process groups come from ``comm_groups``
@@ -223,10 +259,16 @@ def load_job(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
     files, prefix = discover(spec)
     # the traces end up in this process: a cluster executor's workers would send them through its scheduler,
     # so a remote executor loads in this machine's pool instead (etkit.executor.in_client)
-    traces = in_client(executor).map(load_trace, [f.path for f in files], desc="load")
+    batches = in_client(executor).map(_load_batch, rank_batches(files), desc="load")
+    traces = [trace for batch in batches for trace in batch]
     by_rank = {f.rank: t for f, t in zip(files, traces)}
     groups = load_groups(groups_from_traces(by_rank), prefix, comm_groups, world_size=max(by_rank) + 1)
     return Job(by_rank, groups, prefix)
+
+
+def _load_batch(batch: list[tuple[int, str]]) -> list[Trace]:
+    """Executor task: the traces of one batch of rank files."""
+    return list(load_traces([path for _, path in batch]))
 
 
 def groups_file(prefix: str | os.PathLike[str] | None) -> Path | None:

@@ -42,12 +42,12 @@ from pathlib import Path
 from ..errors import UsageError
 from ..executor import Executor
 from ..model.groups import ProcessGroups
-from ..model.job import Job, discover, load_groups
+from ..model.job import Job, discover, load_groups, rank_batches
 from ..model.matching import CommRecord, comm_record, match_comm
 from ..model.trace import Trace
 from .config import PRESETS, Knobs, NetworkConfig, SystemConfig, load_config, load_network, load_system
 from .engine import BlockedReport, SimulationBlocked, SymmetryBroken, disagreement_report, foldable, run_engine
-from .loader import load_columns
+from .loader import load_columns, load_columns_many
 from .notes import gpu_notes, input_notes
 from .result import RankFigures, SimulationResult, build_schedule, figures_for
 from .workload import RankShape, build_classes, rank_shape
@@ -59,10 +59,11 @@ __all__ = ["simulate", "prepare", "PreparedJob", "SimulationResult", "RankFigure
 class _Ranks:
     """The ranks to simulate: their :class:`RankShape` s, process groups, and each rank's trace on demand.
 
-    From a :class:`Job`, the traces it holds. From files, each rank is streamed (:func:`.loader.load_columns`:
-    columns only, never the record bytes) once to take its shape (through ``executor`` when given, one
-    task per rank), and the first rank of each class once more to build its program; at most one rank's
-    columns are held at a time in this process.
+    From a :class:`Job`, the traces it holds. From files, each rank is read (:func:`.loader.load_columns_many`:
+    columns only, never the record bytes; small files a batch at a time) once to take its shape (through
+    ``executor`` when given, one task per batch of files: :func:`~etkit.model.job.rank_batches`), and the first
+    rank of each class once more to build its program; at most one rank's columns (or one batch's) are held
+    at a time in this process.
     """
 
     allow_mismatch = False  # (a PreparedJob's may be True: see :func:`simulate`)
@@ -83,11 +84,10 @@ class _Ranks:
         self.paths = {f.rank: f.path for f in files}
         self.shapes, declared = {}, ProcessGroups()
         if executor is not None and len(files) > 1:
-            found = executor.map(_file_shape, [(f.rank, str(f.path)) for f in files], desc="load")
+            found = [r for part in executor.map(_file_shapes, rank_batches(files), desc="load") for r in part]
         else:  # in this process, keeping the last rank's columns (a one-rank job is then read once)
             found = []
-            for f in files:
-                loaded = load_columns(f.path)
+            for f, loaded in zip(files, load_columns_many([f.path for f in files])):
                 found.append((rank_shape(loaded.trace, f.rank), loaded.groups, comm_record(loaded.trace, f.rank)))
                 self._last = (f.rank, loaded.trace)
         records = {}
@@ -110,11 +110,11 @@ class _Ranks:
         return last[1] if last is not None and last[0] == rank else load_columns(self.paths[rank]).trace
 
 
-def _file_shape(item: tuple[int, str]) -> tuple[RankShape, ProcessGroups, CommRecord]:
-    """Executor task: the shape of one rank file, the groups its METADATA nodes declare, its communication."""
-    rank, path = item
-    loaded = load_columns(path)
-    return rank_shape(loaded.trace, rank), loaded.groups, comm_record(loaded.trace, rank)
+def _file_shapes(batch: list[tuple[int, str]]) -> list[tuple[RankShape, ProcessGroups, CommRecord]]:
+    """Executor task: per ``(rank, path)`` of a batch, the rank's shape, the groups its METADATA nodes declare,
+    and its communication."""
+    return [(rank_shape(loaded.trace, rank), loaded.groups, comm_record(loaded.trace, rank))
+            for (rank, _), loaded in zip(batch, load_columns_many([path for _, path in batch]))]
 
 
 class PreparedJob(_Ranks):

@@ -7,12 +7,15 @@ process groups declared by METADATA nodes, and joins the chunks' columns into on
 without record bytes (``blob`` is empty: :meth:`Trace.node` is not available on it). So a rank costs
 its columns (about 130 bytes per node plus 8 per dependency), never the file's bytes, and the file is
 never held whole. :func:`load_rank` takes an already loaded :class:`Trace` the same way.
+:func:`load_columns_many` loads many rank files in order, the small plain ones read together
+(:func:`etkit.model.trace.load_traces`).
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -23,9 +26,9 @@ from ..format.columnar import HOT_INT_ATTRS, MISSING, Columns, decode_columns, j
 from ..format.stream import encode_varint, open_trace
 from ..model.groups import ProcessGroups
 from ..model.job import groups_from_trace
-from ..model.trace import Trace, load_trace
+from ..model.trace import Trace, load_trace, load_traces
 
-__all__ = ["RankColumns", "load_columns", "CHUNK_RECORDS"]
+__all__ = ["RankColumns", "load_columns", "load_columns_many", "CHUNK_RECORDS"]
 
 #: Records decoded at a time (0.4-2 MiB of record bytes for converted PyTorch traces; the decoder needs about
 #: ten times a chunk's bytes while it works).
@@ -81,14 +84,31 @@ def _small_plain_file(path: str | os.PathLike[str]) -> bool:
         return False  # the streaming reader words the error
 
 
+def load_columns_many(paths: Sequence[str | os.PathLike[str]]) -> Iterator[RankColumns]:
+    """:func:`load_columns` of each of ``paths``, in order; consecutive small plain files are read and decoded
+    together (:func:`etkit.model.trace.load_traces`), the others streamed one by one. An unreadable file raises
+    its error after the columns of the files before it."""
+    run: list[str | os.PathLike[str]] = []
+    for path in paths:
+        if _small_plain_file(path):
+            run.append(path)
+            continue
+        yield from map(_kept, load_traces(run))
+        run = []
+        yield load_columns(path)
+    yield from map(_kept, load_traces(run))
+
+
 def _whole_file(path: str | os.PathLike[str]) -> RankColumns:
     """:func:`load_columns` of a small plain file: loaded whole, then the record bytes and unread columns dropped."""
-    whole = load_trace(path)
+    return _kept(load_trace(path))
+
+
+def _kept(whole: Trace) -> RankColumns:
+    """The :class:`RankColumns` of a whole loaded trace: its record bytes and unread columns dropped."""
     groups = groups_from_trace(whole)
-    kept = Columns(whole.ids, whole.types, whole.name_idx, whole.strings, whole.start, whole.duration, whole.data_ptr,
-                   whole.data_deps, whole.ctrl_ptr, whole.ctrl_deps, whole.is_cpu_op, whole.pg_idx,
-                   {k: getattr(whole, k) for k in _KEPT_INTS})
-    trace = _trace(kept, b"", _EMPTY, _EMPTY, str(path), whole.metadata)
+    kept = Columns(**whole.node_columns(), ints={k: getattr(whole, k) for k in _KEPT_INTS})
+    trace = _trace(kept, b"", _EMPTY, _EMPTY, whole.path, whole.metadata)
     trace.metadata_record = whole.metadata_record
     return RankColumns(trace, groups)
 
@@ -107,13 +127,9 @@ def _add_chunk(parts: list[Columns], batch: list[tuple[int, int, bytes]], meta_r
     cols = decode_columns(buf, frame_start, rec_off, lengths) if len(batch) >= SMALL_CHUNK else None
     if cols is None:  # few records, or something the vectorised decoder does not take: per-record parsing
         whole = Trace.from_records(meta_record, batch, path=path)
-        cols = Columns(whole.ids, whole.types, whole.name_idx, whole.strings, whole.start, whole.duration,
-                       whole.data_ptr, whole.data_deps, whole.ctrl_ptr, whole.ctrl_deps, whole.is_cpu_op, whole.pg_idx,
-                       {k: getattr(whole, k) for k in _KEPT_INTS})
+        cols = Columns(**whole.node_columns(), ints={k: getattr(whole, k) for k in _KEPT_INTS})
         buf, rec_off = whole.blob, whole.rec_off
-    kept = Columns(cols.ids, cols.types, cols.name_idx, cols.strings, cols.start, cols.duration, cols.data_ptr,
-                   cols.data_deps, cols.ctrl_ptr, cols.ctrl_deps, cols.is_cpu_op, cols.pg_idx,
-                   {k: cols.ints[k] for k in _KEPT_INTS})
+    kept = Columns(**cols.node_columns(), ints={k: cols.ints[k] for k in _KEPT_INTS})
     parts.append(kept)
     return groups_from_trace(_trace(kept, buf, rec_off, lengths, path, None))
 
@@ -121,8 +137,6 @@ def _add_chunk(parts: list[Columns], batch: list[tuple[int, int, bytes]], meta_r
 def _trace(cols: Columns, blob: bytes, rec_off: np.ndarray, rec_len: np.ndarray, path: str, metadata) -> Trace:
     """A :class:`Trace` over ``cols``; integer columns the simulator does not read are a read-only view of MISSING."""
     missing = np.broadcast_to(np.asarray(MISSING, dtype=np.int64), cols.ids.shape)
-    return Trace(metadata=metadata, ids=cols.ids, types=cols.types, name_idx=cols.name_idx, strings=cols.strings,
-                 start=cols.start, duration=cols.duration, data_ptr=cols.data_ptr, data_deps=cols.data_deps,
-                 ctrl_ptr=cols.ctrl_ptr, ctrl_deps=cols.ctrl_deps, is_cpu_op=cols.is_cpu_op, pg_idx=cols.pg_idx,
+    return Trace(**cols.node_columns(), metadata=metadata,
                  **cast("dict[str, Any]", {k: cols.ints.get(k, missing) for k in HOT_INT_ATTRS}), blob=blob, rec_off=rec_off, rec_len=rec_len,
                  path=path)

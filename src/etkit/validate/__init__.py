@@ -1,7 +1,7 @@
 """Validation of Chakra ETs: per-file rules (``rank_rules``) and cross-rank rules (``job_rules``).
 
-``validate(spec)`` checks files on disk, one executor task per rank (each task loads, checks and
-returns only its findings and a compact communication record); ``validate_job(job)`` checks a job
+``validate(spec)`` checks files on disk, one executor task per batch of rank files (each task loads its
+files together, checks each rank and returns only its findings and a compact communication record); ``validate_job(job)`` checks a job
 already in memory. Both return a :class:`ValidationReport`.
 """
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 from ..executor import Executor, default_executor
 from ..model.groups import ProcessGroups
-from ..model.job import Job, discover, groups_from_trace, load_groups
+from ..model.job import Job, discover, groups_from_trace, load_groups, rank_batches
 from ..model.matching import CommRecord, comm_record
-from ..model.trace import Trace, load_trace
+from ..model.trace import Trace, load_traces
 from .findings import ERROR, WARNING, Finding, FindingSink, ValidationReport
 from .job_rules import check_job
 from .rank_rules import check_trace
@@ -34,9 +34,10 @@ def _rank_result(trace: Trace, rank: int) -> tuple[int, list[Finding], CommRecor
     return len(trace), validate_trace(trace, rank), comm_record(trace, rank), groups_from_trace(trace)
 
 
-def _check_file(task: tuple[int, str]) -> tuple[int, list[Finding], CommRecord, ProcessGroups]:
-    rank, path = task
-    return _rank_result(load_trace(path, allow_empty=True, names=False), rank)  # the rules never read names
+def _check_files(batch: list[tuple[int, str]]) -> list[tuple[int, list[Finding], CommRecord, ProcessGroups]]:
+    """Executor task: the results of one batch of ``(rank, path)`` (the first unreadable file's error)."""
+    traces = load_traces([path for _, path in batch], allow_empty=True, names=False)  # the rules never read names
+    return [_rank_result(trace, rank) for (rank, _), trace in zip(batch, traces)]
 
 
 def _assemble(results: dict[int, tuple[int, list[Finding], CommRecord, ProcessGroups]],
@@ -63,10 +64,10 @@ def validate(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
     """
     files, prefix = discover(spec)
     executor = executor or default_executor()
-    tasks = [(f.rank, str(f.path)) for f in files]
-    out = executor.map(_check_file, tasks, desc="validate")
-    results = {rank: res for (rank, _), res in zip(tasks, out)}
-    return _assemble(results, None, prefix, comm_groups, [str(Path(p)) for _, p in tasks])
+    batches = rank_batches(files)
+    out = executor.map(_check_files, batches, desc="validate")
+    results = {rank: res for batch, part in zip(batches, out) for (rank, _), res in zip(batch, part)}
+    return _assemble(results, None, prefix, comm_groups, [str(Path(p)) for batch in batches for _, p in batch])
 
 
 def validate_job(job: Job) -> ValidationReport:

@@ -22,6 +22,25 @@ __all__ = ["check_trace"]
 _COLL = int(NodeType.COMM_COLL_NODE)
 _SEND = int(NodeType.COMM_SEND_NODE)
 _RECV = int(NodeType.COMM_RECV_NODE)
+
+
+def _known_table(values: list[int]) -> np.ndarray:
+    """``table[v]`` is True for the values; one more entry (False) for every value outside ``0..max``."""
+    table = np.zeros(max(values) + 2, dtype=bool)
+    table[values] = True
+    return table
+
+
+_KNOWN_TYPES = _known_table([int(t) for t in NodeType])
+_KNOWN_COMM = _known_table([int(c) for c in CommType])
+
+
+def _unknown(values: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """Where ``values`` are not among the values of ``table`` (:func:`_known_table`)."""
+    index = values.astype(np.int64)
+    index[(index < 0) | (index >= table.size)] = table.size - 1
+    unknown: np.ndarray = ~table[index]
+    return unknown
 _MAX_CYCLE_IDS = 10
 
 
@@ -94,13 +113,11 @@ def _check_cycles(trace: Trace, edges: np.ndarray, sink: FindingSink) -> None:
 
 
 def _check_enums(trace: Trace, sink: FindingSink) -> None:
-    known_types = np.array([int(t) for t in NodeType], dtype=trace.types.dtype)
-    for row in np.flatnonzero(~np.isin(trace.types, known_types)):
+    for row in np.flatnonzero(_unknown(trace.types, _KNOWN_TYPES)):
         sink.add(int(trace.ids[row]), "unknown-node-type", f"node type {int(trace.types[row])} is not in the schema")
     has_type = trace.comm_type != MISSING
-    known_comm = np.isin(trace.comm_type, np.array([int(c) for c in CommType], dtype=np.int64))
     coll = trace.types == _COLL
-    for row in np.flatnonzero(coll & has_type & ~known_comm):
+    for row in np.flatnonzero(coll & has_type & _unknown(trace.comm_type, _KNOWN_COMM)):
         sink.add(int(trace.ids[row]), "unknown-comm-type", f"comm_type {int(trace.comm_type[row])} is not in the schema")
 
 
