@@ -265,7 +265,9 @@ def test_collectives_overlap_independent_work_and_are_waited_by_their_dependents
     job = load_job(prefix, executor=SerialExecutor())
     # A rank descheduled for a few ms on a loaded machine can see its all_reduce end before it starts the next
     # node: up to three runs, each checked in full; a synchronous issue fails all three (it never overlaps).
-    for attempt in range(3):
+    runs = 0
+    while runs < 3:
+        runs += 1
         report = replay_job(prefix, options=QUICK)
         overlapped = True
         for rank, sched in report.schedule.ranks.items():
@@ -276,7 +278,7 @@ def test_collectives_overlap_independent_work_and_are_waited_by_their_dependents
             overlapped &= bool(sched.start_ns[ind] < sched.end_ns[ar])  # issued asynchronously: no wait
         if overlapped:
             break
-    assert overlapped, f"the independent node waited for the all_reduce on a rank, {attempt + 1} runs out of 3"
+    assert overlapped, f"the independent node waited for the all_reduce on a rank in each of {runs} runs"
 
 
 # -- memory: the buffers a communication holds ---------------------------------------------------------
