@@ -25,14 +25,19 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from ..conftest import REPO, SHARED_DATA
+from . import zygote
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "docs" / "guide").glob("*.md"))]
 #: Pages whose examples start PyTorch processes (collect, replay, calibrate --ranks): tens of seconds. (The user
@@ -152,14 +157,65 @@ def shows(shown: list[str], printed: str, measured: bool) -> str | None:
 
 
 @pytest.fixture(scope="session")
-def bin_dir(tmp_path_factory) -> Path:
-    """A folder with ``etkit`` (this interpreter, this checkout) and ``python`` for the examples' PATH."""
+def bin_dir(tmp_path_factory) -> Iterator[Path]:
+    """A folder with ``etkit`` (this interpreter, this checkout: the client of a pre-imported etkit,
+    tests/docs/zygote.py) and ``python`` for the examples' PATH."""
     out = tmp_path_factory.mktemp("bin")
-    (out / "etkit").write_text(f"#!/bin/sh\nexec {sys.executable} -m etkit \"$@\"\n")
-    (out / "python").write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
-    for p in out.iterdir():
-        p.chmod(0o755)
-    return out
+    home = Path(tempfile.mkdtemp(prefix="etkit-docs-"))  # a short path: a Unix socket's is at most 107 bytes
+    sock = home / "etkit.sock"
+    log = home / "server.log"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]), "COLUMNS": "200"}
+    with log.open("wb") as sink:
+        server = subprocess.Popen([sys.executable, "-m", "tests.docs.zygote", str(sock)], cwd=REPO, env=env,
+                                  stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300  # its imports: seconds, minutes on a loaded machine
+        while not sock.exists():
+            if server.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the docs' etkit server did not start: {log.read_text()[-2000:]}", pytrace=False)
+            time.sleep(0.05)
+        (out / "etkit").write_text(zygote.CLIENT.format(python=sys.executable, socket=str(sock)))
+        (out / "python").write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+        for p in out.iterdir():
+            p.chmod(0o755)
+        yield out
+    finally:
+        server.terminate()  # it waits for the commands still running (so their CPU is counted), then ends
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+#: ``etkit VERB`` in a command of a page.
+_VERB = re.compile(r"(?:^|[\s;|&(])etkit\s+([a-z][\w-]*)")
+
+
+def real_commands(pages: list[Path]) -> set[tuple[str, int]]:
+    """(page, line) of the commands that run as real ``python -m etkit`` processes rather than forks of the
+    pre-imported server: the first command of each verb, in page order (proving the program starts)."""
+    seen: set[str] = set()
+    real = set()
+    for page in pages:
+        for block in parse_page(page.read_text()):
+            if block.skip is not None or block.lang == "python":
+                continue
+            for cmd in block.commands:
+                verbs = set(_VERB.findall(cmd.text)) - seen
+                if verbs:
+                    seen |= verbs
+                    real.add((page.name, cmd.line))
+    return real
+
+
+REAL = real_commands(PAGES)
+
+
+def _as_real(cmd: str) -> str:
+    """``cmd`` with its etkit commands run as real processes (the exit status kept for ``$?``)."""
+    return f"export ETKIT_EXAMPLE_REAL=1\n{cmd}\n__status=$?; unset ETKIT_EXAMPLE_REAL; (exit $__status)"
 
 
 def _run_shell(script: list[str], cwd: Path, env: dict[str, str], timeout: float) -> list[str]:
@@ -200,7 +256,8 @@ def test_the_examples_print_what_the_page_shows(page, bin_dir, tmp_path):
                 problems.append(f"{rel}:{block.line}: the python example fails: {tail} {''.join(setup_out)[-300:]}")
             continue
         assigned = [c for c in session if re.match(r"^[A-Za-z_]\w*=\S+$", c)]
-        outputs = _run_shell(assigned + setup + [c.text for c in block.commands], cwd, env, 900)
+        texts = [_as_real(c.text) if (page.name, c.line) in REAL else c.text for c in block.commands]
+        outputs = _run_shell(assigned + setup + texts, cwd, env, 900)
         outputs = outputs[len(assigned) + len(setup):]
         for cmd, printed in zip(block.commands, outputs):
             missing = shows(cmd.shown, printed, block.measured)
