@@ -8,6 +8,9 @@ fenced blocks run in page order in one folder, ``../shared`` reaching the shared
   lines under a command are what it prints: every shown line must appear in its output, in order; a line
   ``...`` skips any lines, and ``...`` inside a line matches any text. Blocks without a ``$`` prompt are
   synopses, not sessions.
+* Each ``etkit`` command is a fork of one process that has imported etkit (tests/docs/zygote.py: the shell,
+  pipes and exit statuses are unchanged, the ~0.8 s of imports are paid once); the first command of each verb,
+  in page order, runs as a real ``python -m etkit`` (:data:`REAL`).
 * A ``python`` block runs as a script (after the page's earlier blocks); it must not raise.
 * HTML comments in the page steer the run without showing in it: ``<!-- setup: CMD -->`` (one or more lines)
   runs shell commands before the next block, ``<!-- setup-python: CODE -->`` runs code before the next python
@@ -166,8 +169,9 @@ def bin_dir(tmp_path_factory) -> Iterator[Path]:
     log = home / "server.log"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]), "COLUMNS": "200"}
     with log.open("wb") as sink:
-        server = subprocess.Popen([sys.executable, "-m", "tests.docs.zygote", str(sock)], cwd=REPO, env=env,
-                                  stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, start_new_session=True)
+        server = subprocess.Popen([sys.executable, "-m", "tests.docs.zygote", str(sock), str(os.getpid())],
+                                  cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink,
+                                  start_new_session=True)
     try:
         deadline = time.monotonic() + 300  # its imports: seconds, minutes on a loaded machine
         while not sock.exists():

@@ -18,7 +18,8 @@ The server imports nothing that starts a thread or PyTorch (it checks both befor
 is then what a fresh ``python -m etkit`` is after its imports. Commands that start PyTorch ranks import torch
 in their own process, as a real one does.
 
-``python -m tests.docs.zygote SOCKET`` serves (until killed); the docs test starts it once per session.
+``python -m tests.docs.zygote SOCKET PID`` serves until a SIGTERM (it then waits for the commands still
+running) or until process PID is gone; the docs test starts it once per session.
 """
 
 from __future__ import annotations
@@ -161,8 +162,9 @@ def _stop(_signum: int, _frame: object) -> None:
     raise _Stop
 
 
-def serve(path: str) -> dict:
-    """Serve requests on ``path``; returns only in a command's process, with its request."""
+def serve(path: str, parent: int) -> dict:
+    """Serve requests on ``path`` while process ``parent`` lives; returns only in a command's process, with
+    its request."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path + ".new")
     listener.listen(64)
@@ -171,9 +173,14 @@ def serve(path: str) -> dict:
     sys.stdout.flush()
     sys.stderr.flush()
     signal.signal(signal.SIGTERM, _stop)
+    listener.settimeout(5)
     while True:
         try:
             conn, _ = listener.accept()
+        except TimeoutError:
+            if os.getppid() != parent:  # the test process is gone: so is the server
+                os._exit(0)
+            continue
         except _Stop:  # a SIGTERM: wait for the commands still running (their CPU is counted), then end
             listener.close()
             with contextlib.suppress(ChildProcessError):
@@ -224,4 +231,4 @@ def run_command(request: dict) -> None:
 
 if __name__ == "__main__":
     preload()
-    run_command(serve(sys.argv[1]))
+    run_command(serve(sys.argv[1], int(sys.argv[2])))
