@@ -8,9 +8,10 @@ fenced blocks run in page order in one folder, ``../shared`` reaching the shared
   lines under a command are what it prints: every shown line must appear in its output, in order; a line
   ``...`` skips any lines, and ``...`` inside a line matches any text. Blocks without a ``$`` prompt are
   synopses, not sessions.
-* Each ``etkit`` command is a fork of one process that has imported etkit (tests/docs/zygote.py: the shell,
-  pipes and exit statuses are unchanged, the ~0.8 s of imports are paid once); the first command of each verb,
-  in page order, runs as a real ``python -m etkit`` (:data:`REAL`).
+* Each ``etkit`` command and python example is a fork of one process that has imported etkit
+  (tests/docs/zygote.py: the shell, pipes and exit statuses are unchanged, the ~0.8 s of imports are paid
+  once); the first command of each verb and the first python example, in page order, run as real processes
+  (:data:`REAL`).
 * A ``python`` block runs as a script (after the page's earlier blocks); it must not raise.
 * HTML comments in the page steer the run without showing in it: ``<!-- setup: CMD -->`` (one or more lines)
   runs shell commands before the next block, ``<!-- setup-python: CODE -->`` runs code before the next python
@@ -178,8 +179,8 @@ def bin_dir(tmp_path_factory) -> Iterator[Path]:
             if server.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"the docs' etkit server did not start: {log.read_text()[-2000:]}", pytrace=False)
             time.sleep(0.05)
-        (out / "etkit").write_text(zygote.CLIENT.format(python=sys.executable, socket=str(sock)))
-        (out / "python").write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+        for name in ("etkit", "python"):
+            (out / name).write_text(zygote.CLIENT.format(python=sys.executable, socket=str(sock)))
         for p in out.iterdir():
             p.chmod(0o755)
         yield out
@@ -199,11 +200,15 @@ _VERB = re.compile(r"(?:^|[\s;|&(])etkit\s+([a-z][\w-]*)")
 
 def real_commands(pages: list[Path]) -> set[tuple[str, int]]:
     """(page, line) of the commands that run as real ``python -m etkit`` processes rather than forks of the
-    pre-imported server: the first command of each verb, in page order (proving the program starts)."""
+    pre-imported server: the first command of each verb, in page order (proving the program starts), and the
+    first python example."""
     seen: set[str] = set()
     real = set()
     for page in pages:
         for block in parse_page(page.read_text()):
+            if block.skip is None and block.lang == "python" and "python" not in seen:
+                seen.add("python")  # and the first python example
+                real.add((page.name, block.line))
             if block.skip is not None or block.lang == "python":
                 continue
             for cmd in block.commands:
@@ -253,7 +258,8 @@ def test_the_examples_print_what_the_page_shows(page, bin_dir, tmp_path):
             script = cwd / f"example_{block.line}.py"
             script.write_text(block.prelude + block.body)
             setup_out = _run_shell(setup, cwd, env, 600) if setup else []
-            done = subprocess.run([sys.executable, script.name], cwd=cwd, env=env, capture_output=True, text=True,
+            done = subprocess.run([str(bin_dir / "python"), script.name], cwd=cwd, capture_output=True, text=True,
+                                  env={**env, "ETKIT_EXAMPLE_REAL": "1"} if (page.name, block.line) in REAL else env,
                                   timeout=600)
             if done.returncode != 0:
                 tail = (done.stderr.strip().splitlines() or ["?"])[-1]

@@ -34,22 +34,25 @@ import socket
 import sys
 import threading
 
-#: The ``etkit`` of the examples' PATH; ``{python}`` and ``{socket}`` are filled in. Without the server (an
-#: environment variable ``ETKIT_EXAMPLE_REAL`` set, or no socket) it runs the real program instead.
+#: The ``etkit`` and ``python`` of the examples' PATH (``python SCRIPT ARGS`` runs the script in a fork too);
+#: ``{python}`` and ``{socket}`` are filled in. Without the server (an environment variable
+#: ``ETKIT_EXAMPLE_REAL`` set, or no socket), or for ``python -c``/``-m``/no script, it runs the real program.
 CLIENT = r'''#!{python} -IS
 import array, json, os, signal, socket, sys
 PATH = {socket!r}
+PROGRAM = os.path.basename(sys.argv[0])  # "etkit", or "python" (a script: python SCRIPT ARGS)
 def real():
     os.environ.pop("ETKIT_EXAMPLE_REAL", None)
-    os.execv({python!r}, [{python!r}, "-m", "etkit", *sys.argv[1:]])
-if os.environ.get("ETKIT_EXAMPLE_REAL"):
+    os.execv({python!r}, [{python!r}, *(["-m", "etkit"] if PROGRAM == "etkit" else []), *sys.argv[1:]])
+if os.environ.get("ETKIT_EXAMPLE_REAL") or (PROGRAM == "python" and not sys.argv[1:2]) or (
+        PROGRAM == "python" and sys.argv[1].startswith("-")):  # python -c/-m/-: the real interpreter
     real()
 conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 try:
     conn.connect(PATH)
 except OSError:
     real()
-request = json.dumps({{"argv": sys.argv[1:], "cwd": os.getcwd(), "env": dict(os.environ)}}).encode()
+request = json.dumps({{"program": PROGRAM, "argv": sys.argv[1:], "cwd": os.getcwd(), "env": dict(os.environ)}}).encode()
 conn.sendmsg([len(request).to_bytes(4, "big"), request],
               [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
 reply = conn.makefile("rb")
@@ -216,16 +219,22 @@ def serve(path: str, parent: int) -> dict:
 
 
 def run_command(request: dict) -> None:
-    """Become ``python -m etkit ARGV`` in the request's folder and environment (does not return)."""
+    """Become ``python -m etkit ARGV`` (or ``python SCRIPT ARGS``) in the request's folder and environment
+    (does not return)."""
     import runpy
 
     os.setpgid(0, 0)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    sys.path[0] = os.getcwd()
-    sys.argv = ["etkit", *request["argv"]]
-    runpy.run_module("etkit", run_name="__main__", alter_sys=True)
+    if request["program"] == "python":  # python SCRIPT ARGS
+        sys.argv = list(request["argv"])
+        sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))
+        runpy.run_path(sys.argv[0], run_name="__main__")
+    else:
+        sys.path[0] = os.getcwd()
+        sys.argv = ["etkit", *request["argv"]]
+        runpy.run_module("etkit", run_name="__main__", alter_sys=True)
     sys.exit(0)
 
 
