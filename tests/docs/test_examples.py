@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,8 +177,11 @@ def bin_dir(tmp_path_factory) -> Iterator[Path]:
     try:
         deadline = time.monotonic() + 300  # its imports: seconds, minutes on a loaded machine
         while not sock.exists():
-            if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the docs' etkit server did not start: {log.read_text()[-2000:]}", pytrace=False)
+            if server.poll() is not None or time.monotonic() > deadline:  # the client falls back to real processes
+                warnings.warn(f"the docs' etkit server did not start, the examples run as new processes (slower): "
+                              f"{log.read_text()[-2000:]}", stacklevel=1)
+                server.kill()
+                break
             time.sleep(0.05)
         for name in ("etkit", "python"):
             (out / name).write_text(zygote.CLIENT.format(python=sys.executable, socket=str(sock)))
