@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -62,21 +64,42 @@ def pytorch_jobs() -> Path:
     return PYTORCH_JOBS
 
 
+def made_once(tmp_path_factory: pytest.TempPathFactory, key: str, make: Callable[[Path], object]) -> Path:
+    """The folder ``key`` filled by ``make(folder)`` once per test session, shared by the session's xdist
+    workers: the first to need it makes it (holding a file lock), the others wait and read it. Read-only for
+    its users. A ``make`` that fails leaves nothing behind: the next user makes it again (and fails too)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's folder, above each worker's own
+    root = root / "made-once"
+    root.mkdir(exist_ok=True)
+    folder = root / key
+    with (root / f"{key}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / ".done").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            try:
+                make(folder)
+            except BaseException:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise
+            (folder / ".done").touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def converted_job(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """``converted_job(name)``: the prefix of shared PyTorch job ``name`` converted to Chakra ETs, once
-    per test process on first use. Read-only: a test that changes the files converts its own copy."""
+    per test session on first use (:func:`made_once`). Read-only: a test that changes the files converts its
+    own copy."""
     from etkit.executor import SerialExecutor
     from etkit.pytorch.job import convert_job
 
-    out = tmp_path_factory.mktemp("converted")
-    done: dict[str, Path] = {}
-
     def prefix(name: str) -> Path:
-        if name not in done:
-            convert_job(PYTORCH_JOBS / name, out / name, executor=SerialExecutor())
-            done[name] = out / name
-        return done[name]
+        folder = made_once(tmp_path_factory, f"converted-{name}",
+                           lambda out: convert_job(PYTORCH_JOBS / name, out / name, executor=SerialExecutor()))
+        return folder / name
     return prefix
 
 
@@ -103,18 +126,14 @@ KINETO_TRACES = {
 @pytest.fixture(scope="session")
 def kineto_converted(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """``kineto_converted(name)``: the prefix of :data:`KINETO_TRACES` ``name`` converted by ``etkit convert
-    kineto``, once per test process on first use (read-only)."""
+    kineto``, once per test session on first use (:func:`made_once`; read-only)."""
     from etkit.executor import SerialExecutor
     from etkit.pytorch.kineto_convert import convert_kineto
 
-    out = tmp_path_factory.mktemp("kineto")
-    done: dict[str, Path] = {}
-
     def prefix(name: str) -> Path:
-        if name not in done:
-            convert_kineto(KINETO_TRACES[name], out / name, executor=SerialExecutor())
-            done[name] = out / name
-        return done[name]
+        folder = made_once(tmp_path_factory, f"kineto-{name}",
+                           lambda out: convert_kineto(KINETO_TRACES[name], out / name, executor=SerialExecutor()))
+        return folder / name
     return prefix
 
 

@@ -31,7 +31,7 @@ from etkit.analyze.context import prepare
 from etkit.executor import SerialExecutor
 from etkit.pytorch.kineto_convert import kineto_files
 
-from ..conftest import KINETO_TRACES, REPO
+from ..conftest import KINETO_TRACES, REPO, made_once
 
 pytestmark = [pytest.mark.shared_data, pytest.mark.reference]
 GPU_TRACES = sorted(n for n in KINETO_TRACES if n != "hta-cpu-only")
@@ -45,19 +45,23 @@ def _close(a: float, b: float, rel: float = 0.01, abs_: float = 1e-3) -> bool:
 
 @pytest.fixture(scope="session")
 def hta(tmp_path_factory, ref_python) -> dict[str, dict]:
-    """HTA's figures of every trace: one reference-environment process for all of them, once per session."""
-    root = tmp_path_factory.mktemp("hta")
-    dirs = {}
-    for name in sorted(KINETO_TRACES):
-        d = root / name
-        d.mkdir()
-        for k in kineto_files(KINETO_TRACES[name]):  # HTA reads every trace file of a folder: Kineto ones only
-            (d / k.path.name).symlink_to(k.path)
-        dirs[name] = str(d)
-    done = subprocess.run([str(ref_python), str(REPO / "tests/analyze/hta_reference.py"), *dirs.values()],
-                          capture_output=True, text=True, check=True, env={**os.environ, "HTA_DISABLE_NS_ROUNDING": "1"})
-    found = json.loads(done.stdout)["traces"]
-    return {name: found[d] for name, d in dirs.items()}
+    """HTA's figures of every trace: one reference-environment process for all of them, once per session
+    (shared by the xdist workers: conftest.made_once)."""
+    def run_hta(root: Path) -> None:
+        dirs = {}
+        for name in sorted(KINETO_TRACES):
+            d = root / name
+            d.mkdir()
+            for k in kineto_files(KINETO_TRACES[name]):  # HTA reads every trace file of a folder: Kineto ones only
+                (d / k.path.name).symlink_to(k.path)
+            dirs[name] = str(d)
+        done = subprocess.run([str(ref_python), str(REPO / "tests/analyze/hta_reference.py"), *dirs.values()],
+                              capture_output=True, text=True, check=True,
+                              env={**os.environ, "HTA_DISABLE_NS_ROUNDING": "1"})
+        found = json.loads(done.stdout)["traces"]
+        (root / "hta.json").write_text(json.dumps({name: found[d] for name, d in dirs.items()}))
+
+    return json.loads((made_once(tmp_path_factory, "hta", run_hta) / "hta.json").read_text())
 
 
 @pytest.fixture(scope="session")

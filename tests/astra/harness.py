@@ -132,7 +132,7 @@ def parse_finish(text: str) -> tuple[dict[int, int], dict[int, int]]:
 def run_astra(prefix: str | os.PathLike[str], network: str | os.PathLike[str], system: str | os.PathLike[str], *,
               comm_groups: str | os.PathLike[str] | None = None, aware: bool = False, timeout: float = 120.0,
               binary: str | os.PathLike[str] = ASTRA_SIM, extra: Sequence[str] = (), npus: int | None = None,
-              retries: int = 2) -> AstraRun:
+              retries: int = 4) -> AstraRun:
     """Run ASTRA-sim on ``PREFIX.<rank>.et`` (its own logs go to a temporary folder). Its output is line
     buffered (``stdbuf``) so that a crash loses no line; a run that crashes before every one of
     ``npus`` ranks (default: one per ``PREFIX.<rank>.et``) printed its line is run again up to

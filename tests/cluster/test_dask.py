@@ -240,9 +240,9 @@ def test_a_worker_killed_mid_run_has_its_tasks_rerun(cluster, dask, job64) -> No
             os.kill(pids[busy[0]], signal.SIGKILL)
             killed = busy[0]
         time.sleep(0.002)
-    thread.join(60)
+    thread.join(300)  # a bound for a hang only: a loaded 2-core machine can take minutes to re-run the work
     assert killed is not None, "the run ended before a worker could be killed"
     assert "error" not in done, done.get("error")
     assert done["report"] == expected
-    client.wait_for_workers(2, timeout=30)
+    client.wait_for_workers(2, timeout=120)  # the nanny restarts the killed worker (slow under load)
     assert set(client.run(os.getpid).values()) != set(pids.values())  # a worker process was replaced

@@ -8,6 +8,10 @@ fenced blocks run in page order in one folder, ``../shared`` reaching the shared
   lines under a command are what it prints: every shown line must appear in its output, in order; a line
   ``...`` skips any lines, and ``...`` inside a line matches any text. Blocks without a ``$`` prompt are
   synopses, not sessions.
+* Each ``etkit`` command and python example is a fork of one process that has imported etkit
+  (tests/docs/zygote.py: the shell, pipes and exit statuses are unchanged, the ~0.8 s of imports are paid
+  once); the first command of each verb and the first python example, in page order, run as real processes
+  (:data:`REAL`).
 * A ``python`` block runs as a script (after the page's earlier blocks); it must not raise.
 * HTML comments in the page steer the run without showing in it: ``<!-- setup: CMD -->`` (one or more lines)
   runs shell commands before the next block, ``<!-- setup-python: CODE -->`` runs code before the next python
@@ -25,14 +29,20 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from ..conftest import REPO, SHARED_DATA
+from . import zygote
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "docs" / "guide").glob("*.md"))]
 #: Pages whose examples start PyTorch processes (collect, replay, calibrate --ranks): tens of seconds. (The user
@@ -152,14 +162,73 @@ def shows(shown: list[str], printed: str, measured: bool) -> str | None:
 
 
 @pytest.fixture(scope="session")
-def bin_dir(tmp_path_factory) -> Path:
-    """A folder with ``etkit`` (this interpreter, this checkout) and ``python`` for the examples' PATH."""
+def bin_dir(tmp_path_factory) -> Iterator[Path]:
+    """A folder with ``etkit`` (this interpreter, this checkout: the client of a pre-imported etkit,
+    tests/docs/zygote.py) and ``python`` for the examples' PATH."""
     out = tmp_path_factory.mktemp("bin")
-    (out / "etkit").write_text(f"#!/bin/sh\nexec {sys.executable} -m etkit \"$@\"\n")
-    (out / "python").write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
-    for p in out.iterdir():
-        p.chmod(0o755)
-    return out
+    home = Path(tempfile.mkdtemp(prefix="etkit-docs-"))  # a short path: a Unix socket's is at most 107 bytes
+    sock = home / "etkit.sock"
+    log = home / "server.log"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]), "COLUMNS": "200"}
+    with log.open("wb") as sink:
+        server = subprocess.Popen([sys.executable, "-m", "tests.docs.zygote", str(sock), str(os.getpid())],
+                                  cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink,
+                                  start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300  # its imports: seconds, minutes on a loaded machine
+        while not sock.exists():
+            if server.poll() is not None or time.monotonic() > deadline:  # the client falls back to real processes
+                warnings.warn(f"the docs' etkit server did not start, the examples run as new processes (slower): "
+                              f"{log.read_text()[-2000:]}", stacklevel=1)
+                server.kill()
+                break
+            time.sleep(0.05)
+        for name in ("etkit", "python"):
+            (out / name).write_text(zygote.CLIENT.format(python=sys.executable, socket=str(sock)))
+        for p in out.iterdir():
+            p.chmod(0o755)
+        yield out
+    finally:
+        server.terminate()  # it waits for the commands still running (so their CPU is counted), then ends
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+#: ``etkit VERB`` in a command of a page.
+_VERB = re.compile(r"(?:^|[\s;|&(])etkit\s+([a-z][\w-]*)")
+
+
+def real_commands(pages: list[Path]) -> set[tuple[str, int]]:
+    """(page, line) of the commands that run as real ``python -m etkit`` processes rather than forks of the
+    pre-imported server: the first command of each verb, in page order (proving the program starts), and the
+    first python example."""
+    seen: set[str] = set()
+    real = set()
+    for page in pages:
+        for block in parse_page(page.read_text()):
+            if block.skip is None and block.lang == "python" and "python" not in seen:
+                seen.add("python")  # and the first python example
+                real.add((page.name, block.line))
+            if block.skip is not None or block.lang == "python":
+                continue
+            for cmd in block.commands:
+                verbs = set(_VERB.findall(cmd.text)) - seen
+                if verbs:
+                    seen |= verbs
+                    real.add((page.name, cmd.line))
+    return real
+
+
+REAL = real_commands(PAGES)
+
+
+def _as_real(cmd: str) -> str:
+    """``cmd`` with its etkit commands run as real processes (the exit status kept for ``$?``)."""
+    return f"export ETKIT_EXAMPLE_REAL=1\n{cmd}\n__status=$?; unset ETKIT_EXAMPLE_REAL; (exit $__status)"
 
 
 def _run_shell(script: list[str], cwd: Path, env: dict[str, str], timeout: float) -> list[str]:
@@ -193,14 +262,16 @@ def test_the_examples_print_what_the_page_shows(page, bin_dir, tmp_path):
             script = cwd / f"example_{block.line}.py"
             script.write_text(block.prelude + block.body)
             setup_out = _run_shell(setup, cwd, env, 600) if setup else []
-            done = subprocess.run([sys.executable, script.name], cwd=cwd, env=env, capture_output=True, text=True,
+            done = subprocess.run([str(bin_dir / "python"), script.name], cwd=cwd, capture_output=True, text=True,
+                                  env={**env, "ETKIT_EXAMPLE_REAL": "1"} if (page.name, block.line) in REAL else env,
                                   timeout=600)
             if done.returncode != 0:
                 tail = (done.stderr.strip().splitlines() or ["?"])[-1]
                 problems.append(f"{rel}:{block.line}: the python example fails: {tail} {''.join(setup_out)[-300:]}")
             continue
         assigned = [c for c in session if re.match(r"^[A-Za-z_]\w*=\S+$", c)]
-        outputs = _run_shell(assigned + setup + [c.text for c in block.commands], cwd, env, 900)
+        texts = [_as_real(c.text) if (page.name, c.line) in REAL else c.text for c in block.commands]
+        outputs = _run_shell(assigned + setup + texts, cwd, env, 900)
         outputs = outputs[len(assigned) + len(setup):]
         for cmd, printed in zip(block.commands, outputs):
             missing = shows(cmd.shown, printed, block.measured)

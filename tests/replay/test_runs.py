@@ -262,14 +262,23 @@ def test_collectives_overlap_independent_work_and_are_waited_by_their_dependents
              node(2, "independent", comp, dur=20_000, is_cpu_op=False),   # may run under the all_reduce
              node(3, "dependent", comp, deps=(1,), dur=2_000, is_cpu_op=False)]  # must wait for it
     prefix = write_nodes_job(tmp_path, "ov", {0: nodes, 1: nodes})
-    report = replay_job(prefix, options=QUICK)
     job = load_job(prefix, executor=SerialExecutor())
-    for rank, sched in report.schedule.ranks.items():
-        rows = {int(i): r for r, i in enumerate(job.traces[rank].ids)}
-        ar, ind, dep = rows[1], rows[2], rows[3]
-        assert sched.ran[[ar, ind, dep]].all()
-        assert sched.start_ns[ind] < sched.end_ns[ar]  # issued asynchronously: the next node did not wait
-        assert sched.start_ns[dep] >= sched.end_ns[ar]  # its dependent waited for it
+    # A rank descheduled for a few ms on a loaded machine can see its all_reduce end before it starts the next
+    # node: up to three runs, each checked in full; a synchronous issue fails all three (it never overlaps).
+    runs = 0
+    while runs < 3:
+        runs += 1
+        report = replay_job(prefix, options=QUICK)
+        overlapped = True
+        for rank, sched in report.schedule.ranks.items():
+            rows = {int(i): r for r, i in enumerate(job.traces[rank].ids)}
+            ar, ind, dep = rows[1], rows[2], rows[3]
+            assert sched.ran[[ar, ind, dep]].all()
+            assert sched.start_ns[dep] >= sched.end_ns[ar]  # its dependent waited for it
+            overlapped &= bool(sched.start_ns[ind] < sched.end_ns[ar])  # issued asynchronously: no wait
+        if overlapped:
+            break
+    assert overlapped, f"the independent node waited for the all_reduce on a rank in each of {runs} runs"
 
 
 # -- memory: the buffers a communication holds ---------------------------------------------------------
