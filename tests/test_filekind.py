@@ -86,3 +86,16 @@ def test_require_says_what_the_file_is_and_which_verb_reads_it(tmp_path):
     with pytest.raises(UsageError, match="the file is empty"):
         require(empty, {"chakra-et"}, wanted="a Chakra ET (.et) file")
     assert require(tmp_path / "missing.et", {"chakra-et"}, wanted="x").name == "missing"  # the reader says so
+
+
+def test_a_head_full_of_escaped_quotes_is_read_in_linear_time():
+    """A twin whose attribute holds quoted XML (as ASTRA-sim's ``input_file`` does): the key scan once restarted
+    inside the string at every escaped quote (quadratic: 5.4 s for 39 KB). The bound only catches that."""
+    import time
+
+    value = '<a b=\\"c\\"/>' * 6000  # ~70 KB, 12,000 escaped quotes: minutes for the quadratic scan
+    head = ('{"format": "etkit-et-json", "nodes": [{"attr": [{"name": "input_file", "value": "' + value + '"}]}]}')
+    start = time.process_time()
+    assert sniff_bytes(head.encode()).name == "json-twin"
+    assert sniff_bytes(('{"traceEvents": [{"args": {"x": "' + value + '"}}]}').encode()).name == "kineto"
+    assert time.process_time() - start < 2.0

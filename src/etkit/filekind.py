@@ -70,7 +70,9 @@ KINDS: dict[str, FileKind] = {k.name: k for k in _ALL}
 _TEXT_WORKLOADS = ("DATA", "MODEL", "HYBRID_DATA_MODEL", "HYBRID_MODEL_DATA", "HYBRID_TRANSFORMER",
                    "HYBRID_TRANSFORMER_FWD_IN_BCKWD", "HYBRID_DLRM", "HYBRID_DLRM_ENHANCED", "HYBRID_CUSTOMIZED",
                    "MICRO", "DISTRIBUTED_INFERENCE")
-_KEY = re.compile(rb'"((?:[^"\\]|\\.)*)"\s*:')
+#: Every JSON string, consumed whole (so a quote inside one never starts a match: linear time), with the colon
+#: that makes it a key; a string the head cuts off ends at the end of the head.
+_STRING = re.compile(rb'"((?:[^"\\]|\\.)*)(?:"(\s*:)?|\\?\Z)')
 _GROUPS = re.compile(rb'^\{\s*"[^"]*"\s*:\s*\[\s*(?:\d+\s*(?:,\s*\d+\s*)*)?\]\s*[,}]')
 _SYSTEM_KEYS = {b"scheduling-policy", b"endpoint-delay", b"active-chunks-per-dimension", b"preferred-dataset-splits",
                 b"all-reduce-implementation", b"all-gather-implementation", b"reduce-scatter-implementation",
@@ -144,7 +146,7 @@ def sniff_bytes(head: bytes) -> FileKind:
 
 
 def _json_kind(text: bytes) -> FileKind:
-    keys = [m.group(1) for m in _KEY.finditer(text[:HEAD_BYTES])]
+    keys = [m.group(1) for m in _STRING.finditer(text[:HEAD_BYTES]) if m.group(2)]
     first = keys[0] if keys else b""
     if re.match(rb'\{\s*"format"\s*:\s*"etkit-et-json"', text):
         return KINDS["json-twin"]
