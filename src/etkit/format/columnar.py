@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import DecodeError
 
+from . import tags
 from .attrwire import (
     INT_KIND,
     MISSING,
@@ -682,15 +683,15 @@ _SEVEN = np.uint64(7)
 _EIGHT = np.uint64(8)
 _LENGTH_LIMIT = np.uint64(1 << 40)
 #: Node tags (field number << 3 | wire type) the lean walk takes.
-_TAG_ID, _TAG_NAME, _TAG_TYPE, _TAG_START, _TAG_DURATION = 0x08, 0x12, 0x18, 0x30, 0x38
-_TAG_CTRL, _TAG_DATA, _TAG_CTRL_ONE, _TAG_DATA_ONE = 0x22, 0x2A, 0x20, 0x28  # packed lists, and single entries
-_TAG_INPUTS, _TAG_OUTPUTS, _TAG_ATTR = 0x42, 0x4A, 0x52
+_TAG_ID, _TAG_NAME, _TAG_TYPE, _TAG_START, _TAG_DURATION = tags.NODE_ID, tags.NODE_NAME, tags.NODE_TYPE, tags.NODE_START, tags.NODE_DURATION
+_TAG_CTRL, _TAG_DATA, _TAG_CTRL_ONE, _TAG_DATA_ONE = tags.NODE_CTRL, tags.NODE_DATA, tags.NODE_CTRL_ONE, tags.NODE_DATA_ONE
+_TAG_INPUTS, _TAG_OUTPUTS, _TAG_ATTR = tags.NODE_INPUTS, tags.NODE_OUTPUTS, tags.NODE_ATTR
 _SCALAR_ROW = {_TAG_ID: 0, _TAG_TYPE: 1, _TAG_START: 2, _TAG_DURATION: 3}
 _SPAN_TAGS = (_TAG_NAME, _TAG_CTRL, _TAG_DATA, _TAG_INPUTS, _TAG_OUTPUTS, _TAG_ATTR)
 _LEAN_NODE_TAGS = np.zeros(256, dtype=bool)
 _LEAN_NODE_TAGS[[*_SCALAR_ROW, *_SPAN_TAGS, _TAG_CTRL_ONE, _TAG_DATA_ONE]] = True
 _LEAN_IO_TAGS = np.zeros(256, dtype=bool)
-_LEAN_IO_TAGS[[0x0A, 0x12, 0x1A]] = True
+_LEAN_IO_TAGS[[tags.IO_VALUES, tags.IO_SHAPES, tags.IO_TYPES]] = True
 _BYTES_VAL = 31
 
 

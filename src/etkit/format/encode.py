@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import tags
 from .columnar import MISSING
+from .tags import key_byte
 
 __all__ = ["AttrColumn", "NodeTable", "Packed", "encode_nodes", "encode_strings", "INT_ATTR_FIELDS"]
 
@@ -207,7 +209,7 @@ def _int_attr(column: AttrColumn) -> _Piece:
     def put(out: np.ndarray, pos: np.ndarray) -> None:
         rows = np.flatnonzero(present)
         p = pos[rows]
-        out[p] = 0x52
+        out[p] = tags.NODE_ATTR
         _put_varints(out, p + 1, payload[rows].astype(np.uint64), pnb[rows])
         p = p + 1 + pnb[rows]
         _put_const(out, p, head)
@@ -258,14 +260,14 @@ def encode_nodes(table: NodeTable, *, framed: bool = False) -> tuple[bytes, np.n
     if n == 0:
         return b"", np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     ids, types = table.ids.astype(np.uint64), table.types.astype(np.int64)
-    pieces = [_varint_field(b"\x08", ids, ids != 0),
-              _table_field(b"\x12", table.names, np.where(_non_empty(table.names, table.name_idx), table.name_idx, -1)),
-              _varint_field(b"\x18", types.view(np.uint64), types != 0),
-              _packed_field(b"\x22", table.ctrl_ptr, table.ctrl_deps),
-              _packed_field(b"\x2a", table.data_ptr, table.data_deps),
-              _varint_field(b"\x30", table.start, table.start != 0),
-              _varint_field(b"\x38", table.duration, table.duration != 0)]
-    for tag, index in ((b"\x42", table.inputs), (b"\x4a", table.outputs)):
+    pieces = [_varint_field(key_byte(tags.NODE_ID), ids, ids != 0),
+              _table_field(key_byte(tags.NODE_NAME), table.names, np.where(_non_empty(table.names, table.name_idx), table.name_idx, -1)),
+              _varint_field(key_byte(tags.NODE_TYPE), types.view(np.uint64), types != 0),
+              _packed_field(key_byte(tags.NODE_CTRL), table.ctrl_ptr, table.ctrl_deps),
+              _packed_field(key_byte(tags.NODE_DATA), table.data_ptr, table.data_deps),
+              _varint_field(key_byte(tags.NODE_START), table.start, table.start != 0),
+              _varint_field(key_byte(tags.NODE_DURATION), table.duration, table.duration != 0)]
+    for tag, index in ((key_byte(tags.NODE_INPUTS), table.inputs), (key_byte(tags.NODE_OUTPUTS), table.outputs)):
         if index is not None and (index >= 0).any():
             pieces.append(_table_field(tag, table.io, index))
     for column in table.attrs:
@@ -273,7 +275,7 @@ def encode_nodes(table: NodeTable, *, framed: bool = False) -> tuple[bytes, np.n
             if (np.asarray(column.values) != MISSING).any():
                 pieces.append(_int_attr(column))
         elif column.index is not None and (column.index >= 0).any():
-            pieces.append(_table_field(b"\x52", column.table, column.index))
+            pieces.append(_table_field(key_byte(tags.NODE_ATTR), column.table, column.index))
     return _assemble(n, pieces, framed)
 
 

@@ -14,8 +14,13 @@ from typing import Any
 import numpy as np
 import orjson
 
+from . import tags
 from .schema import LIST_KINDS, AttributeProto, GlobalMetadata, IOInfo, Node, NodeType
 from .stream import encode_varint
+from .tags import key_byte
+
+_IO_VALUES, _IO_SHAPES, _IO_TYPES = (key_byte(k) for k in (tags.IO_VALUES, tags.IO_SHAPES, tags.IO_TYPES))
+_ATTR_KEY = key_byte(tags.NODE_ATTR)
 
 __all__ = [
     "attr_to_dict", "attr_json", "compact", "io_to_dict", "node_to_dict", "metadata_to_dict",
@@ -321,7 +326,7 @@ class NodeEncoder:
             if type(name) is not str:
                 return None
             if name:
-                parts.append((0x12, _text(b"\x12", name)))
+                parts.append((tags.NODE_NAME, _text(key_byte(tags.NODE_NAME), name)))
         node_type = get("type")
         if node_type is not None:
             used += 1
@@ -329,8 +334,8 @@ class NodeEncoder:
             if value is None:
                 return None
             if value:
-                parts.append((0x18, b"\x18" + _VARINT_1[value]))
-        for key, tag in (("ctrlDeps", 0x22), ("dataDeps", 0x2A)):
+                parts.append((tags.NODE_TYPE, key_byte(tags.NODE_TYPE) + _VARINT_1[value]))
+        for key, tag in (("ctrlDeps", tags.NODE_CTRL), ("dataDeps", tags.NODE_DATA)):
             deps = get(key)
             if deps is not None:
                 used += 1
@@ -345,7 +350,7 @@ class NodeEncoder:
                         body.append(_varint(v))
                     joined = b"".join(body)
                     parts.append((tag, _VARINT_1[tag] + _varint(len(joined)) + joined))
-        for key, tag in (("inputs", 0x42), ("outputs", 0x4A)):
+        for key, tag in (("inputs", tags.NODE_INPUTS), ("outputs", tags.NODE_OUTPUTS)):
             io = get(key)
             if io is not None:
                 used += 1
@@ -353,7 +358,7 @@ class NodeEncoder:
                     return None
                 io_body = b""
                 n = 0
-                for sub, subtag in (("values", b"\x0a"), ("shapes", b"\x12"), ("types", b"\x1a")):
+                for sub, subtag in (("values", _IO_VALUES), ("shapes", _IO_SHAPES), ("types", _IO_TYPES)):
                     text = io.get(sub)
                     if text is not None:
                         n += 1
@@ -373,7 +378,7 @@ class NodeEncoder:
                 encoded = self._attr(attr)
                 if encoded is None:
                     return None
-                parts.append((0x52, encoded))
+                parts.append((tags.NODE_ATTR, encoded))
         if used != len(data):
             return None  # another key: snake_case names, _raw, or an unknown one
         parts.sort(key=_first)  # field number order, whatever the order of the JSON keys (stable: attributes keep theirs)
@@ -415,7 +420,7 @@ class NodeEncoder:
             if v is None or type(value) is bool:
                 return None
             body = prefix + _varint(v & _U64_MAX)
-        encoded = b"\x52" + _varint(len(body)) + body
+        encoded = _ATTR_KEY + _varint(len(body)) + body
         if type(value) is str or type(value) is bool:
             if len(self.attrs) >= self.limit:
                 self.attrs.clear()

@@ -39,6 +39,7 @@ from ..fileio import JobOutput, atomic_output, check_writable, job_output
 from ..format.attrs import CANONICAL_KINDS, make_attr
 from ..format.schema import SCHEMA_VERSION, CommType, GlobalMetadata, Node, NodeType
 from ..format.stream import encode_varint, frame
+from ..format.tags import NODE_ATTR, key_byte
 from .groups import ProcessGroups
 from .job import Job, comm_groups_path
 from .trace import Trace
@@ -59,7 +60,7 @@ __all__ = [
 ]
 
 #: Wire tag of ``Node.attr`` (field 10, length-delimited).
-_ATTR_TAG = b"\x52"
+_ATTR_TAG = key_byte(NODE_ATTR)
 
 #: A value an attribute may take: a constant, or a placeholder filled per rank.
 Value = Union[int, str, bool, "Param"]

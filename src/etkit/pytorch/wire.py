@@ -17,19 +17,21 @@ from typing import Any
 
 import numpy as np
 
+from ..format import tags
 from ..format.attrs import make_attr
 from ..format.stream import encode_varint
+from ..format.tags import key_byte
 
 __all__ = ["varint", "varints_column", "AttrPieces", "IoPieces", "node_record", "id_varints", "INPUTS", "OUTPUTS"]
 
 _U64 = (1 << 64) - 1
 _SMALL = [bytes((n,)) for n in range(0x80)]
 
-# Node field keys (field number << 3 | wire type)
-_ID, _NAME, _TYPE, _CTRL, _DATA, _START, _DUR, _INPUTS, _OUTPUTS = (
-    b"\x08", b"\x12", b"\x18", b"\x22", b"\x2a", b"\x30", b"\x38", b"\x42", b"\x4a")
-_ATTR = b"\x52"
-_IO_VALUES = b"\x0a"
+# Node field keys (field number << 3 | wire type), from their one home, format.tags
+_ID, _NAME, _TYPE, _CTRL, _DATA, _START, _DUR, _INPUTS, _OUTPUTS, _ATTR = (key_byte(k) for k in (
+    tags.NODE_ID, tags.NODE_NAME, tags.NODE_TYPE, tags.NODE_CTRL, tags.NODE_DATA, tags.NODE_START, tags.NODE_DURATION,
+    tags.NODE_INPUTS, tags.NODE_OUTPUTS, tags.NODE_ATTR))
+_IO_VALUES, _IO_SHAPES, _IO_TYPES = (key_byte(k) for k in (tags.IO_VALUES, tags.IO_SHAPES, tags.IO_TYPES))
 
 
 def varint(value: int) -> bytes:
@@ -141,8 +143,8 @@ class IoPieces:
 
     def _new_tail(self, shapes: str, types: str) -> bytes:
         tail = self._tail[(shapes, types)] = (
-            (_length_delimited(b"\x12", shapes.encode()) if shapes else b"")
-            + (_length_delimited(b"\x1a", types.encode()) if types else b""))
+            (_length_delimited(_IO_SHAPES, shapes.encode()) if shapes else b"")
+            + (_length_delimited(_IO_TYPES, types.encode()) if types else b""))
         return tail
 
     def field(self, key: bytes, values: str, shapes: str, types: str) -> bytes:

@@ -22,6 +22,7 @@ from ..format.attrs import attr_kind, make_attr
 from ..format.parts import joined_spans, record_parts
 from ..format.schema import AttributeProto, Node, NodeType
 from ..format.stream import TraceWriter, encode_varint, frame
+from ..format.tags import NODE_ATTR
 from ..model.survey import survey_file
 from ..model.template import attr_field
 from ..model.trace import MISSING, Trace, load_trace
@@ -206,7 +207,7 @@ _INT_MEMBERS = {number: AttributeProto.DESCRIPTOR.fields_by_number[number].name 
 _IS_INT_MEMBER = np.zeros(64, dtype=bool)
 _IS_INT_MEMBER[list(_INT_MEMBERS)] = True
 _STAMP_NAMES = ("pg_name", *_RANK_ATTRS)
-_ATTR_TAG = 0x52
+_ATTR_TAG = NODE_ATTR
 
 
 @dataclass

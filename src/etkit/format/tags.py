@@ -1,0 +1,49 @@
+"""The keys of the Chakra fields that etkit's byte-level readers and writers handle without protobuf: field number
+``<< 3 |`` wire type, derived from the schema (:mod:`etkit.format.schema`), so that a field's number is spelled in
+one place. All of them are one byte; :func:`key_byte` gives that byte.
+
+``NODE_CTRL`` / ``NODE_DATA`` are the packed (length-delimited) lists protobuf writes; ``NODE_CTRL_ONE`` /
+``NODE_DATA_ONE`` are single unpacked entries, which readers must also accept.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .schema import IOInfo, Node
+
+__all__ = ["VARINT", "LENGTH", "field_key", "key_byte", "NODE_ID", "NODE_NAME", "NODE_TYPE", "NODE_CTRL",
+           "NODE_CTRL_ONE", "NODE_DATA", "NODE_DATA_ONE", "NODE_START", "NODE_DURATION", "NODE_INPUTS",
+           "NODE_OUTPUTS", "NODE_ATTR", "IO_VALUES", "IO_SHAPES", "IO_TYPES"]
+
+#: Wire types: a varint, and a length-delimited field (string, bytes, message, packed list).
+VARINT, LENGTH = 0, 2
+
+
+def field_key(message: Any, field: str, wire: int) -> int:
+    """The key of ``message``'s ``field`` sent as ``wire``."""
+    return int(message.DESCRIPTOR.fields_by_name[field].number) << 3 | wire
+
+
+def key_byte(key: int) -> bytes:
+    """The one byte that a key below 128 is on the wire."""
+    if not 0 <= key < 0x80:
+        raise ValueError(f"field key {key:#x} is not one byte")
+    return bytes((key,))
+
+
+NODE_ID = field_key(Node, "id", VARINT)
+NODE_NAME = field_key(Node, "name", LENGTH)
+NODE_TYPE = field_key(Node, "type", VARINT)
+NODE_CTRL = field_key(Node, "ctrl_deps", LENGTH)
+NODE_CTRL_ONE = field_key(Node, "ctrl_deps", VARINT)
+NODE_DATA = field_key(Node, "data_deps", LENGTH)
+NODE_DATA_ONE = field_key(Node, "data_deps", VARINT)
+NODE_START = field_key(Node, "start_time_micros", VARINT)
+NODE_DURATION = field_key(Node, "duration_micros", VARINT)
+NODE_INPUTS = field_key(Node, "inputs", LENGTH)
+NODE_OUTPUTS = field_key(Node, "outputs", LENGTH)
+NODE_ATTR = field_key(Node, "attr", LENGTH)
+IO_VALUES = field_key(IOInfo, "values", LENGTH)
+IO_SHAPES = field_key(IOInfo, "shapes", LENGTH)
+IO_TYPES = field_key(IOInfo, "types", LENGTH)
