@@ -120,7 +120,9 @@ def _looks_like_et(head: bytes) -> bool:
         return False
     if length == 0:
         return True
-    return pos < len(head) and head[pos] in (0x0A, 0x12)
+    from .format.tags import META_ATTR, META_VERSION  # here: sniffing a file needs no protobuf until now
+
+    return pos < len(head) and head[pos] in (META_VERSION, META_ATTR)
 
 
 def sniff_bytes(head: bytes) -> FileKind:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .tags import ATTR_NAME
 from .wire import fixed, varints, word_varints, word_view
 
 __all__ = ["MISSING", "VALUE_FIELDS", "STRING_VAL", "INT_KIND", "ONEOF_WIRE_LUT", "simple_attributes", "int_values",
@@ -57,7 +58,7 @@ def simple_attributes(b: np.ndarray, a_start: np.ndarray, a_end: np.ndarray, nam
     first = head & np.uint64(0xFF)
     length = ((head >> np.uint64(8)) & np.uint64(0xFF)).astype(np.int64)
     size = np.ones(a_start.size, dtype=np.int64)
-    named = (first == 0x0A) & (a_start < a_end)
+    named = (first == ATTR_NAME) & (a_start < a_end)
     longer = np.flatnonzero(named & (length >= 0x80))
     if longer.size:  # names of 128 bytes or more: a longer length varint
         long_length, size[longer] = varints(b, a_start[longer] + 1)

@@ -405,11 +405,12 @@ def _check_with_protobuf(buf: bytes, frame_start: np.ndarray, rec_end: np.ndarra
         gaps = np.flatnonzero(frame_start[i + 1:j] != rec_end[i:j - 1])
         if gaps.size:
             at = np.concatenate([frame_start[i:j], rec_end[i:j - 1][gaps]]) - base
-            tags = np.concatenate([np.full(j - i, 0x0A, dtype=np.uint8), np.full(gaps.size, 0x12, dtype=np.uint8)])
+            keys = np.concatenate([np.full(j - i, tags.BATCH_NODES, dtype=np.uint8),  # a gap: an unknown field 2
+                                   np.full(gaps.size, tags.BATCH_NODES + 8, dtype=np.uint8)])
             order = np.argsort(at, kind="stable")
-            wrapped = np.insert(piece, at[order], tags[order])
+            wrapped = np.insert(piece, at[order], keys[order])
         else:
-            wrapped = np.insert(piece, frame_start[i:j] - base, 0x0A)
+            wrapped = np.insert(piece, frame_start[i:j] - base, tags.BATCH_NODES)
         try:
             NodeBatch.FromString(wrapped.data)  # a buffer, not a bytes copy
         except (DecodeError, ValueError, RuntimeError) as exc:
@@ -850,7 +851,7 @@ def _lean_attributes(b: np.ndarray, words: np.ndarray, a_start: np.ndarray, a_en
     head = words[a_start]
     name_len = ((head >> _EIGHT) & _FF).view(np.int64)
     q = a_start + 2 + name_len  # the value's tag
-    if not ((head & _FF) == 0x0A).all() or int(name_len.max()) >= 0x80 or (q > a_end).any():
+    if not ((head & _FF) == tags.ATTR_NAME).all() or int(name_len.max()) >= 0x80 or (q > a_end).any():
         raise _Unusual("an attribute that is not a short name and a value")
     w = words[q]
     low = (w & _FF).view(np.int64)
@@ -894,7 +895,7 @@ def _lean_hot_table() -> tuple[np.ndarray, ...]:
     (tag 0a, length, name), sorted by the first."""
     keys = []
     for i, name in enumerate(_HOT_NAMES):
-        raw = bytes([0x0A, len(name)]) + name.encode()
+        raw = bytes([tags.ATTR_NAME, len(name)]) + name.encode()
         keys.append((int.from_bytes(raw[:8].ljust(8, b"\0"), "little"), int.from_bytes(raw[8:16].ljust(8, b"\0"),
                                                                                         "little"), i))
     keys.sort()

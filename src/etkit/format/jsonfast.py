@@ -36,6 +36,7 @@ from google.protobuf.message import DecodeError
 from .attrwire import ONEOF_WIRE_LUT, int_values, simple_attributes
 from .protojson import attr_json, compact, io_to_dict
 from .schema import IOInfo, Node, NodeBatch, NodeType
+from .tags import BATCH_NODES
 from .wire import WireFault, packed_varints, varints
 
 __all__ = ["JsonWriter", "FramingFault", "record_chunks"]
@@ -82,7 +83,7 @@ def _batch_bytes(b: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[
     one ``EtkitNodeBatch`` (tag ``0A`` before each frame), and where each entry starts in it."""
     frame_start = np.concatenate([[0], start[:-1] + length[:-1]])
     end = int(start[-1] + length[-1])
-    return np.insert(b[:end], frame_start, 0x0A).tobytes(), np.append(frame_start + np.arange(start.size), end + start.size)
+    return np.insert(b[:end], frame_start, BATCH_NODES).tobytes(), np.append(frame_start + np.arange(start.size), end + start.size)
 
 
 def _reserializes(piece: bytes, message: Any = NodeBatch) -> bool:

@@ -312,7 +312,7 @@ class NodeEncoder:
         get = data.get
         parts = []
         used = 0  # keys read: any other key sends the dict the slow way
-        for key, tag in (("id", 0x08), ("startTimeMicros", 0x30), ("durationMicros", 0x38)):
+        for key, tag in (("id", tags.NODE_ID), ("startTimeMicros", tags.NODE_START), ("durationMicros", tags.NODE_DURATION)):
             if key in data:
                 used += 1
                 v = _int(data[key], 0, _U64_MAX)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .schema import IOInfo, Node
+from .schema import AttributeProto, GlobalMetadata, IOInfo, Node, NodeBatch
 
 __all__ = ["VARINT", "LENGTH", "field_key", "key_byte", "NODE_ID", "NODE_NAME", "NODE_TYPE", "NODE_CTRL",
            "NODE_CTRL_ONE", "NODE_DATA", "NODE_DATA_ONE", "NODE_START", "NODE_DURATION", "NODE_INPUTS",
-           "NODE_OUTPUTS", "NODE_ATTR", "IO_VALUES", "IO_SHAPES", "IO_TYPES"]
+           "NODE_OUTPUTS", "NODE_ATTR", "IO_VALUES", "IO_SHAPES", "IO_TYPES", "ATTR_NAME", "META_VERSION",
+           "META_ATTR", "BATCH_NODES"]
 
 #: Wire types: a varint, and a length-delimited field (string, bytes, message, packed list).
 VARINT, LENGTH = 0, 2
@@ -47,3 +48,8 @@ NODE_ATTR = field_key(Node, "attr", LENGTH)
 IO_VALUES = field_key(IOInfo, "values", LENGTH)
 IO_SHAPES = field_key(IOInfo, "shapes", LENGTH)
 IO_TYPES = field_key(IOInfo, "types", LENGTH)
+ATTR_NAME = field_key(AttributeProto, "name", LENGTH)
+META_VERSION = field_key(GlobalMetadata, "version", LENGTH)
+META_ATTR = field_key(GlobalMetadata, "attr", LENGTH)
+#: etkit's own batch message (many node records parsed, and so checked, by one C call).
+BATCH_NODES = field_key(NodeBatch, "nodes", LENGTH)
