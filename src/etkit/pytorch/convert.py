@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from ..format.assemble import INPUTS, OUTPUTS, AttrPieces, IoPieces, id_varints, node_record
 from ..format.attrs import PROFILER_CATEGORIES, make_attr
 from ..format.schema import SCHEMA_VERSION, CommType, GlobalMetadata, NodeType
 from ..format.stream import TraceWriter, frame
@@ -52,7 +53,6 @@ from .device import DeviceWaits, device_waits, gpu_node_type
 from .host import KNOWN_SCHEMAS, HostOp, HostTraceError
 from .kineto import us_to_ns
 from .link import LinkedRank
-from .wire import INPUTS, OUTPUTS, AttrPieces, IoPieces, id_varints, node_record
 
 __all__ = ["RankReport", "P2PCall", "convert_linked", "convert_linked_bytes", "GroupInfo", "groups_of_rank"]
 
@@ -250,7 +250,7 @@ class _Converter:
         self.kernel_chain: dict[int, int] = {}  # GPU activity -> the COMM chain head whose interval it is
         self.framed = b""  # the ET's bytes, when converted in memory (run(None))
 
-    # Nodes are assembled from encoded pieces (etkit.pytorch.wire). Attributes are mostly repeated values
+    # Nodes are assembled from encoded pieces (etkit.format.assemble). Attributes are mostly repeated values
     # (scope 0, tid 1, the same op_schema): each distinct run of them is encoded once as a template.
     def attr(self, name: str, value: Any) -> bytes:
         return self.attr_pieces.framed(name, value)

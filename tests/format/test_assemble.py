@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from etkit.format.assemble import INPUTS, OUTPUTS, AttrPieces, IoPieces, id_varints, node_record, varint
 from etkit.format.attrs import make_attr
 from etkit.format.schema import IOInfo, Node
-from etkit.pytorch.wire import INPUTS, OUTPUTS, AttrPieces, IoPieces, id_varints, node_record, varint
 
 U64 = (1 << 64) - 1
 IDS = 300  # ids index a varint table in node_record, as in the converter

@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from ..format import tags
-from ..format.attrs import make_attr
-from ..format.stream import encode_varint
-from ..format.tags import key_byte
+from . import tags
+from .attrs import make_attr
+from .stream import encode_varint
+from .tags import key_byte
 
 __all__ = ["varint", "varints_column", "AttrPieces", "IoPieces", "node_record", "id_varints", "INPUTS", "OUTPUTS"]
 
