@@ -8,7 +8,7 @@ encodes each distinct piece once and joins pieces into the payload.
 The payload is exactly what protobuf writes for the same message (``Node.SerializeToString()``): fields
 in field-number order (et-format.md §1.1), proto3 scalars omitted when zero or empty, a set sub-message
 (``inputs``/``outputs``) written even when empty, packed repeated ids, attributes framed one by one in
-the order given. ``tests/pytorch/test_wire.py`` checks this byte for byte against protobuf.
+the order given. ``tests/format/test_assemble.py`` checks this byte for byte against protobuf.
 """
 
 from __future__ import annotations
