@@ -21,6 +21,7 @@ from etkit.model.trace import load_trace
 from etkit.validate import validate
 
 from ..builders import coll, node
+from .test_ioinfo import sides_agree
 
 SECRETS = ("AcmeFraudNet", "acme_secret_layer", "/home/alice/acme/model.py", "AcmeCorp-prod-cluster",
            "ncclKernel<AcmeTemplateArg>", "acme_tp_group", "secret-lr-0.000123")
@@ -276,7 +277,7 @@ def test_the_node_by_node_path_writes_the_same_bytes(tmp_path, monkeypatch) -> N
 def test_values_rewritten_vectorised_as_one_by_one(spacing) -> None:
     """IoRewriter.values_sides (np.unique numbering, numpy string functions) writes what values_many writes,
     the tensor and storage counts and the strings found included."""
-    from etkit.anonymize.ioinfo import IoRewriter, starts_of
+    from etkit.anonymize.ioinfo import starts_of
 
     rng = np.random.default_rng(5)
     sep = (lambda: ", ") if spacing == "canonical" else (lambda: rng.choice([", ", ",", ",  "]))
@@ -293,12 +294,6 @@ def test_values_rewritten_vectorised_as_one_by_one(spacing) -> None:
         return "[" + ", ".join(i for i in items if i) + "]" if rng.random() > 0.1 else ""
 
     sides = [[text().encode() for _ in range(60)] for _ in range(2)]
-    one = IoRewriter()
-    expected = [one.values_many(side) for side in sides]
-    vec = IoRewriter()
-    packed = [(b"\x1f".join(side), np.fromiter(map(len, side), dtype=np.int64, count=len(side))) for side in sides]
-    got = vec.values_sides(*packed)
-    for side, (blob, starts, lengths) in zip(expected, got):
-        assert [blob[s:s + k] for s, k in zip(starts.tolist(), lengths.tolist())] == side
+    one, vec = sides_agree(sides)
     assert vec.tensors_renumbered == one.tensors_renumbered > 20 and vec.found == one.found
     assert starts_of(np.array([3, 0, 2]), 1).tolist() == [0, 4, 5]

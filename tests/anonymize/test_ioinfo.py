@@ -8,6 +8,19 @@ import pytest
 from etkit.anonymize.ioinfo import _CANONICAL_TENSOR_B, IoRewriter, canonical_tensors
 
 
+def sides_agree(sides: list[list[bytes]], note: object = "") -> tuple[IoRewriter, IoRewriter]:
+    """Rewrite the two sides' texts one by one (``values_many``) and together (``values_sides``), assert the same
+    texts come out, and return both rewriters (one by one, together) for their counters."""
+    one = IoRewriter()
+    expected = [one.values_many(side) for side in sides]
+    vec = IoRewriter()
+    packed = [(b"\x1f".join(side), np.fromiter(map(len, side), dtype=np.int64, count=len(side))) for side in sides]
+    got = vec.values_sides(*packed)
+    for side, (blob, starts, lengths) in zip(expected, got, strict=True):
+        assert [blob[s:s + k] for s, k in zip(starts.tolist(), lengths.tolist(), strict=True)] == side, note
+    return one, vec
+
+
 def _expected(text: bytes) -> list[tuple[int, int, int, int, int, int]]:
     """What the regular expression splits by: each tensor's span, ids, and where its storage id ends and device starts."""
     return [(m.start(), m.end(), int(m.group(1)), int(m.group(2)), m.end(2), m.start(4))
@@ -90,13 +103,7 @@ def test_values_rewritten_with_numpy_as_one_by_one(monkeypatch) -> None:
     for trial in range(40):
         odd = 0.0 if trial % 4 else 0.02
         sides = [[_random_text(rng, odd) for _ in range(int(rng.integers(1, 40)))] for _ in range(2)]
-        one = IoRewriter()
-        expected = [one.values_many(side) for side in sides]
-        vec = IoRewriter()
-        packed = [(b"\x1f".join(side), np.fromiter(map(len, side), dtype=np.int64, count=len(side))) for side in sides]
-        got = vec.values_sides(*packed)
-        for side, (blob, starts, lengths) in zip(expected, got):
-            assert [blob[s:s + k] for s, k in zip(starts.tolist(), lengths.tolist())] == side, trial
+        one, vec = sides_agree(sides, trial)
         assert vec.tensors_renumbered == one.tensors_renumbered and vec.found == one.found, trial
     assert sum(r is not None for r in assembled) >= 25  # the numpy assembly ran (not only the fallbacks)
 
