@@ -325,3 +325,20 @@ def test_vectorised_head_check_raises_what_the_record_by_record_check_raises(mon
     exact = [_head_outcome(data[:n], allow_empty) for n in cuts for allow_empty in (False, True)]
     assert fast == exact
     assert any(exact) and not all(exact)  # both outcomes are met
+
+
+def test_an_in_memory_writer_holds_the_bytes_the_file_gets(tmp_path: Path) -> None:
+    meta = GlobalMetadata(version="1.0.0")
+    nodes = [Node(id=i, name=f"op{i}", type=NodeType.COMP_NODE, data_deps=[i - 1] * 2 if i else []) for i in range(300)]
+    with TraceWriter(tmp_path / "t.et", meta) as on_disk:
+        for node in nodes:
+            on_disk.write(node)
+        on_disk.write_record(nodes[0].SerializeToString())
+    with TraceWriter(None, meta) as in_memory:
+        for node in nodes:
+            in_memory.write(node)
+        in_memory.write_record(nodes[0].SerializeToString())
+        with pytest.raises(ValueError, match="closed in-memory"):
+            in_memory.getvalue()
+    assert in_memory.getvalue() == (tmp_path / "t.et").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.et"]

@@ -8,6 +8,7 @@ and replaces the target atomically.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import os
@@ -641,14 +642,18 @@ class TraceWriter:
     """Writes one ``.et`` file atomically: GlobalMetadata first, then nodes (``.gz`` suffix = gzip).
 
     Use as a context manager; the file appears under its name only when the block ends without error.
+    With ``path`` None nothing is written: the file's (uncompressed) bytes are kept in memory, and
+    :meth:`getvalue` returns them once the writer is closed.
     """
 
     _FLUSH_BYTES = 1 << 20
 
-    def __init__(self, path: str | os.PathLike[str], metadata: GlobalMetadata | bytes | None = None, *,
+    def __init__(self, path: str | os.PathLike[str] | None, metadata: GlobalMetadata | bytes | None = None, *,
                  compress: bool | None = None) -> None:
-        self.path = Path(path)
-        self._ctx = atomic_output(self.path, compress=compress)
+        self._memory = io.BytesIO() if path is None else None
+        self.path = Path("<memory>" if path is None else path)
+        self._ctx: contextlib.AbstractContextManager[BinaryIO] = (
+            contextlib.nullcontext(self._memory) if self._memory is not None else atomic_output(self.path, compress=compress))
         self._out: BinaryIO | None = self._ctx.__enter__()
         self._pending: list[bytes] = []  # length prefixes and records, written out together
         self._pending_bytes = 0
@@ -716,6 +721,12 @@ class TraceWriter:
     def write_records(self, payloads: Iterable[bytes]) -> None:
         for payload in payloads:
             self.write_record(payload)
+
+    def getvalue(self) -> bytes:
+        """The bytes of an in-memory writer (``path`` None), once it is closed."""
+        if self._memory is None or self._out is not None:
+            raise ValueError(f"{self.path}: getvalue() is for a closed in-memory writer")
+        return self._memory.getvalue()
 
     def close(self) -> None:
         """Finish the file and move it into place."""

@@ -36,7 +36,7 @@ import orjson
 from ..format.assemble import INPUTS, OUTPUTS, AttrPieces, IoPieces, id_varints, node_record
 from ..format.attrs import PROFILER_CATEGORIES, make_attr
 from ..format.schema import SCHEMA_VERSION, CommType, GlobalMetadata, NodeType
-from ..format.stream import TraceWriter, frame
+from ..format.stream import TraceWriter
 from .comm import (
     CommArgumentError,
     CommKind,
@@ -438,7 +438,7 @@ class _Converter:
         self._stream_prev = self._stream_predecessors(st.new_id)
         self.ids = id_varints(len(items) + 1)
         head = walk.head
-        with (TraceWriter(path, self._metadata()) if path is not None else _RecordList(self._metadata())) as writer:
+        with TraceWriter(path, self._metadata()) as writer:
             write = writer.write_record
             if walk.pg_init is None and walk.pg_entries:
                 write(self._metadata_node(0, "## process_group:init ##", walk.pg_entries))
@@ -450,8 +450,8 @@ class _Converter:
                     write(self._comm_record(nid, ref, walk, chains[ref], st))
                 else:
                     write(self._host_record(nid, ref, walk, st))
-        if isinstance(writer, _RecordList):
-            self.framed = writer.framed()
+        if path is None:
+            self.framed = writer.getvalue()
 
     def _comm_record(self, nid: int, i: int, walk: _Walk, members: list[int], st: _WriteState) -> bytes:
         """The COMM node of chain head ``i``: after the op before it on its thread, the previous collective of
@@ -825,40 +825,6 @@ class _Converter:
 
 
 _NO_TIME = float("nan")
-
-
-class _RecordList:
-    """The in-memory twin of :class:`etkit.format.stream.TraceWriter`: :meth:`framed` is the bytes of the file
-    it would write (metadata first, every record after its length), framed a megabyte at a time as records
-    come (the records are not all held besides the result)."""
-
-    _CHUNK = 1 << 20
-
-    def __init__(self, metadata: GlobalMetadata) -> None:
-        self._chunks: list[bytes] = []
-        self._pending: list[bytes] = []
-        self._size = 0
-        self.write_record(metadata.SerializeToString())
-
-    def write_record(self, record: bytes) -> None:
-        self._pending.append(frame(record))
-        self._size += len(record)
-        if self._size >= self._CHUNK:
-            self._chunks.append(b"".join(self._pending))
-            self._pending, self._size = [], 0
-
-    def framed(self) -> bytes:
-        """The file's bytes (once: the chunks are dropped)."""
-        chunks, self._chunks = self._chunks, []
-        chunks.append(b"".join(self._pending))
-        self._pending = []
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-    def __enter__(self) -> _RecordList:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
 
 
 def _kind_label(kind: CommKind) -> str:
