@@ -19,8 +19,8 @@ from .schema import LIST_KINDS, AttributeProto, GlobalMetadata, IOInfo, Node, No
 from .stream import encode_varint
 from .tags import key_byte
 
+_NAME_KEY, _TYPE_KEY, _ATTR_KEY = (key_byte(k) for k in (tags.NODE_NAME, tags.NODE_TYPE, tags.NODE_ATTR))
 _IO_VALUES, _IO_SHAPES, _IO_TYPES = (key_byte(k) for k in (tags.IO_VALUES, tags.IO_SHAPES, tags.IO_TYPES))
-_ATTR_KEY = key_byte(tags.NODE_ATTR)
 
 __all__ = [
     "attr_to_dict", "attr_json", "compact", "io_to_dict", "node_to_dict", "metadata_to_dict",
@@ -326,7 +326,7 @@ class NodeEncoder:
             if type(name) is not str:
                 return None
             if name:
-                parts.append((tags.NODE_NAME, _text(key_byte(tags.NODE_NAME), name)))
+                parts.append((tags.NODE_NAME, _text(_NAME_KEY, name)))
         node_type = get("type")
         if node_type is not None:
             used += 1
@@ -334,7 +334,7 @@ class NodeEncoder:
             if value is None:
                 return None
             if value:
-                parts.append((tags.NODE_TYPE, key_byte(tags.NODE_TYPE) + _VARINT_1[value]))
+                parts.append((tags.NODE_TYPE, _TYPE_KEY + _VARINT_1[value]))
         for key, tag in (("ctrlDeps", tags.NODE_CTRL), ("dataDeps", tags.NODE_DATA)):
             deps = get(key)
             if deps is not None:

@@ -41,6 +41,8 @@ def _unknown(values: np.ndarray, table: np.ndarray) -> np.ndarray:
     index[(index < 0) | (index >= table.size)] = table.size - 1
     unknown: np.ndarray = ~table[index]
     return unknown
+
+
 _MAX_CYCLE_IDS = 10
 
 
