@@ -19,8 +19,8 @@ import numpy as np
 from ..executor import Executor, default_executor
 from ..format.attrs import attr_value
 from ..format.schema import NodeType
-from ..model.job import discover, rank_batches
-from ..model.trace import MISSING, Trace, comm_type_name, load_traces, node_type_name
+from ..model.job import discover, map_ranks
+from ..model.trace import MISSING, Trace, comm_type_name, node_type_name
 from ..units import exact_sum
 
 __all__ = ["RankInfo", "JobInfo", "summarize_trace", "info"]
@@ -106,18 +106,12 @@ def _span(start: np.ndarray, duration: np.ndarray) -> int:
     return last - int(start.min())
 
 
-def _summarize_files(batch: list[tuple[int, str]]) -> list[RankInfo]:
-    """Executor task: the :class:`RankInfo` of each ``(rank, path)`` of one batch."""
-    traces = load_traces([path for _, path in batch], names=False)  # counts only: no name table to build
-    return [summarize_trace(trace, rank) for (rank, _), trace in zip(batch, traces)]
-
-
 def info(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
          executor: Executor | None = None) -> JobInfo:
     """Summarise every rank of the job at ``spec`` (prefix, file or files)."""
     files, _ = discover(spec)
     executor = executor or default_executor()
-    ranks = [r for part in executor.map(_summarize_files, rank_batches(files), desc="info") for r in part]
+    ranks = map_ranks(executor, summarize_trace, files, desc="info", names=False)  # counts only: no name table
     job = JobInfo(ranks)
     by_type: Counter[str] = Counter()
     for r in ranks:

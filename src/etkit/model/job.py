@@ -7,10 +7,12 @@ file list; ``rank_batches`` groups that list into executor tasks of several file
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from ..errors import UsageError
 from ..executor import Executor, in_client
@@ -19,9 +21,10 @@ from ..format.schema import NodeType
 from .groups import ProcessGroups, parse_process_group_init
 from .trace import BATCH_BYTES, Trace, load_traces
 
-__all__ = ["Job", "RankFile", "discover", "rank_batches", "jobs_in", "require_whole_job", "load_job", "groups_from_trace",
+__all__ = ["Job", "RankFile", "discover", "rank_batches", "map_ranks", "jobs_in", "require_whole_job", "load_job", "groups_from_trace",
            "groups_from_traces", "comm_groups_path", "groups_file", "load_groups", "remove_stale_files"]
 
+R = TypeVar("R")
 _RANK_SUFFIX = RANK_FILE
 
 
@@ -63,6 +66,23 @@ def rank_batches(files: Sequence[RankFile], *, batch_bytes: int | None = None,
         batches[-1].append((f.rank, str(f.path)))
         held += size
     return batches
+
+
+def map_ranks(executor: Executor, per_rank: Callable[[Trace, int], R], files: Sequence[RankFile], *, desc: str,
+              allow_empty: bool = False, names: bool = True) -> list[R]:
+    """``per_rank(trace, rank)`` of every rank file, in ``files`` order, through ``executor``: one task per
+    :func:`rank_batches` batch, whose files are loaded together (:func:`~etkit.model.trace.load_traces` with
+    ``allow_empty`` and ``names``). ``per_rank`` must be picklable (a module-level function) for a pool; the
+    first unreadable file's error is raised."""
+    task = functools.partial(_batch_results, per_rank, allow_empty, names)
+    return [result for part in executor.map(task, rank_batches(files), desc=desc) for result in part]
+
+
+def _batch_results(per_rank: Callable[[Trace, int], R], allow_empty: bool, names: bool,
+                   batch: list[tuple[int, str]]) -> list[R]:
+    """Executor task of :func:`map_ranks`: ``per_rank`` of each ``(rank, path)`` of one batch."""
+    traces = load_traces([path for _, path in batch], allow_empty=allow_empty, names=names)
+    return [per_rank(trace, rank) for (rank, _), trace in zip(batch, traces, strict=True)]
 
 
 def discover(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> tuple[list[RankFile], str | None]:
@@ -259,16 +279,15 @@ def load_job(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
     files, prefix = discover(spec)
     # the traces end up in this process: a cluster executor's workers would send them through its scheduler,
     # so a remote executor loads in this machine's pool instead (etkit.executor.in_client)
-    batches = in_client(executor).map(_load_batch, rank_batches(files), desc="load")
-    traces = [trace for batch in batches for trace in batch]
+    traces = map_ranks(in_client(executor), _trace_alone, files, desc="load")
     by_rank = {f.rank: t for f, t in zip(files, traces)}
     groups = load_groups(groups_from_traces(by_rank), prefix, comm_groups, world_size=max(by_rank) + 1)
     return Job(by_rank, groups, prefix)
 
 
-def _load_batch(batch: list[tuple[int, str]]) -> list[Trace]:
-    """Executor task: the traces of one batch of rank files."""
-    return list(load_traces([path for _, path in batch]))
+def _trace_alone(trace: Trace, _rank: int) -> Trace:
+    """:func:`map_ranks` task of :func:`load_job`: the trace itself."""
+    return trace
 
 
 def groups_file(prefix: str | os.PathLike[str] | None) -> Path | None:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from ..executor import Executor, default_executor
 from ..model.groups import ProcessGroups
-from ..model.job import Job, discover, groups_from_trace, load_groups, rank_batches
+from ..model.job import Job, discover, groups_from_trace, load_groups, map_ranks
 from ..model.matching import CommRecord, comm_record
-from ..model.trace import Trace, load_traces
+from ..model.trace import Trace
 from .findings import ERROR, WARNING, Finding, FindingSink, ValidationReport
 from .job_rules import check_job
 from .rank_rules import check_trace
@@ -32,12 +32,6 @@ def validate_trace(trace: Trace, rank: int = 0) -> list[Finding]:
 
 def _rank_result(trace: Trace, rank: int) -> tuple[int, list[Finding], CommRecord, ProcessGroups]:
     return len(trace), validate_trace(trace, rank), comm_record(trace, rank), groups_from_trace(trace)
-
-
-def _check_files(batch: list[tuple[int, str]]) -> list[tuple[int, list[Finding], CommRecord, ProcessGroups]]:
-    """Executor task: the results of one batch of ``(rank, path)`` (the first unreadable file's error)."""
-    traces = load_traces([path for _, path in batch], allow_empty=True, names=False)  # the rules never read names
-    return [_rank_result(trace, rank) for (rank, _), trace in zip(batch, traces)]
 
 
 def _assemble(results: dict[int, tuple[int, list[Finding], CommRecord, ProcessGroups]],
@@ -64,10 +58,9 @@ def validate(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
     """
     files, prefix = discover(spec)
     executor = executor or default_executor()
-    batches = rank_batches(files)
-    out = executor.map(_check_files, batches, desc="validate")
-    results = {rank: res for batch, part in zip(batches, out) for (rank, _), res in zip(batch, part)}
-    return _assemble(results, None, prefix, comm_groups, [str(Path(p)) for batch in batches for _, p in batch])
+    out = map_ranks(executor, _rank_result, files, desc="validate", allow_empty=True, names=False)  # rules read no names
+    results = {f.rank: res for f, res in zip(files, out, strict=True)}
+    return _assemble(results, None, prefix, comm_groups, [str(Path(f.path)) for f in files])
 
 
 def validate_job(job: Job) -> ValidationReport:
