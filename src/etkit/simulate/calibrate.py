@@ -38,6 +38,7 @@ from ..model.edges import edges
 from ..model.job import Job
 from ..model.matching import CommRecord, comm_record, match_comm, match_p2p
 from ..model.steps import STEP_PREFIX, step_number
+from ..model.trace import Trace
 from .collectives import group_shape, p2p_time, plan_collective
 from .config import (
     ERRORS_KEY,
@@ -339,7 +340,7 @@ def _collective_instances(job: Job) -> list[_Instance]:
     position = {rank: dict(zip(rec.coll_rows.tolist(), range(len(rec.coll_rows)))) for rank, rec in records.items()}
     known = {int(c) for c in CommType}
     listed: list[tuple[tuple[int, int], _Instance]] = []
-    steps = {rank: step_rows(trace) for rank, trace in job.traces.items()}
+    steps = {rank: _Steps.of(trace) for rank, trace in job.traces.items()}
     used = {rank: _first_use_us(trace) for rank, trace in job.traces.items()}
     turn = {rank: i for i, rank in enumerate(job.traces)}
     for found in match_comm(records, job.groups, job.world_size).instances:
@@ -351,7 +352,7 @@ def _collective_instances(job: Job) -> list[_Instance]:
                 continue
             if inst is None:
                 inst = _Instance(CommType(comm_type).name, max(int(trace.comm_size[row]), 0),
-                                 len(job.groups.members(found.group, job.world_size)), _step_at(trace, steps[rank], row))
+                                 len(job.groups.members(found.group, job.world_size)), steps[rank].at(float(trace.start[row])))
                 listed.append(((turn[rank], position[rank][row]), inst))
             inst.starts.append(float(trace.start[row]))
             inst.ends.append(float(trace.start[row] + trace.duration[row]))
@@ -384,12 +385,23 @@ def _in_channel_order(records: dict[int, CommRecord], pairs: list[tuple[int, int
     return sorted(pairs, key=lambda p: first[(p[0], p[2], tag_of[(p[0], p[1])])])
 
 
-def _step_at(trace, steps: dict[int, int], row: int) -> int | None:
-    """The profiled step (``steps``: :func:`step_rows`) in which ``row`` started: the last one that started
-    at or before it (None: before the first)."""
-    step_starts = trace.start[list(steps.values())].astype(np.float64)
-    at = int(np.searchsorted(step_starts, float(trace.start[row]), side="right")) - 1
-    return list(steps)[at] if at >= 0 else None
+@dataclass(frozen=True)
+class _Steps:
+    """One rank's profiled steps (:func:`step_rows`): their numbers and recorded starts, in order."""
+
+    numbers: list[int]
+    starts: np.ndarray
+
+    @classmethod
+    def of(cls, trace: Trace) -> _Steps:
+        steps = step_rows(trace)
+        return cls(list(steps), trace.start[list(steps.values())].astype(np.float64))
+
+    def at(self, start: float) -> int | None:
+        """The step in which an op that started at ``start`` ran: the last one that started at or before it
+        (None: before the first)."""
+        k = int(np.searchsorted(self.starts, start, side="right")) - 1
+        return self.numbers[k] if k >= 0 else None
 
 
 def _first_use_us(trace) -> np.ndarray:
@@ -470,12 +482,12 @@ def messages_from_job(job: Job, steps: set[int] | None = None) -> list[Measureme
     at that moment). A blocking gloo SEND records its wait for the receiver, so the sender's record
     says nothing more; a loaded host makes even a 512-byte message cost milliseconds (its threads must
     be scheduled on both sides)."""
-    steps_of = {rank: step_rows(trace) for rank, trace in job.traces.items()}
+    steps_of = {rank: _Steps.of(trace) for rank, trace in job.traces.items()}
     records = _timed_records(job, (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE))
     out = []
     for s_rank, s_row, r_rank, r_row in _in_channel_order(records, match_p2p(records, job.world_size).pairs):
         send, recv = job.traces[s_rank], job.traces[r_rank]
-        if steps is None or _step_at(recv, steps_of[r_rank], r_row) in steps:
+        if steps is None or steps_of[r_rank].at(float(recv.start[r_row])) in steps:
             s0, r0 = float(send.start[s_row]), float(recv.start[r_row])
             r1 = float(recv.start[r_row] + recv.duration[r_row])
             out.append(Measurement("P2P", max(int(send.comm_size[s_row]), 0), max(r1 - max(s0, r0), 0.0) * 1e-6, 2))
