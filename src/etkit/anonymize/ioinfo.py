@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
+from ..format.encode import copy_spans
 from ..format.parts import span_table
 from ..format.wire import WireFault
 
@@ -194,13 +195,6 @@ def _place(out: np.ndarray, at: np.ndarray, digits: np.ndarray, columns: np.ndar
     for j in range(columns.shape[1]):
         more = digits > j
         out[at[more] + digits[more] - 1 - j] = columns[more, j]
-
-
-def _spread(out: np.ndarray, at: np.ndarray, src: np.ndarray, start: np.ndarray, length: np.ndarray) -> None:
-    """Copy each (short) span ``src[start:start + length]`` to ``out[at:at + length]``, one byte column at a time."""
-    for j in range(int(length.max(initial=0))):
-        more = np.flatnonzero(length > j)
-        out[at[more] + j] = src[start[more] + j]
 
 
 def _short_table(b: np.ndarray, off: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -418,7 +412,7 @@ class IoRewriter:
         out[at], out[at + 1] = 0x2C, 0x20
         _place(out, at + 2, sid_digits, sid_columns)
         at = at + 2 + sid_digits
-        _spread(out, at, b, spans.storage_end, between)
+        copy_spans(out, at, b, spans.storage_end, between)
         at = at + between
         for which, kind in enumerate(kinds):
             mine = at[device_idx == which]

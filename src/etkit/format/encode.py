@@ -22,7 +22,7 @@ from . import tags
 from .columnar import MISSING
 from .tags import key_byte
 
-__all__ = ["AttrColumn", "NodeTable", "Packed", "encode_nodes", "encode_strings", "INT_ATTR_FIELDS"]
+__all__ = ["AttrColumn", "NodeTable", "Packed", "encode_nodes", "encode_strings", "copy_spans", "INT_ATTR_FIELDS"]
 
 #: AttributeProto oneof field number of each integer kind etkit writes from a column.
 INT_ATTR_FIELDS = {"int32_val": 7, "int64_val": 9, "uint32_val": 11, "uint64_val": 13, "bool_val": 27}
@@ -103,7 +103,7 @@ def _table_blob(table: Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.frombuffer(b"".join(table) or b"\0", dtype=np.uint8), starts, lengths
 
 
-def _gather(out: np.ndarray, pos: np.ndarray, blob: np.ndarray, src: np.ndarray, lengths: np.ndarray) -> None:
+def copy_spans(out: np.ndarray, pos: np.ndarray, blob: np.ndarray, src: np.ndarray, lengths: np.ndarray) -> None:
     """``out[pos[i]:pos[i] + lengths[i]] = blob[src[i]:src[i] + lengths[i]]`` for every ``i`` (spans in order).
 
     Each byte's place comes from one running sum (a step of 1 within a span, a jump between spans); a
@@ -161,7 +161,7 @@ def _table_field(tag: bytes, table: Table, index: np.ndarray) -> _Piece:
         p = pos[rows]
         _put_const(out, p, tag)
         _put_varints(out, p + len(tag), size[rows].astype(np.uint64), nb[rows])
-        _gather(out, p + len(tag) + nb[rows], blob, starts[idx[rows]], size[rows])
+        copy_spans(out, p + len(tag) + nb[rows], blob, starts[idx[rows]], size[rows])
     return _Piece(length, put)
 
 
