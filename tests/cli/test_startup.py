@@ -69,3 +69,36 @@ def test_lazy_package_names_still_import() -> None:
     assert {"Job", "load_job", "open_trace", "convert_job"} <= set(dir(etkit))
     with pytest.raises(AttributeError):
         etkit.no_such_name  # noqa: B018
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def _options(parser: argparse.ArgumentParser) -> list[tuple[str, ...]]:
+    """Every option and positional of a parser and its sub-verbs, with their help."""
+    out: list[tuple[str, ...]] = []
+    for action in parser._actions:
+        out.append((*action.option_strings, str(action.dest), str(action.help)))
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                out += [(name, *row) for row in _options(child)]
+    return out
+
+
+def test_a_command_line_builds_only_its_verb_and_the_same_parser_for_it() -> None:
+    from etkit.cli.main import build_parser
+
+    full = _subparsers(build_parser())
+    for verb, parser in full.items():
+        alone = _subparsers(build_parser(["-q", verb, "x", "--help"]) if verb != "demo" else build_parser([verb]))
+        assert set(alone) == {verb} or (verb in {"to-json", "from-json"} and set(alone) == {"to-json", "from-json"})
+        assert _options(alone[verb]) == _options(parser), verb
+    for line in ([], ["--help"], ["--version"], ["nosuch", "x"]):  # no verb, or a word that is none: all of them
+        assert set(_subparsers(build_parser(line))) == set(full), line
+
+
+def test_a_verb_imports_no_other_verb_module() -> None:
+    modules = _imported("info", "--help")
+    assert sorted(m for m in modules if m.startswith("etkit.cli.") and m not in
+                  {"etkit.cli.main", "etkit.cli.common", "etkit.cli.guard", "etkit.cli.info"}) == []

@@ -27,23 +27,36 @@ VERB_MODULES = (
     "timeline", "graph", "report", "simulate", "calibrate", "replay", "export", "anonymize", "scale",
 )
 
+#: The verbs whose module is not named after them (every other verb ``V`` is registered by module ``V``).
+_MODULE_OF = {"to-json": "json_twin", "from-json": "json_twin"}
 
-def build_parser() -> argparse.ArgumentParser:
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``etkit`` parser. Given the command line, it holds only the verb that line names (importing one
+    verb module, not all of them, is most of ``etkit VERB``'s start-up); without one, or for a word that is
+    no verb, every verb, so that ``etkit --help`` lists them and a wrong verb's error names the choices."""
     parser = VerbParser(
         prog="etkit", description="Chakra execution traces: collect, convert, check, analyse, simulate, replay.")
     parser.add_argument("--version", action="version", version=f"etkit {__version__}")
     subparsers = parser.add_subparsers(dest="verb", metavar="VERB")
     subparsers.required = True
-    for name in VERB_MODULES:
+    for name in _verb_modules(argv):
         importlib.import_module(f"{__package__}.{name}").register(subparsers)
     guard.add_input_limits(subparsers)
     return parser
 
 
+def _verb_modules(argv: Sequence[str] | None) -> tuple[str, ...]:
+    """The verb modules a command line needs: the named verb's alone, else all of them."""
+    words = [word for word in (sys.argv[1:] if argv is None else argv) if not word.startswith("-")][:1]
+    module = _MODULE_OF.get(words[0], words[0]) if words else None
+    return (module,) if module in VERB_MODULES else VERB_MODULES
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     with guard.signals_raise() as stops:
         try:
-            args = build_parser().parse_args(argv)
+            args = build_parser(sys.argv[1:] if argv is None else argv).parse_args(argv)
         except KeyboardInterrupt as exc:
             return guard.interrupted("etkit", exc)
         code = _run(args)
