@@ -1,9 +1,12 @@
-"""cli.guard: a stop signal is obeyed even when Python swallows the exception its handler raised."""
+"""cli.guard: a stop signal is obeyed even when Python swallows the exception its handler raised; numpy loads
+with one OpenBLAS thread."""
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,3 +60,28 @@ def test_a_verb_whose_stop_was_swallowed_reports_it(monkeypatch: pytest.MonkeyPa
     code = cli_main.main(["generate", "collective", "--type", "all_reduce", "--ranks", "2", "-o", "-"])
     assert code == 128 + signal.SIGTERM
     assert "interrupted (SIGTERM)" in capsys.readouterr().err
+
+
+_THREADS = """
+import os, sys
+from etkit.cli import guard
+with (guard.one_blas_thread() if sys.argv[1] == "guarded" else open(os.devnull)):
+    import numpy
+    threads = len(os.listdir("/proc/self/task"))
+print(threads, os.environ.get("OPENBLAS_NUM_THREADS"), any(type(f).__name__ == "_OneBlasThread" for f in sys.meta_path))
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux's /proc")
+def test_numpy_loaded_by_a_verb_starts_one_blas_thread_and_the_environment_is_left_as_it_was() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+
+    def run(mode: str, **extra: str) -> list[str]:
+        out = subprocess.run([sys.executable, "-c", _THREADS, mode], capture_output=True, text=True, check=True,
+                             env={**env, **extra})
+        return out.stdout.split()
+
+    assert run("guarded") == ["1", "None", "False"]
+    if (os.cpu_count() or 1) > 1:  # without the guard OpenBLAS starts a thread per core
+        assert int(run("plain")[0]) > 1
+    assert run("guarded", OPENBLAS_NUM_THREADS="2")[1:] == ["2", "False"]  # the user's setting stands

@@ -17,6 +17,10 @@ limit on what a gzip input may decompress to.
   When a verb writes a file to stdout (``-o -``), its messages go to stderr: stdout holds the file alone.
 - **Decompression.** ``--max-bytes SIZE`` on every verb that reads traces sets the largest decompressed
   size of a gzip input (:func:`etkit.fileio.max_decompressed_bytes`) for the run and its worker processes.
+- **One OpenBLAS thread.** etkit does no linear algebra, but numpy's OpenBLAS starts a thread per core when
+  numpy loads (about 0.03-0.05 s of CPU a command on 2 cores, more on big machines). When the verb first
+  imports numpy, ``OPENBLAS_NUM_THREADS`` is 1 while numpy's core library loads, and then as it was, so the
+  programs a verb starts (a profiled workload, a replay) keep the machine's default (:func:`one_blas_thread`).
 
 This module imports only the standard library at the top: it runs before the heavy imports.
 """
@@ -177,6 +181,51 @@ def running(args: argparse.Namespace) -> Iterator[None]:
             if value != "-":
                 check_not_input(value)
         yield
+
+
+@contextlib.contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """While the verb runs, the first import of numpy loads OpenBLAS with one thread, unless
+    ``OPENBLAS_NUM_THREADS`` is set already or numpy is loaded; the environment is left as it was."""
+    if _BLAS_THREADS in os.environ or "numpy" in sys.modules:
+        yield
+        return
+    finder = _OneBlasThread()
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        finder.restore()
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(finder)
+
+
+_BLAS_THREADS = "OPENBLAS_NUM_THREADS"
+#: The numpy extension module that links OpenBLAS, whose start-up reads the variable when it is loaded.
+_BLAS_MODULE = "numpy._core._multiarray_umath"
+
+
+class _OneBlasThread:
+    """An import finder that finds nothing: it watches the imports go by, sets the variable when numpy's
+    import begins and removes it at the first import after OpenBLAS's module was found (by then the
+    library is loaded: a module is found, then loaded, before the next import can begin)."""
+
+    def __init__(self) -> None:
+        self.state = "waiting"  # then "set", "loading", "done"
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
+        if self.state == "waiting" and fullname == "numpy":
+            os.environ[_BLAS_THREADS] = "1"
+            self.state = "set"
+        elif self.state == "set" and fullname == _BLAS_MODULE:
+            self.state = "loading"
+        elif self.state == "loading":
+            self.restore()
+
+    def restore(self) -> None:
+        if self.state in ("set", "loading"):
+            os.environ.pop(_BLAS_THREADS, None)
+        self.state = "done"
 
 
 #: Output names that are standard output: when a verb writes a file there, its messages go to stderr.

@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        with guard.running(args), reported_warnings(f"etkit {args.verb}"):
+        with guard.one_blas_thread(), guard.running(args), reported_warnings(f"etkit {args.verb}"):
             return int(args.func(args) or 0)
     except EtkitError as exc:  # a library option's value is named by the flag that set it
         message = exc.as_flags(getattr(args, "option_flags", None)) if isinstance(exc, OptionError) else str(exc)
