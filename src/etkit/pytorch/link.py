@@ -22,6 +22,7 @@ import math
 import os
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -425,12 +426,14 @@ def _repair_parents(host: HostTrace, rows: np.ndarray, k_parent: np.ndarray, ts:
                     report: LinkReport) -> np.ndarray:
     ops = host.ops
     index_of = {op.id: i for i, op in enumerate(ops)}
+    paired = _pair_backend_ops(host, index_of, ts)
+    report.backend_ops_paired = len(paired)
+    if _rows_are_ops(rows, k_parent) and len(rows) == len(ops):
+        return _own_rows_parents(host, index_of, k_parent, paired, report)
     row_list = rows.tolist()  # plain lists: indexing numpy arrays one element at a time is 5x slower
     k_par = k_parent.tolist()
     host_of_row: dict[int, int] = {r: i for i, r in enumerate(row_list) if r >= 0}
     chosen_parents: list[int] = []
-    paired = _pair_backend_ops(host, index_of, ts)
-    report.backend_ops_paired = len(paired)
     repairs = 0
     for i, op in enumerate(ops):
         et_parent = index_of.get(op.parent, -1)
@@ -457,6 +460,23 @@ def _repair_parents(host: HostTrace, rows: np.ndarray, k_parent: np.ndarray, ts:
             repairs += 1
     report.tree_repairs += repairs
     parent = np.array(chosen_parents, dtype=np.int64)
+    _break_cycles(parent, host, index_of)
+    return parent
+
+
+def _own_rows_parents(host: HostTrace, index_of: dict[int, int], k_parent: np.ndarray, paired: dict[int, int],
+                      report: LinkReport) -> np.ndarray:
+    """:func:`_repair_parents` when every op is linked to its own Kineto row (a Kineto trace alone): an op's
+    parent is its Kineto parent, else its thread root; a backend op's, its dispatcher op."""
+    ops = host.ops
+    et_parent = np.fromiter((index_of.get(op.parent, -1) for op in ops), dtype=np.int64, count=len(ops))
+    et_parent[et_parent == np.arange(len(ops))] = -1
+    parent = k_parent.copy()
+    for i in np.flatnonzero(parent < 0).tolist():
+        parent[i] = _thread_root_of(host, index_of, i)
+    for b, d in paired.items():
+        parent[b] = d
+    report.tree_repairs += int((parent != et_parent).sum())
     _break_cycles(parent, host, index_of)
     return parent
 
@@ -505,20 +525,26 @@ def _add_runtime_ops(host: HostTrace, kin: KinetoTrace, rows: np.ndarray, k_pare
     sel = np.flatnonzero((kin.launch_ts >= window[0]) & (kin.launch_ts <= window[1]))
     if not len(sel) or not len(kin.launch_name):
         return {}
-    host_of_row = {int(r): i for i, r in enumerate(rows.tolist()) if r >= 0}
     ops = host.ops
-    next_id = max(op.id for op in ops) + 1
-    empty_io = ("[]", "[]", "[]", "[]", "[]", "[]")
-    out: dict[int, int] = {}
-    for j in sel.tolist():
-        owner = _owner_op(int(rt_parent[j]), k_parent, host_of_row)
-        op_id = next_id
-        next_id += 1
-        parent_op = ops[owner] if owner >= 0 else None
-        ops.append(HostOp(op_id, kin.names[int(kin.launch_name[j])], parent_op.id if parent_op else op_id, 0, 0, -1,
-                          0, parent_op.tid if parent_op else int(kin.launch_tid[j]), 0, "", empty_io, (), ()))
-        out[j] = len(ops) - 1
-    return out
+    if _rows_are_ops(rows, k_parent):  # a Kineto trace alone: the op of CPU row r is op r
+        owners = rt_parent[sel].tolist()
+    else:
+        host_of_row = {int(r): i for i, r in enumerate(rows.tolist()) if r >= 0}
+        owners = [_owner_op(r, k_parent, host_of_row) for r in rt_parent[sel].tolist()]
+    first_id, first = max(op.id for op in ops) + 1, len(ops)
+    ids = range(first_id, first_id + len(sel))
+    parent_ids = [ops[o].id if o >= 0 else i for o, i in zip(owners, ids)]
+    tids = [ops[o].tid if o >= 0 else t for o, t in zip(owners, kin.launch_tid[sel].tolist())]
+    names = np.asarray(kin.names, dtype=object)[kin.launch_name[sel]].tolist()
+    ops.extend(map(HostOp, ids, names, parent_ids, repeat(0), repeat(0), repeat(-1), repeat(0), tids, repeat(0),
+                   repeat(""), repeat(("[]", "[]", "[]", "[]", "[]", "[]")), repeat(()), repeat(())))
+    return dict(zip(sel.tolist(), range(first, len(ops))))
+
+
+def _rows_are_ops(rows: np.ndarray, k_parent: np.ndarray) -> bool:
+    """Whether host op ``i`` is Kineto CPU row ``i`` for every op and row (a host trace built from the
+    Kineto trace itself): then every row's linked op is the row itself."""
+    return len(rows) == len(k_parent) and bool((rows == np.arange(len(rows))).all())
 
 
 def _attach_gpu(kin: KinetoTrace, rows: np.ndarray, k_parent: np.ndarray, runtime_ops: dict[int, int],
