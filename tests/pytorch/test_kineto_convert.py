@@ -166,3 +166,29 @@ def test_a_job_converted_in_memory_is_the_one_written_and_read_back(tmp_path, na
         assert not Path(job.traces[r.rank].path).exists()  # named after its Kineto file, never a file itself
     assert job.groups == (ProcessGroups.load(report.comm_groups) if report.comm_groups else ProcessGroups())
     assert sorted(load_kineto_job(spec, executor=SerialExecutor(), ranks=[max(job.traces)]).traces) == [max(job.traces)]
+
+
+@pytest.mark.parametrize("name", ["hta-nccl", "hta-event-sync-streams", "hybrid_dp_tp_ws4"])
+def test_linking_a_kineto_trace_alone_gives_what_the_general_linking_gives(monkeypatch, name):
+    """link_kineto's shortcut (every host op is its own Kineto CPU row, so parents and the runtime calls' owners
+    come from the nesting as arrays) links exactly as the general host-trace path does on the same rows:
+    the same ops (parents, runtime calls), tree, GPU activity and report (the gloo job pairs backend ops)."""
+    import dataclasses
+    import importlib
+
+    from etkit.pytorch.kineto import load_kineto
+    from etkit.pytorch.kineto_convert import kineto_files, link_kineto
+
+    link = importlib.import_module("etkit.pytorch.link")
+    path = kineto_files(KINETO_TRACES.get(name) or PYTORCH_JOBS / name)[0].path
+
+    def linked() -> tuple:
+        rank = link_kineto(load_kineto(path))
+        return ([dataclasses.astuple(op) for op in rank.host.ops], rank.parent.tolist(), rank.thread.tolist(),
+                rank.cat.tolist(), [dataclasses.astuple(g) for g in rank.gpu], rank.report.to_json(), rank.runtime_rows)
+
+    shortcut = linked()
+    monkeypatch.setattr(link, "_rows_are_ops", lambda rows, k_parent: False)
+    general = linked()
+    assert shortcut[5]["backend_ops_paired"] or name != "hybrid_dp_tp_ws4"
+    assert shortcut == general

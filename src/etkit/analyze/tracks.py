@@ -147,6 +147,9 @@ def _lanes(rows: np.ndarray, t: np.ndarray, s: np.ndarray, e: np.ndarray, nestab
     seg_r: list[int] = []
     row_l, t_l, s_l, e_l, nest_l = rows.tolist(), t.tolist(), s.tolist(), e.tolist(), nestable.tolist()
     heappush, heappop = heapq.heappush, heapq.heappop
+    # open ops in start order, a linked list over sorted-row indices (i -> previous / next open i, -1: none)
+    prev = [-1] * n
+    nxt = [-1] * n
     i = 0
     while i < n:
         track = t_l[i]
@@ -154,8 +157,6 @@ def _lanes(rows: np.ndarray, t: np.ndarray, s: np.ndarray, e: np.ndarray, nestab
         cursor: list[int] = []         # per lane: how far its segments reach
         free: list[int] = []           # heap of empty lanes
         ends: list[tuple[int, int]] = []   # heap of (end, -i) of open ops: inner (later) ops first on ties
-        prev: dict[int, int] = {}      # open ops in start order, a linked list (i -> previous open i)
-        nxt: dict[int, int] = {}
         tail = -1
 
         def close(limit: int) -> None:
@@ -173,20 +174,18 @@ def _lanes(rows: np.ndarray, t: np.ndarray, s: np.ndarray, e: np.ndarray, nestab
                     cursor[lane] = end
                 if not stack:
                     heappush(free, lane)
-                p, q = prev.pop(j), nxt.pop(j, -1)  # unlink j from the open list
+                p, q = prev[j], nxt[j]  # unlink j from the open list
                 if q >= 0:
                     prev[q] = p
                 else:
                     tail = p
                 if p >= 0:
-                    if q >= 0:
-                        nxt[p] = q
-                    else:
-                        nxt.pop(p, None)
+                    nxt[p] = q
 
         while i < n and t_l[i] == track:
             start, end = s_l[i], e_l[i]
-            close(start)
+            if ends and ends[0][0] <= start:
+                close(start)
             lane = -1
             if nest_l[i]:
                 j, looked = tail, 0

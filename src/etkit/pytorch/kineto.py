@@ -37,6 +37,12 @@ COMM_ARGS = ("Collective name", "In msg nelems", "Out msg nelems", "dtype", "Gro
 #: Args kept for communication ops (names starting with :data:`COMM_OP_PREFIXES`): their arguments.
 INPUT_ARGS = ("Input Dims", "Input type", "Concrete Inputs")
 COMM_OP_PREFIXES = ("c10d::", "_c10d_functional::", "c10d_functional::", "gloo:", "nccl:", "record_param_comms")
+#: What :func:`load_kineto` does with an event of each category it keeps: 0-1 host op (``cpu_op``,
+#: ``user_annotation``: :attr:`KinetoTrace.cpu_cat`), 2-4 GPU activity, 5-6 runtime call (6: a driver call),
+#: 7 a range on a GPU stream, 8 a device-side wait.
+_KIND_OF = {"cpu_op": 0, "user_annotation": 1, "kernel": 2, "gpu_memcpy": 3, "gpu_memset": 4, "cuda_runtime": 5,
+            "cuda_driver": 6, "gpu_user_annotation": 7, "cuda_sync": 8}
+_CATEGORY_OF_KIND = tuple(_KIND_OF)
 
 
 def us_to_ns(us: np.ndarray) -> np.ndarray:
@@ -269,7 +275,8 @@ def load_kineto(path: str | os.PathLike[str], *, rank: int | None = None) -> Kin
         raise KinetoTraceError(f"{label}: not a Kineto trace (no 'traceEvents' array)")
     header = _header_fields(doc.header, label)
     cols = _Columns()
-    cpu_op, gpu_op, launch = cols.cpu_op, cols.gpu_op, cols.launch
+    cpu_op, gpu_op, launch, annotation, sync = cols.cpu_op, cols.gpu_op, cols.launch, cols.annotation, cols.sync
+    kind_of = _KIND_OF
     first = 0  # index of the chunk's first event in traceEvents
     for chunk in doc.chunks():
         ev: Any = None
@@ -278,21 +285,26 @@ def load_kineto(path: str | os.PathLike[str], *, rank: int | None = None) -> Kin
                 if type(ev) is not dict:
                     raise _BadField("", ev, "an object")
                 cat = ev.get("cat")
-                if type(cat) is not str and cat is not None:
+                if type(cat) is str:
+                    kind = kind_of.get(cat)
+                elif cat is None:
+                    kind = None
+                else:
                     raise _BadField("cat", cat, "a string")
-                if cat in CPU_CATEGORIES:
+                if kind is None:
+                    if ev.get("ph") == "M" and ev.get("name") == "thread_name":
+                        cols.thread_name(ev)
+                elif kind <= 1:
                     if ev.get("ph") == "X":  # one per host op
-                        cpu_op(ev, cat)
-                elif cat in GPU_CATEGORIES:
-                    gpu_op(ev, cat)
-                elif cat in LAUNCH_CATEGORIES:
-                    launch(ev, cat)
-                elif cat == "gpu_user_annotation":
-                    cols.annotation(ev)
-                elif cat == "cuda_sync":
-                    cols.sync(ev)
-                elif ev.get("ph") == "M" and ev.get("name") == "thread_name":
-                    cols.thread_name(ev)
+                        cpu_op(ev, kind)
+                elif kind <= 4:
+                    gpu_op(ev, _CATEGORY_OF_KIND[kind])
+                elif kind <= 6:
+                    launch(ev, kind == 6)
+                elif kind == 7:
+                    annotation(ev)
+                else:
+                    sync(ev)
         except _BadField as bad:
             raise _event_error(label, chunk, first, ev, bad) from None
         first += len(chunk)
@@ -319,8 +331,8 @@ class _Columns:
         self.threads: dict[int, str] = {}
         self.pids: set[int] = set()
 
-    def cpu_op(self, ev: dict[str, Any], cat: str) -> None:
-        """A host op (``cpu_op``/``user_annotation``, complete event)."""
+    def cpu_op(self, ev: dict[str, Any], cat: int) -> None:
+        """A host op (complete event); ``cat`` 0 for ``cpu_op``, 1 for ``user_annotation``."""
         names = self.names
         args = ev.get("args")
         if type(args) is not dict:
@@ -342,7 +354,7 @@ class _Columns:
         if "Collective name" in args or (type(name) is str and name.startswith(COMM_OP_PREFIXES)):
             self.cpu_args[len(self.cpu)] = {k: args[k] for k in COMM_ARGS + INPUT_ARGS if k in args}
         self.cpu.append((index, ts, dur, tid, rf, ext))
-        self.cpu_cat.append(0 if cat == "cpu_op" else 1)
+        self.cpu_cat.append(cat)
 
     def gpu_op(self, ev: dict[str, Any], cat: str) -> None:
         """GPU activity: a kernel, copy or memset."""
@@ -386,8 +398,8 @@ class _Columns:
         if "Collective name" in args:
             self.gpu_args[len(gpu[0]) - 1] = {k: args[k] for k in COMM_ARGS if k in args}
 
-    def launch(self, ev: dict[str, Any], cat: str) -> None:
-        """A runtime or driver call (``cuda_runtime``/``cuda_driver``)."""
+    def launch(self, ev: dict[str, Any], driver: bool) -> None:
+        """A runtime call (``cuda_runtime``) or, ``driver``, a driver call (``cuda_driver``)."""
         launch, names = self.launches, self.names
         args = ev.get("args")
         name, ts, dur, tid = ev.get("name"), ev.get("ts"), ev.get("dur"), ev.get("tid")
@@ -406,7 +418,7 @@ class _Columns:
                 launch[3].append(ext)
                 launch[4].append(index)
                 launch[5].append(float(dur))
-                launch[6].append(cat == "cuda_driver")
+                launch[6].append(driver)
                 return
         args = _args(ev)
         launch[0].append(_time(ev.get("ts"), "ts"))
@@ -415,7 +427,7 @@ class _Columns:
         launch[3].append(_id(args.get("External id"), "args.External id"))
         launch[4].append(names.setdefault(_name(ev), len(names)))
         launch[5].append(_time(ev.get("dur"), "dur"))
-        launch[6].append(cat == "cuda_driver")
+        launch[6].append(driver)
 
     def _on_stream(self, cols: tuple[list[Any], ...], ev: dict[str, Any]) -> dict[str, Any]:
         """Name, ts, dur and stream of an event on a GPU stream into ``cols[0:4]``; returns its args."""

@@ -22,6 +22,7 @@ import math
 import os
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -278,33 +279,43 @@ def _kineto_nesting(kin: KinetoTrace) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 def _nesting(kin: KinetoTrace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n, m = len(kin.cpu_ts), len(kin.launch_ts)
-    ts = np.concatenate((kin.cpu_ts, kin.launch_ts)).tolist()
+    ts_all = np.concatenate((kin.cpu_ts, kin.launch_ts))
     dur_all = np.concatenate((kin.cpu_dur, kin.launch_dur if len(kin.launch_dur) == m else np.zeros(m)))
-    end = (np.concatenate((kin.cpu_ts, kin.launch_ts)) + dur_all).tolist()
+    end_all = ts_all + dur_all
     tid_all = np.concatenate((kin.cpu_tid, kin.launch_tid))
-    order = np.lexsort((np.arange(n + m) >= n, -dur_all, np.asarray(ts), tid_all))  # a call before a launch it holds
-    tid = tid_all.tolist()
-    dur = dur_all.tolist()
+    order = np.lexsort((np.arange(n + m) >= n, -dur_all, ts_all, tid_all))  # a call before a launch it holds
+    # one pass in that order, over positions in it (plain lists: numpy scalars one at a time are 5x slower)
+    ts, end, dur = ts_all[order].tolist(), end_all[order].tolist(), dur_all[order].tolist()
+    tid_sorted = tid_all[order]
+    new_thread = np.ones(n + m, dtype=bool)
+    new_thread[1:] = tid_sorted[1:] != tid_sorted[:-1]
+    holds = (order < n).tolist()  # CPU events hold others; runtime calls hold nothing
     stack: list[int] = []
-    current_tid = None
     par = [-1] * (n + m)
-    sums = [0.0] * n
-    for row in order.tolist():
-        if tid[row] != current_tid:
+    sums = [0.0] * (n + m)
+    for k, fresh in enumerate(new_thread.tolist()):
+        if fresh:
             stack.clear()
-            current_tid = tid[row]
-        t = ts[row]
-        while stack and end[stack[-1]] <= t and not (end[stack[-1]] == t and dur[row] == 0 and ts[stack[-1]] == t):
+        t = ts[k]
+        while stack:
+            top = stack[-1]
+            e = end[top]
+            if e > t or (e == t and dur[k] == 0 and ts[top] == t):
+                break
             stack.pop()
         # An event that starts inside the top but ends after it is clipped: treat the top as its parent.
         if stack:
             top = stack[-1]
-            par[row] = top
-            sums[top] += min(dur[row], end[top] - t)
-        if row < n:
-            stack.append(row)
-    parent = np.asarray(par, dtype=np.int64)
-    excl = np.maximum(kin.cpu_dur - np.asarray(sums, dtype=np.float64), 0.0)
+            par[k] = top
+            sums[top] += min(dur[k], end[top] - t)
+        if holds[k]:
+            stack.append(k)
+    at = np.asarray(par, dtype=np.int64)
+    parent = np.full(n + m, -1, dtype=np.int64)
+    parent[order] = np.where(at >= 0, order[at], -1)
+    callee = np.zeros(n + m, dtype=np.float64)
+    callee[order] = sums
+    excl = np.maximum(kin.cpu_dur - callee[:n], 0.0)
     return parent[:n], excl, parent[n:]
 
 
@@ -415,12 +426,14 @@ def _repair_parents(host: HostTrace, rows: np.ndarray, k_parent: np.ndarray, ts:
                     report: LinkReport) -> np.ndarray:
     ops = host.ops
     index_of = {op.id: i for i, op in enumerate(ops)}
+    paired = _pair_backend_ops(host, index_of, ts)
+    report.backend_ops_paired = len(paired)
+    if _rows_are_ops(rows, k_parent) and len(rows) == len(ops):
+        return _own_rows_parents(host, index_of, k_parent, paired, report)
     row_list = rows.tolist()  # plain lists: indexing numpy arrays one element at a time is 5x slower
     k_par = k_parent.tolist()
     host_of_row: dict[int, int] = {r: i for i, r in enumerate(row_list) if r >= 0}
     chosen_parents: list[int] = []
-    paired = _pair_backend_ops(host, index_of, ts)
-    report.backend_ops_paired = len(paired)
     repairs = 0
     for i, op in enumerate(ops):
         et_parent = index_of.get(op.parent, -1)
@@ -447,6 +460,23 @@ def _repair_parents(host: HostTrace, rows: np.ndarray, k_parent: np.ndarray, ts:
             repairs += 1
     report.tree_repairs += repairs
     parent = np.array(chosen_parents, dtype=np.int64)
+    _break_cycles(parent, host, index_of)
+    return parent
+
+
+def _own_rows_parents(host: HostTrace, index_of: dict[int, int], k_parent: np.ndarray, paired: dict[int, int],
+                      report: LinkReport) -> np.ndarray:
+    """:func:`_repair_parents` when every op is linked to its own Kineto row (a Kineto trace alone): an op's
+    parent is its Kineto parent, else its thread root; a backend op's, its dispatcher op."""
+    ops = host.ops
+    et_parent = np.fromiter((index_of.get(op.parent, -1) for op in ops), dtype=np.int64, count=len(ops))
+    et_parent[et_parent == np.arange(len(ops))] = -1
+    parent = k_parent.copy()
+    for i in np.flatnonzero(parent < 0).tolist():
+        parent[i] = _thread_root_of(host, index_of, i)
+    for b, d in paired.items():
+        parent[b] = d
+    report.tree_repairs += int((parent != et_parent).sum())
     _break_cycles(parent, host, index_of)
     return parent
 
@@ -495,20 +525,26 @@ def _add_runtime_ops(host: HostTrace, kin: KinetoTrace, rows: np.ndarray, k_pare
     sel = np.flatnonzero((kin.launch_ts >= window[0]) & (kin.launch_ts <= window[1]))
     if not len(sel) or not len(kin.launch_name):
         return {}
-    host_of_row = {int(r): i for i, r in enumerate(rows.tolist()) if r >= 0}
     ops = host.ops
-    next_id = max(op.id for op in ops) + 1
-    empty_io = ("[]", "[]", "[]", "[]", "[]", "[]")
-    out: dict[int, int] = {}
-    for j in sel.tolist():
-        owner = _owner_op(int(rt_parent[j]), k_parent, host_of_row)
-        op_id = next_id
-        next_id += 1
-        parent_op = ops[owner] if owner >= 0 else None
-        ops.append(HostOp(op_id, kin.names[int(kin.launch_name[j])], parent_op.id if parent_op else op_id, 0, 0, -1,
-                          0, parent_op.tid if parent_op else int(kin.launch_tid[j]), 0, "", empty_io, (), ()))
-        out[j] = len(ops) - 1
-    return out
+    if _rows_are_ops(rows, k_parent):  # a Kineto trace alone: the op of CPU row r is op r
+        owners = rt_parent[sel].tolist()
+    else:
+        host_of_row = {int(r): i for i, r in enumerate(rows.tolist()) if r >= 0}
+        owners = [_owner_op(r, k_parent, host_of_row) for r in rt_parent[sel].tolist()]
+    first_id, first = max(op.id for op in ops) + 1, len(ops)
+    ids = range(first_id, first_id + len(sel))
+    parent_ids = [ops[o].id if o >= 0 else i for o, i in zip(owners, ids)]
+    tids = [ops[o].tid if o >= 0 else t for o, t in zip(owners, kin.launch_tid[sel].tolist())]
+    names = np.asarray(kin.names, dtype=object)[kin.launch_name[sel]].tolist()
+    ops.extend(map(HostOp, ids, names, parent_ids, repeat(0), repeat(0), repeat(-1), repeat(0), tids, repeat(0),
+                   repeat(""), repeat(("[]", "[]", "[]", "[]", "[]", "[]")), repeat(()), repeat(())))
+    return dict(zip(sel.tolist(), range(first, len(ops))))
+
+
+def _rows_are_ops(rows: np.ndarray, k_parent: np.ndarray) -> bool:
+    """Whether host op ``i`` is Kineto CPU row ``i`` for every op and row (a host trace built from the
+    Kineto trace itself): then every row's linked op is the row itself."""
+    return len(rows) == len(k_parent) and bool((rows == np.arange(len(rows))).all())
 
 
 def _attach_gpu(kin: KinetoTrace, rows: np.ndarray, k_parent: np.ndarray, runtime_ops: dict[int, int],
