@@ -288,6 +288,9 @@ def metadata_json(raw: bytes) -> bytes | None:
 
 # -- nodes -----------------------------------------------------------------------------------------
 
+_IO_FIELDS = ((IO_VALUES, b'"values":'), (IO_SHAPES, b'"shapes":'), (IO_TYPES, b'"types":'))
+
+
 def _int_head(head: bytes) -> tuple[bytes, str, int, bool] | None:
     """``name, tag`` of an attribute with a one-byte varint tag: its JSON up to the value and how the
     value reads; ``None`` when the value is not a varint integer."""
@@ -308,6 +311,10 @@ class TwinWriter:
         self._ios = _Cache(self._io_json)
         self._attrs = _Cache(_attr_json)
         self._heads: dict[bytes, tuple[bytes, str, int, bool] | None] = {}
+        #: The attributes of a node from the one at ``_tail_at`` to the last, by their bytes (what follows
+        #: the attributes that change from node to node: ids, sequence numbers).
+        self._tails = _Cache(lambda raw: None)
+        self._tail_at = -1
 
     def texts(self, buf: bytes, bounds: list[int], first: int, slow: Callable[[bytes, int], bytes]) -> list[bytes]:
         """The JSON text of each record ``buf[bounds[2i]:bounds[2i+1]]`` from pair ``first`` on;
@@ -326,15 +333,19 @@ class TwinWriter:
         its strings through the cache of strings (shapes and types repeat where values do not)."""
         parts = []
         pos, end = 0, len(raw)
-        table = self._strings.table
-        for tag, key in ((IO_VALUES, b'"values":'), (IO_SHAPES, b'"shapes":'), (IO_TYPES, b'"types":')):
+        strings = self._strings
+        table = strings.table
+        for tag, key in _IO_FIELDS:
             if pos < end and raw[pos] == tag:
-                length, start = _varint(raw, pos + 1, end)
+                length = raw[pos + 1] if pos + 1 < end else 0x80
+                start = pos + 2
+                if length >= 0x80:
+                    length, start = _varint(raw, pos + 1, end)
                 pos = start + length
                 if length <= 0 or pos > end:
                     return None  # empty (protobuf leaves it out), or cut off
                 piece = raw[start:pos]
-                text = table.get(piece) or self._strings.miss(piece)
+                text = table.get(piece) or strings.miss(piece)
                 if text is None:
                     return None
                 parts.append(key + text)
@@ -479,21 +490,36 @@ class TwinWriter:
             attrs = self._attrs
             table = attrs.table
             int_attr = self._int_attr
-            items = []
+            tails, tail_at = self._tails.table, self._tail_at
+            items: list[bytes] = []
+            last_miss, tail_pos, hit = -1, pos, False
             while tag == NODE_ATTR:
+                if len(items) == tail_at:
+                    text = tails.get(buf[pos:end])
+                    if text is not None:  # the rest of the attributes, as they were on an earlier node
+                        items.append(text)
+                        pos, hit = end, True
+                        break
                 length = buf[pos + 1] if pos + 1 < end else 0x80
                 start = pos + 2
                 if length >= 0x80:
                     length, start = _varint(buf, pos + 1, end)
+                if length < 0 or start + length > end:
+                    return None
+                key = buf[start:start + length]
                 pos = start + length
-                if length < 0 or pos > end:
-                    return None
-                key = buf[start:pos]
-                text = table.get(key) or int_attr(key) or attrs.miss(key)
+                text = table.get(key)
                 if text is None:
-                    return None
+                    text = int_attr(key) or attrs.miss(key)
+                    if text is None:
+                        return None
+                    last_miss, tail_pos = len(items), pos
                 items.append(text)
                 tag = buf[pos] if pos < end else 0
+            if pos == end and len(items) - last_miss > 2 and (not hit or last_miss + 1 < tail_at):
+                # the attributes after the last new one repeat: look for all of them at once on the next nodes
+                self._tail_at = last_miss + 1
+                self._tails.keep(buf[tail_pos:end], b",".join(items[last_miss + 1:]))
             add(b'"attr":[' + b",".join(items) + b"]")
         if pos != end:
             return None  # an unknown field, a field out of order or repeated
