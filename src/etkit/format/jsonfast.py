@@ -398,10 +398,16 @@ class TwinWriter:
         tag = buf[pos]
         if tag == NODE_ID:
             value = buf[pos + 1] if pos + 1 < end else 0
-            if value >= 0x80:
-                value, pos = _varint(buf, pos + 1, end)
-            else:
+            if value < 0x80:
                 pos += 2
+            elif pos + 2 < end and 0 < buf[pos + 2] < 0x80:
+                value = (value & 0x7F) | buf[pos + 2] << 7
+                pos += 3
+            elif pos + 3 < end and buf[pos + 2] >= 0x80 and 0 < buf[pos + 3] < 0x80:  # ids up to 2 million
+                value = (value & 0x7F) | (buf[pos + 2] & 0x7F) << 7 | buf[pos + 3] << 14
+                pos += 4
+            else:
+                value, pos = _varint(buf, pos + 1, end)
             if value <= 0:
                 return None
             add(b'"id":"%d"' % value)
@@ -446,6 +452,9 @@ class TwinWriter:
                     elif start + 1 < pos and 0 < buf[start + 1] < 0x80:
                         value = (value & 0x7F) | buf[start + 1] << 7
                         start += 2
+                    elif start + 2 < pos and buf[start + 1] >= 0x80 and 0 < buf[start + 2] < 0x80:
+                        value = (value & 0x7F) | (buf[start + 1] & 0x7F) << 7 | buf[start + 2] << 14
+                        start += 3
                     else:
                         value, start = _varint(buf, start, pos)
                         if value == _BAD:
@@ -456,13 +465,21 @@ class TwinWriter:
                 add(list_key + b'","'.join(ids) + b'"]')
                 tag = buf[pos] if pos < end else 0
         if tag == NODE_START:
-            value, pos = _varint(buf, pos + 1, end)
+            value = buf[pos + 1] if pos + 1 < end else 0x80
+            if value < 0x80:
+                pos += 2
+            else:
+                value, pos = _varint(buf, pos + 1, end)
             if value <= 0:
                 return None
             add(b'"startTimeMicros":"%d"' % value)
             tag = buf[pos] if pos < end else 0
         if tag == NODE_DURATION:
-            value, pos = _varint(buf, pos + 1, end)
+            value = buf[pos + 1] if pos + 1 < end else 0x80
+            if value < 0x80:
+                pos += 2
+            else:
+                value, pos = _varint(buf, pos + 1, end)
             if value <= 0:
                 return None
             add(b'"durationMicros":"%d"' % value)
