@@ -110,10 +110,10 @@ def test_iter_json_trace_streams_metadata_then_nodes(tmp_path: Path) -> None:
 
 @pytest.mark.shared_data
 def test_fast_node_text_is_the_proto3_json_mapping(upstream: Path) -> None:
-    from etkit.format.jsontwin import _Fragments, node_json, node_to_dict
+    from etkit.format.protojson import Fragments, node_json, node_to_dict
     from etkit.format.stream import open_trace
 
-    fragments = _Fragments()
+    fragments = Fragments()
     for path in sorted(p for p in upstream.rglob("*") if p.name.endswith((".et", ".et.gz"))):
         with open_trace(path) as reader:
             for n in reader:

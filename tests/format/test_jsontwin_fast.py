@@ -1,4 +1,5 @@
-"""The chunked JSON writer (``etkit.format.jsonfast``) writes exactly what the per-record path writes.
+"""The JSON writer that reads records off their bytes (``etkit.format.jsonfast``) writes exactly what the
+per-record path writes.
 
 Three references: the per-record path of ``to_json`` (``node_json`` for every record), protobuf's own
 proto3 JSON mapping (``json_format.MessageToDict``), and the original bytes (``from_json``).
@@ -23,7 +24,7 @@ from etkit.errors import TraceFormatError
 from etkit.fileio import open_maybe_gzip
 from etkit.format import jsonfast, jsontwin
 from etkit.format.attrs import make_attr
-from etkit.format.jsonfast import JsonWriter, record_chunks
+from etkit.format.jsonfast import TwinWriter, iter_blocks
 from etkit.format.jsontwin import from_json, to_json
 from etkit.format.schema import ATTR_KINDS, LIST_KINDS, AttributeProto, GlobalMetadata, Node, NodeType
 from etkit.format.stream import TraceWriter, encode_varint
@@ -31,16 +32,17 @@ from etkit.format.stream import TraceWriter, encode_varint
 U64 = 2**64 - 1
 
 
-@pytest.fixture(autouse=True)
-def every_shape_fast(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Rare shapes normally take the per-record path (cheaper for them); here the chunked path
-    converts every shape it covers, so that the comparisons below exercise it."""
-    monkeypatch.setattr(jsonfast, "_MIN_GROUP", 1)
-
-
 def _per_record(et: Path, out: Path) -> bytes:
-    jsontwin._write_json(et, out, chunked=False)
+    jsontwin._write_checked(et, out)
     return out.read_bytes()
+
+
+def _cut_records(stream: io.BufferedIOBase) -> list[bytes]:
+    """The node records of an .et stream as iter_blocks cuts them (the GlobalMetadata left out)."""
+    records = []
+    for buf, bounds in iter_blocks(stream):
+        records += [buf[bounds[i]:bounds[i + 1]] for i in range(0, len(bounds), 2)]
+    return records[1:]
 
 
 def _check(et: Path, tmp: Path) -> dict:
@@ -53,9 +55,7 @@ def _check(et: Path, tmp: Path) -> dict:
     assert len(document["nodes"]) == count
     with open_maybe_gzip(et) as stream:
         plain = stream.read()
-    records = []
-    for data, start, length in record_chunks(io.BytesIO(plain), 1 << 30):
-        records += [data[s:s + n] for s, n in zip(start.tolist(), length.tolist())]
+    records = _cut_records(io.BytesIO(plain))
     for item, record in zip(document["nodes"], records, strict=True):
         node = Node.FromString(record)
         node.DiscardUnknownFields()
@@ -92,7 +92,7 @@ def _write(path: Path, records: list[bytes], metadata: GlobalMetadata | None = N
 
 
 def _fast_share(path: Path) -> float:
-    """Share of the records the chunked path converts itself (not through the per-record callback)."""
+    """Share of the records the byte reader converts itself (not through the per-record callback)."""
     slow = total = 0
 
     def count_slow(record: bytes, i: int) -> bytes:
@@ -100,11 +100,10 @@ def _fast_share(path: Path) -> float:
         slow += 1
         return b"{}"
 
-    writer = JsonWriter()
+    writer = TwinWriter()
     with open_maybe_gzip(path) as stream:
-        for data, start, length in record_chunks(stream, 4096):
-            writer.chunk_json(data, start, length, count_slow)
-            total += start.size
+        for k, (buf, bounds) in enumerate(iter_blocks(stream)):
+            total += len(writer.texts(buf, bounds, 1 if k == 0 else 0, count_slow))
     return 1 - slow / max(total, 1)
 
 
@@ -114,10 +113,7 @@ _KNOWN_PRODUCERS = {"generated-by-upstream-chakra-21585d8", "generated-by-stage-
 
 
 @pytest.mark.shared_data
-@pytest.mark.parametrize("min_group", [1, 4])
-def test_every_upstream_vector_chunked_equals_per_record(upstream: Path, tmp_path: Path, min_group: int,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(jsonfast, "_MIN_GROUP", min_group)
+def test_every_upstream_vector_read_off_its_bytes_equals_per_record(upstream: Path, tmp_path: Path) -> None:
     files = sorted(p for p in upstream.rglob("*") if p.name.endswith((".et", ".et.gz")))
     # every vector there is (the folder grows): at least the 274 of today, from each known producer
     assert len(files) >= 274
@@ -131,12 +127,10 @@ def test_every_upstream_vector_chunked_equals_per_record(upstream: Path, tmp_pat
         producer = next((folder for folder in _KNOWN_PRODUCERS if folder in path.parts), "other")
         fast[producer] = fast.get(producer, 0.0) + _fast_share(path) * nodes
         total[producer] = total.get(producer, 0) + nodes
-    # the comparison exercises the chunked path: it covers the shapes of every producer (STAGE's
-    # string lists and name-only attributes included), and most records even where rare shapes go slow
+    # the comparison exercises the byte reader: it covers the records of every producer (STAGE's
+    # string lists and name-only attributes included)
     share = {producer: fast[producer] / max(total[producer], 1) for producer in total}
-    if min_group == 1:
-        assert min(share.values()) > 0.99, share
-    assert sum(fast.values()) / sum(total.values()) > (0.99 if min_group == 1 else 0.9), share
+    assert min(share.values()) > 0.99, share
 
 
 def _attr(name: str, kind: str, value: object) -> AttributeProto:
@@ -234,7 +228,7 @@ def test_every_oddity_matches_the_per_record_path_and_protobuf(tmp_path: Path) -
     document = _check(_write(tmp_path / "odd.et", _records(), meta), tmp_path)
     raw = sum("_raw" in item for item in document["nodes"])
     assert raw == len(_non_canonical())  # only the non-canonical ones keep their bytes
-    assert _fast_share(tmp_path / "odd.et") > 0.5  # most oddities are handled by the chunked path itself
+    assert _fast_share(tmp_path / "odd.et") > 0.5  # most oddities are handled by the byte reader itself
 
 
 def test_chunk_and_block_boundaries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -243,8 +237,7 @@ def test_chunk_and_block_boundaries(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     records[5:5] = [big, big]
     path = _write(tmp_path / "b.et", records)
     expected = _check(path, tmp_path)
-    for chunk, block in ((1, 7), (7, 64), (3, 20_001), (1000, 1 << 22)):
-        monkeypatch.setattr(jsontwin, "_CHUNK_RECORDS", chunk)
+    for block in (1, 7, 64, 20_001, 1 << 22):
         monkeypatch.setattr(jsonfast, "_BLOCK", block)
         assert _check(path, tmp_path) == expected
 
@@ -378,3 +371,13 @@ def test_node_encoder_writes_what_protobuf_writes(records: list[bytes], shuffle)
         variants += [dict(base, type=3), dict(base, type="NOPE"), dict(base, data_deps=["1"]), dict(base, dataDeps=[-1])]
         for data in variants:
             assert _encoded_or_error(encoder.encode, data) == _encoded_or_error(reference, data), data
+
+
+def test_json_strings_are_orjsons_and_node_types_the_schemas() -> None:
+    """The byte reader escapes strings with json's C escaper: the same bytes as orjson (which the per-record
+    path uses) for every code point; its node type names are the schema's."""
+    chars = [chr(c) for c in [*range(0x800), *range(0x800, 0x110000, 97)] if not 0xD800 <= c < 0xE000]
+    for c in chars:
+        assert jsonfast.json_string(c.encode()) == orjson.dumps(c), hex(ord(c))
+    assert jsonfast.json_string(b"\xff") is None
+    assert jsonfast.NODE_TYPE_JSON == [b'"type":"%s"' % t.name.encode() for t in NodeType]

@@ -33,13 +33,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_to_json(args: argparse.Namespace) -> int:
     from ..filekind import require
-    from ..format.jsonizer import to_jsonizer
     from ..format.jsontwin import default_json_path, to_json
 
     require(args.input, {"chakra-et"}, wanted="a Chakra ET (.et) file")
     jsonizer = args.format == "jsonizer"
     out = args.output or str(default_json_path(args.input, ".jsonized.txt" if jsonizer else ".json"))
-    count = (to_jsonizer if jsonizer else to_json)(args.input, out)
+    if jsonizer:
+        from ..format.jsonizer import to_jsonizer  # (protobuf: imported only for this layout)
+        count = to_jsonizer(args.input, out)
+    else:
+        count = to_json(args.input, out)
     print(f"{count:,} nodes -> {out}")
     return 0
 

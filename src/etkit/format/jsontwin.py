@@ -18,7 +18,6 @@ concatenated objects (GlobalMetadata first, then one object per node).
 
 from __future__ import annotations
 
-import base64
 import itertools
 import json
 import os
@@ -26,185 +25,109 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import orjson
-from google.protobuf.message import DecodeError
-
 from ..errors import TraceFormatError
 from ..fileio import atomic_output, open_maybe_gzip
-from .jsonfast import FramingFault, JsonWriter, record_chunks
-from .jsonizer import split_objects
-from .protojson import (
-    KIND_JSON,
-    NODE_TYPE_NAMES,
-    WIDE_SCALARS,
-    NodeEncoder,
-    attr_to_dict,
-    compact,
-    dict_to_metadata,
-    dict_to_node,
-    io_to_dict,
-    metadata_to_dict,
-    node_to_dict,
-    raw_bytes,
-)
-from .schema import AttributeProto, GlobalMetadata, IOInfo, Node
-from .stream import TraceWriter, open_trace
+from .jsonfast import FramingFault, TwinWriter, iter_blocks
+from .jsonfast import metadata_json as fast_metadata_json
 
-__all__ = ["to_json", "from_json", "iter_json_trace", "node_to_dict", "dict_to_node", "FORMAT_NAME"]
+__all__ = ["to_json", "from_json", "iter_json_trace", "FORMAT_NAME"]
 
 FORMAT_NAME = "etkit-et-json"
 
-
-class _Fragments:
-    """JSON text of repeated pieces, by their protobuf bytes: traces repeat the same attributes, IOInfo
-    and names on most nodes, so each distinct one is converted once (bounded: cleared when full)."""
-
-    def __init__(self, limit: int = 1 << 16) -> None:
-        self.limit = limit
-        self.table: dict[object, bytes] = {}
-
-    def _get(self, key: object, make: Any) -> bytes:
-        hit = self.table.get(key)
-        if hit is None:
-            if len(self.table) >= self.limit:
-                self.table.clear()
-            hit = self.table[key] = compact(orjson.dumps(make()))
-        return hit
-
-    def attr(self, attr: AttributeProto) -> bytes:
-        key = attr.SerializeToString()
-        hit = self.table.get(key)
-        if hit is not None:
-            return hit
-        kind = attr.WhichOneof("value")
-        quoted = _QUOTED_SCALARS.get(kind)
-        if quoted is None or attr.doc_string or not attr.name:
-            return self._get(key, lambda: attr_to_dict(attr))
-        # integer-valued attributes are often unique per node (rf_id, seq_id): format them directly
-        return bytes(b'{"name":' + self.name(attr.name) + quoted % getattr(attr, kind))
-
-    def io(self, io: IOInfo) -> bytes:
-        return self._get((io.values, io.shapes, io.types), lambda: io_to_dict(io))
-
-    def name(self, name: str) -> bytes:
-        return self._get(name, lambda: name)
+# to-json imports no protobuf, numpy or orjson unless a record needs them (start-up is most of the CPU
+# time on a file of 10,000 nodes); the readers import them when they run.
 
 
-#: ``%``-templates of integer attribute values after the name (64-bit ones quoted, as proto3 JSON says).
-_QUOTED_SCALARS = {f"{k}_val": (f',"{KIND_JSON[k + "_val"]}":"%d"}}' if k in WIDE_SCALARS else f',"{KIND_JSON[k + "_val"]}":%d}}').encode()
-                   for k in ("int32", "int64", "uint32", "uint64", "sint32", "sint64", "fixed32", "fixed64", "sfixed32",
-                             "sfixed64")}
-
-_TYPE_JSON = {value: b'"type":"' + name.encode() + b'"' for value, name in NODE_TYPE_NAMES.items()}
-
-
-def _id_list(key: bytes, values: Any) -> bytes:
-    return key + b'["' + b'","'.join([b"%d" % v for v in values]) + b'"]'
-
-
-def node_json(node: Node, fragments: _Fragments) -> bytes:
-    """The JSON text of :func:`node_to_dict` (the same document), built from cached fragments."""
-    parts = []
-    if node.id:
-        parts.append(b'"id":"%d"' % node.id)
-    if node.name:
-        parts.append(b'"name":' + fragments.name(node.name))
-    if node.type:
-        parts.append(_TYPE_JSON.get(node.type) or b'"type":%d' % node.type)
-    if node.ctrl_deps:
-        parts.append(_id_list(b'"ctrlDeps":', node.ctrl_deps))
-    if node.data_deps:
-        parts.append(_id_list(b'"dataDeps":', node.data_deps))
-    if node.start_time_micros:
-        parts.append(b'"startTimeMicros":"%d"' % node.start_time_micros)
-    if node.duration_micros:
-        parts.append(b'"durationMicros":"%d"' % node.duration_micros)
-    if node.HasField("inputs"):
-        parts.append(b'"inputs":' + fragments.io(node.inputs))
-    if node.HasField("outputs"):
-        parts.append(b'"outputs":' + fragments.io(node.outputs))
-    if node.attr:
-        parts.append(b'"attr":[' + b",".join([fragments.attr(a) for a in node.attr]) + b"]")
-    return b"{" + b",".join(parts) + b"}"
-
-
-# -- files -------------------------------------------------------------------------------------------
-
-def _with_raw(d: dict[str, Any], message: Any, payload: bytes) -> dict[str, Any]:
-    """``d`` plus the original bytes when the JSON fields alone would not reproduce them."""
-    if _needs_raw(message, payload) or _nan_lossy(orjson.dumps(d), dict_to_metadata, payload):
-        d["_raw"] = base64.b64encode(payload).decode("ascii")
-    return d
-
-
-def _needs_raw(message: Any, payload: bytes) -> bool:
-    message.DiscardUnknownFields()  # the JSON carries no unknown fields, so neither may the comparison
-    return bool(message.SerializeToString() != payload)
-
-
-def _nan_lossy(text: bytes, from_dict: Any, payload: bytes) -> bool:
-    """True when a NaN of the message has a sign or payload that JSON's "NaN" loses."""
-    return b'"NaN"' in text and from_dict(orjson.loads(text)).SerializeToString() != payload
-
-
-#: Records converted together: numpy calls long enough to pay off, and memory bounded (protobuf's check of a
-#: chunk parses it whole: 4,096 real-shaped records made a 138 MB process, 1,024 one of 80 MB).
-_CHUNK_RECORDS = 1024
-
-
-def _node_text(payload: bytes, fragments: _Fragments) -> bytes:
-    """The JSON text of one node record, with ``_raw`` when its fields do not reproduce its bytes."""
-    node = Node.FromString(payload)
-    text = node_json(node, fragments)
-    if _needs_raw(node, payload) or _nan_lossy(text, dict_to_node, payload):
-        text = text[:-1] + (b"," if len(text) > 2 else b"") + b'"_raw":"' + base64.b64encode(payload) + b'"}'
+def _metadata_json(payload: bytes) -> bytes:
+    """The JSON text of the GlobalMetadata record (a canonical one read here, any other by protobuf)."""
+    text = fast_metadata_json(payload)
+    if text is None:
+        from .protojson import metadata_json
+        text = metadata_json(payload)
     return text
 
 
 def to_json(et_path: str | os.PathLike[str], json_path: str | os.PathLike[str]) -> int:
     """Write the JSON twin of ``et_path`` to ``json_path`` (streaming, atomic; ``.gz`` = gzip).
 
-    Returns the number of nodes written. Chunks of records are converted at once by
-    :class:`etkit.format.jsonfast.JsonWriter`, which hands the records it does not cover back to the
-    per-record :func:`node_json`; both write the same text. A file that is not plainly well framed is
-    read again record by record by the checking reader, which reports the fault. A FIFO or ``<(...)``,
-    which can be read only once, goes through the checking reader directly.
+    Returns the number of nodes written. :class:`etkit.format.jsonfast.TwinWriter` reads the
+    canonical records off their bytes and hands the others back to the per-record
+    :func:`etkit.format.protojson.node_text`; both write the same text. A file that is not plainly
+    well framed is read again record by record by the checking reader, which reports the fault. A FIFO
+    or ``<(...)``, which can be read only once, goes through the checking reader directly.
     """
-    if not os.path.isfile(et_path):
-        return _write_json(et_path, json_path, chunked=False)
-    try:
-        return _write_json(et_path, json_path, chunked=True)
-    except FramingFault:
-        return _write_json(et_path, json_path, chunked=False)
-
-
-def _write_json(et_path: str | os.PathLike[str], json_path: str | os.PathLike[str], *, chunked: bool) -> int:
-    count = 0
-    fragments = _Fragments()
-
-    def slow(payload: bytes, index: int) -> bytes:
+    if os.path.isfile(et_path):
         try:
-            return _node_text(payload, fragments)
-        except DecodeError as exc:
-            raise _bad(et_path, f"corrupt Node message ({exc})", index) from None
+            return _write_fast(et_path, json_path)
+        except FramingFault:
+            pass
+    return _write_checked(et_path, json_path)
 
+
+def _header(metadata: bytes) -> bytes:
+    return b'{"format":"' + FORMAT_NAME.encode() + b'","version":1,"metadata":' + metadata + b',"nodes":['
+
+
+class _Slow:
+    """The per-record path (protobuf), set up when a record first needs it."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = path
+        self.fragments: Any = None
+
+    def text(self, payload: bytes, index: int) -> bytes:
+        from google.protobuf.message import DecodeError
+
+        from .protojson import Fragments, node_text
+        if self.fragments is None:
+            self.fragments = Fragments()
+        try:
+            return node_text(payload, self.fragments)
+        except DecodeError as exc:
+            raise _bad(self.path, f"corrupt Node message ({exc})", index) from None
+
+
+def _write_fast(et_path: str | os.PathLike[str], json_path: str | os.PathLike[str]) -> int:
+    count = 0
+    writer, slow = TwinWriter(), _Slow(et_path)
+    with open_maybe_gzip(et_path) as stream:
+        blocks = iter_blocks(stream)
+        first = next(blocks, None)
+        if first is None:
+            raise FramingFault("no GlobalMetadata record")
+        head, head_bounds = first
+        try:
+            metadata = _metadata_json(head[head_bounds[0]:head_bounds[1]])
+        except Exception:  # noqa: BLE001 - a corrupt GlobalMetadata: the checking reader reports it
+            raise FramingFault("GlobalMetadata") from None
+        with atomic_output(json_path) as out:
+            out.write(_header(metadata))
+            skip = 1
+            for buf, bounds in itertools.chain([first], blocks):
+                def slow_at(payload: bytes, i: int, base: int = count) -> bytes:
+                    return slow.text(payload, base + i + 1)
+                texts = writer.texts(buf, bounds, skip, slow_at)
+                if texts:
+                    out.write((b",\n" if count else b"\n") + b",\n".join(texts))
+                count += len(texts)
+                skip = 0
+            out.write(b"\n]}\n")
+    return count
+
+
+def _write_checked(et_path: str | os.PathLike[str], json_path: str | os.PathLike[str]) -> int:
+    """The checking reader's way: one record at a time, each through protobuf; faults reported."""
+    from .protojson import metadata_json
+    from .stream import open_trace
+
+    count = 0
+    slow = _Slow(et_path)
     with open_trace(et_path) as reader, atomic_output(json_path) as out:
-        meta = _with_raw(metadata_to_dict(reader.metadata), reader.metadata, reader.metadata_record)
-        out.write(b'{"format":"' + FORMAT_NAME.encode() + b'","version":1,"metadata":' + orjson.dumps(meta) + b',"nodes":[')
-        if chunked:
-            writer = JsonWriter()
-            with open_maybe_gzip(et_path) as stream:
-                for data, start, length in record_chunks(stream, _CHUNK_RECORDS):
-                    def slow_at(payload: bytes, i: int, base: int = count) -> bytes:
-                        return slow(payload, base + i + 1)
-                    text = writer.chunk_json(data, start, length, slow_at)
-                    out.write(text[1:] if count == 0 else text)  # the first node follows "[" without a comma
-                    count += start.size
-        else:
-            records = reader.records()
-            for batch in iter(lambda: list(itertools.islice(records, _CHUNK_RECORDS)), []):
-                out.write((b",\n" if count else b"\n") + b",\n".join(slow(p, count + i + 1) for i, p in enumerate(batch)))
-                count += len(batch)
+        out.write(_header(metadata_json(reader.metadata_record)))
+        records = reader.records()
+        for batch in iter(lambda: list(itertools.islice(records, 1024)), []):
+            out.write((b",\n" if count else b"\n") + b",\n".join(slow.text(p, count + i + 1) for i, p in enumerate(batch)))
+            count += len(batch)
         out.write(b"\n]}\n")
     return count
 
@@ -215,6 +138,7 @@ def _bad(path: str | os.PathLike[str], message: str, record: int | None = None) 
 
 def _iter_dicts(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
     """``(index, object)``: index 0 is the metadata object, then one per node (JSON syntax checked)."""
+    from .jsonizer import split_objects
     try:
         stream = open_maybe_gzip(path)
     except OSError as exc:
@@ -249,6 +173,7 @@ def _iter_dicts(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
 
 
 def _parsed_pieces(path: str | os.PathLike[str], pieces: Iterator[bytes]) -> Iterator[Any]:
+    import orjson
     for index, piece in enumerate(pieces):
         try:
             yield orjson.loads(piece)
@@ -257,6 +182,7 @@ def _parsed_pieces(path: str | os.PathLike[str], pieces: Iterator[bytes]) -> Ite
 
 
 def _iter_line_layout(path: str | os.PathLike[str], first_line: bytes, stream: Any) -> Iterator[tuple[int, Any]]:
+    import orjson
     try:
         header = orjson.loads(first_line.rstrip()[: -len(b',"nodes":[')] + b"}")
     except orjson.JSONDecodeError as exc:
@@ -331,6 +257,7 @@ def _convert(path: str | os.PathLike[str], index: int, data: Any, convert: Any) 
 def _payload(data: dict[str, Any], cls: Any, encode: Any) -> bytes:
     """The record bytes of a message dict: its ``_raw`` bytes as they are, else ``encode(data)``."""
     if "_raw" in data:
+        from .protojson import raw_bytes
         payload = raw_bytes(data)
         cls.FromString(payload)  # refuse bytes that are not this message
         return payload
@@ -338,11 +265,14 @@ def _payload(data: dict[str, Any], cls: Any, encode: Any) -> bytes:
 
 
 def _metadata_payload(data: dict[str, Any]) -> bytes:
+    from .protojson import dict_to_metadata
+    from .schema import GlobalMetadata
     return _payload(data, GlobalMetadata, lambda d: dict_to_metadata(d).SerializeToString())
 
 
-def iter_json_trace(path: str | os.PathLike[str]) -> Iterator[GlobalMetadata | Node]:
+def iter_json_trace(path: str | os.PathLike[str]) -> Iterator[Any]:
     """The GlobalMetadata, then every Node, of a JSON twin or of jsonizer output (gzip sniffed)."""
+    from .protojson import dict_to_metadata, dict_to_node
     for index, data in _iter_dicts(path):
         yield _convert(path, index, data, dict_to_metadata if index == 0 else dict_to_node)
 
@@ -352,6 +282,9 @@ def from_json(json_path: str | os.PathLike[str], et_path: str | os.PathLike[str]
 
     Records are restored exactly (``_raw`` bytes as they are); an empty node is refused.
     """
+    from .protojson import NodeEncoder
+    from .schema import Node
+    from .stream import TraceWriter
     items = _iter_dicts(json_path)
     index, data = next(items)
     count = 0

@@ -1,7 +1,7 @@
 """The proto3 JSON mapping of Chakra messages, both ways: lowerCamelCase names, enum names, 64-bit
 integers as strings (they survive any JSON parser), bytes as base64, NaN/Infinity as strings.
 
-The one home of the mapping: the JSON twin (:mod:`.jsontwin`), its chunked writer (:mod:`.jsonfast`)
+The one home of the mapping: the JSON twin (:mod:`.jsontwin`), its byte-level writer (:mod:`.jsonfast`)
 and the jsonizer layout all write and read messages through it.
 """
 
@@ -25,6 +25,7 @@ _IO_VALUES, _IO_SHAPES, _IO_TYPES = (key_byte(k) for k in (tags.IO_VALUES, tags.
 __all__ = [
     "attr_to_dict", "attr_json", "compact", "io_to_dict", "node_to_dict", "metadata_to_dict",
     "dict_to_node", "dict_to_metadata", "NodeEncoder", "KIND_JSON", "NODE_TYPE_NAMES", "WIDE_SCALARS",
+    "Fragments", "node_json", "node_text", "metadata_json",
 ]
 
 NODE_TYPE_NAMES = {t.value: t.name for t in NodeType}
@@ -147,6 +148,111 @@ def metadata_to_dict(meta: GlobalMetadata) -> dict[str, Any]:
     if meta.attr:
         out["attr"] = [attr_to_dict(a) for a in meta.attr]
     return out
+
+
+# -- message -> JSON text, one record at a time ------------------------------------------------------
+
+class Fragments:
+    """JSON text of repeated pieces, by their protobuf bytes: traces repeat the same attributes, IOInfo
+    and names on most nodes, so each distinct one is converted once (bounded: cleared when full)."""
+
+    def __init__(self, limit: int = 1 << 16) -> None:
+        self.limit = limit
+        self.table: dict[object, bytes] = {}
+
+    def _get(self, key: object, make: Any) -> bytes:
+        hit = self.table.get(key)
+        if hit is None:
+            if len(self.table) >= self.limit:
+                self.table.clear()
+            hit = self.table[key] = compact(orjson.dumps(make()))
+        return hit
+
+    def attr(self, attr: AttributeProto) -> bytes:
+        key = attr.SerializeToString()
+        hit = self.table.get(key)
+        if hit is not None:
+            return hit
+        kind = attr.WhichOneof("value")
+        quoted = _QUOTED_SCALARS.get(kind)
+        if quoted is None or attr.doc_string or not attr.name:
+            return self._get(key, lambda: attr_to_dict(attr))
+        # integer-valued attributes are often unique per node (rf_id, seq_id): format them directly
+        return bytes(b'{"name":' + self.name(attr.name) + quoted % getattr(attr, kind))
+
+    def io(self, io: IOInfo) -> bytes:
+        return self._get((io.values, io.shapes, io.types), lambda: io_to_dict(io))
+
+    def name(self, name: str) -> bytes:
+        return self._get(name, lambda: name)
+
+
+#: ``%``-templates of integer attribute values after the name (64-bit ones quoted, as proto3 JSON says).
+_QUOTED_SCALARS = {f"{k}_val": (f',"{KIND_JSON[k + "_val"]}":"%d"}}' if k in WIDE_SCALARS else f',"{KIND_JSON[k + "_val"]}":%d}}').encode()
+                   for k in ("int32", "int64", "uint32", "uint64", "sint32", "sint64", "fixed32", "fixed64", "sfixed32",
+                             "sfixed64")}
+
+_TYPE_JSON = {value: b'"type":"' + name.encode() + b'"' for value, name in NODE_TYPE_NAMES.items()}
+
+
+def _id_list(key: bytes, values: Any) -> bytes:
+    return key + b'["' + b'","'.join([b"%d" % v for v in values]) + b'"]'
+
+
+def node_json(node: Node, fragments: Fragments) -> bytes:
+    """The JSON text of :func:`node_to_dict` (the same document), built from cached fragments."""
+    parts = []
+    if node.id:
+        parts.append(b'"id":"%d"' % node.id)
+    if node.name:
+        parts.append(b'"name":' + fragments.name(node.name))
+    if node.type:
+        parts.append(_TYPE_JSON.get(node.type) or b'"type":%d' % node.type)
+    if node.ctrl_deps:
+        parts.append(_id_list(b'"ctrlDeps":', node.ctrl_deps))
+    if node.data_deps:
+        parts.append(_id_list(b'"dataDeps":', node.data_deps))
+    if node.start_time_micros:
+        parts.append(b'"startTimeMicros":"%d"' % node.start_time_micros)
+    if node.duration_micros:
+        parts.append(b'"durationMicros":"%d"' % node.duration_micros)
+    if node.HasField("inputs"):
+        parts.append(b'"inputs":' + fragments.io(node.inputs))
+    if node.HasField("outputs"):
+        parts.append(b'"outputs":' + fragments.io(node.outputs))
+    if node.attr:
+        parts.append(b'"attr":[' + b",".join([fragments.attr(a) for a in node.attr]) + b"]")
+    return b"{" + b",".join(parts) + b"}"
+
+
+def metadata_json(payload: bytes) -> bytes:
+    """The JSON text of a GlobalMetadata record, with ``_raw`` when its fields do not reproduce its
+    bytes (raises protobuf's DecodeError for bytes that are not a GlobalMetadata)."""
+    meta = GlobalMetadata.FromString(payload)
+    d = metadata_to_dict(meta)
+    if _needs_raw(meta, payload) or _nan_lossy(orjson.dumps(d), dict_to_metadata, payload):
+        d["_raw"] = base64.b64encode(payload).decode("ascii")
+    return orjson.dumps(d)
+
+
+def _needs_raw(message: Any, payload: bytes) -> bool:
+    message.DiscardUnknownFields()  # the JSON carries no unknown fields, so neither may the comparison
+    return bool(message.SerializeToString() != payload)
+
+
+def _nan_lossy(text: bytes, from_dict: Any, payload: bytes) -> bool:
+    """True when a NaN of the message has a sign or payload that JSON's "NaN" loses."""
+    return b'"NaN"' in text and from_dict(orjson.loads(text)).SerializeToString() != payload
+
+
+def node_text(payload: bytes, fragments: Fragments) -> bytes:
+    """The JSON text of one node record, with ``_raw`` when its fields do not reproduce its bytes
+    (raises protobuf's DecodeError for bytes that are not a Node)."""
+    node = Node.FromString(payload)
+    text = node_json(node, fragments)
+    if _needs_raw(node, payload) or _nan_lossy(text, dict_to_node, payload):
+        text = text[:-1] + (b"," if len(text) > 2 else b"") + b'"_raw":"' + base64.b64encode(payload) + b'"}'
+    return text
 
 
 # -- dict -> message ---------------------------------------------------------------------------------
