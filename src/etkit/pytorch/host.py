@@ -5,6 +5,11 @@ layout of every later schema) into compact :class:`HostOp` records, chunk by chu
 :mod:`etkit.pytorch.jsonio`), so the parsed JSON of the whole file never sits in memory. IOInfo strings are
 rendered once here as the Python ``str()`` the Chakra format expects; only collective ops keep their raw
 argument lists (they are needed for message sizes, roots and peers).
+
+A chunk of the later layout is decoded by msgspec straight into typed records (no dict per node or
+attribute; shapes and types kept as their JSON text, whose ``str()`` is cached); a chunk that path cannot
+take (anything malformed, an integer beyond 64 bits) goes through orjson's dicts, which report the fault.
+Both give the same :class:`HostOp` records.
 """
 
 from __future__ import annotations
