@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import orjson  # noqa: E402
 from real_shapes import repeat_et, repeat_host_trace  # noqa: E402
 
+import etkit  # noqa: E402
 from etkit.format.stream import open_trace  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -178,22 +179,30 @@ def bench_from_json(et: Path, nodes: int, runs: int, tmp: Path) -> None:
 def bench_convert(hosts: list[tuple[Path, int]], runs: int, large_runs: int, tmp: Path, large_ref: bool) -> None:
     converter = ref("chakra_converter")
     print("== convert pytorch vs chakra_converter PyTorch (CPU >= 8x, <= 300 MB per 100k nodes; "
-          "floor: orjson parse of the same JSON)")
-    parse = [sys.executable, "-c", "import orjson, sys; orjson.loads(open(sys.argv[1], 'rb').read())"]
+          "floor: orjson parse of the same JSON, whole process, with the garbage collector paused as etkit "
+          "pauses it, and as it comes)")
+    # etkit's modules compiled once, as an installed package has them (PYTHONDONTWRITEBYTECODE would
+    # otherwise charge every run the compilation of the modules it imports)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(etkit.__file__).parent)], check=True,
+                   stdout=subprocess.DEVNULL)
+    parse = [sys.executable, "-c", "import gc, orjson, sys; gc.disable(); orjson.loads(open(sys.argv[1], 'rb').read())"]
+    parse_gc = [sys.executable, "-c", "import orjson, sys; orjson.loads(open(sys.argv[1], 'rb').read())"]
     base = measure([sys.executable, "-c", "import etkit.cli.convert_pytorch, etkit.pytorch.job"], tmp).peak_mb
+    start = alternate({"imports": [sys.executable, "-c", "import etkit.cli.main, etkit.pytorch.job"]}, runs, tmp)
+    print(f"  etkit's start-up alone (interpreter + the converter's imports): {start['imports'].cpu:.2f} s CPU")
     for path, nodes in hosts:
         large = nodes > 100_000
         commands = {"etkit": ETKIT + ["convert", "pytorch", str(path), "-o", str(tmp / "conv"), "-j", "1", "-q"],
-                    "parse": parse + [str(path)]}
+                    "parse": parse + [str(path)], "parse_gc": parse_gc + [str(path)]}
         if converter and (large_ref or not large):
             commands["converter"] = converter + ["PyTorch", "--input", str(path), "--output", str(tmp / "ref.et")]
         r = alternate(commands, large_runs if large else runs, tmp)
-        e, p = r["etkit"], r["parse"]
+        e, p, pg = r["etkit"], r["parse"], r["parse_gc"]
         per100k = (e.peak_mb - base) / (nodes / 100_000)  # above the interpreter and imports
         line = (f"  {path.name} ({nodes:,} host nodes): etkit {e.cpu:.2f} s {e.peak_mb:.0f} MB "
                 f"({per100k:.0f} MB per 100k nodes above the {base:.0f} MB of imports: "
                 f"{verdict(per100k <= CONVERT_MB_PER_100K)}); "
-                f"orjson parse {p.cpu:.2f} s, convert/parse {e.cpu / p.cpu:.1f}")
+                f"orjson parse {p.cpu:.2f} s ({pg.cpu:.2f} s with the collector on), convert/parse {e.cpu / p.cpu:.1f}")
         if "converter" in r:
             c = r["converter"]
             ratio = c.cpu / e.cpu

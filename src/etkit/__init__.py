@@ -10,12 +10,12 @@ costs no numpy, protobuf or simulator import.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
 from .errors import EtkitError, TraceFormatError  # noqa: E402 - light: no third-party imports
+from .lazy import lazy_names  # noqa: E402
 
 if TYPE_CHECKING:  # pragma: no cover
     from .format.stream import open_trace, write_trace
@@ -33,14 +33,4 @@ __all__ = ["EtkitError", "Job", "ProcessGroups", "Trace", "TraceFormatError", "l
            "open_trace", "write_trace", "__version__"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'etkit' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

@@ -62,3 +62,36 @@ def test_errors_are_one_line_and_exit_2(tmp_path, capsys, argv, needle):
     assert main([a.format(tmp=tmp_path) for a in argv]) == 2
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1
+
+
+_PROBE = """
+import json, sys
+from etkit.cli.main import main
+code = main(sys.argv[1:])
+print(json.dumps([code, sorted(m for m in sys.modules if m.startswith(("numpy", "etkit.pytorch.job", "etkit.format")))]))
+"""
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--host", "a.json", "--rank", "1", "-o", "x"], "--rank applies to a single INPUT file"),
+    (["--host", "a.json"], "-o PREFIX is needed with --host"),
+    (["--host", "no-such-*.json", "-o", "x"], "matches no file"),
+    (["missing.json"], "missing.json: cannot read (No such file or directory)"),
+    (["empty.json"], "empty.json: the file is empty"),
+    (["h.json", "--kineto", "a", "b"], "takes one Kineto trace, not 2"),
+    (["."], None),  # a directory given --rank below
+])
+def test_a_bad_argument_is_told_before_the_converter_is_imported(tmp_path, argv, needle):
+    """Usage errors and unreadable inputs cost no numpy or converter import (0.5 s of CPU before)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "empty.json").write_bytes(b"")
+    (tmp_path / "h.json").write_bytes((PYTORCH_JOBS / "cnn_single" / "rank-0.et.json").read_bytes())
+    if needle is None:
+        argv, needle = [".", "--rank", "1"], "--rank applies to a single host trace"
+    proc = subprocess.run([sys.executable, "-c", _PROBE, "convert", "pytorch", *argv], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    code, heavy = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert code == 2 and needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert heavy == []

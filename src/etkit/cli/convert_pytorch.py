@@ -47,18 +47,18 @@ def _default_prefix(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..pytorch.job import convert_files, convert_job, convert_traces
-    from ..pytorch.pairing import expand_paths
-
+    # every check that needs no trace comes first, before the converter (numpy and all) is imported
     output = args.output or _default_prefix(args)
+    hosts: list[Path] = []
+    kinetos: list[Path] = []
     if args.host is not None:
         if args.input is not None:
             raise UsageError(f"give the job as {args.input} or as --host files, not both")
         if args.rank is not None:
             raise UsageError("--rank applies to a single INPUT file; with --host every rank is read from the traces")
-        hosts = expand_paths(args.host, "--host")
-        kinetos = expand_paths(args.kineto or [], "--kineto")
-        report = convert_traces(hosts, kinetos, output, executor=executor_from(args), compress=args.gzip)
+        from ..pytorch.pairing import expand_paths
+
+        hosts, kinetos = expand_paths(args.host, "--host"), expand_paths(args.kineto or [], "--kineto")
     elif args.input is None:
         raise UsageError("give a job directory, a host trace, or --host files")
     elif Path(args.input).is_dir():
@@ -66,19 +66,35 @@ def run(args: argparse.Namespace) -> int:
             if value is not None:
                 raise UsageError(f"{option} applies to a single host trace, not to the job directory {args.input} "
                                  "(its host and Kineto traces are paired by their contents)")
-        report = convert_job(args.input, output, executor=executor_from(args), compress=args.gzip)
     else:
         kineto = args.kineto or []
         if len(kineto) > 1:
             raise UsageError(f"one host trace {args.input} takes one Kineto trace, not {len(kineto)}: "
                              "use --host for a whole job")
-        report = convert_files(args.input, output, kineto=kineto[0] if kineto else None, rank=args.rank,
-                               compress=args.gzip)
+        from ..pytorch.jsonio import check_readable
+        from ..pytorch.pairing import check_pair
+
+        check_pair(args.input, kineto[0] if kineto else None)  # a wrong or missing file, told before the import
+        check_readable(args.input)
+    report = _convert(args, output, hosts, kinetos)
     if args.json:
         write_json(report.to_json(), args.json)
     if text_wanted(args):
         print_report(report)
     return 0
+
+
+def _convert(args: argparse.Namespace, output: str, hosts: list[Path], kinetos: list[Path]):  # noqa: ANN202
+    """The conversion itself, once the arguments are checked (``hosts``, ``kinetos``: the --host files)."""
+    from ..pytorch.job import convert_files, convert_job, convert_traces
+
+    if args.host is not None:
+        return convert_traces(hosts, kinetos, output, executor=executor_from(args), compress=args.gzip)
+    if Path(args.input).is_dir():
+        return convert_job(args.input, output, executor=executor_from(args), compress=args.gzip)
+    kineto = args.kineto or []
+    return convert_files(args.input, output, kineto=kineto[0] if kineto else None, rank=args.rank,
+                         compress=args.gzip)
 
 
 def print_report(report) -> None:  # noqa: ANN001 - a JobReport

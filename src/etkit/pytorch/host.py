@@ -5,6 +5,11 @@ layout of every later schema) into compact :class:`HostOp` records, chunk by chu
 :mod:`etkit.pytorch.jsonio`), so the parsed JSON of the whole file never sits in memory. IOInfo strings are
 rendered once here as the Python ``str()`` the Chakra format expects; only collective ops keep their raw
 argument lists (they are needed for message sizes, roots and peers).
+
+A chunk of the later layout is decoded by msgspec straight into typed records (no dict per node or
+attribute; shapes and types kept as their JSON text, whose ``str()`` is cached); a chunk that path cannot
+take (anything malformed, an integer beyond 64 bits) goes through orjson's dicts, which report the fault.
+Both give the same :class:`HostOp` records.
 """
 
 from __future__ import annotations
@@ -14,6 +19,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
+import orjson
 
 from ..errors import EtkitError
 from .jsonio import read_array_document
@@ -141,8 +149,10 @@ class _Compactor:
         self.strings: dict[str, str] = {}
         self.names: dict[Any, tuple[str, bool]] = {}  # op name -> (interned name, keeps raw arguments)
         self.type_strings: dict[tuple[Any, ...], str] = {}  # tuple(type list) -> its str()
+        self.raw_strings: dict[bytes, tuple[str, bool]] = {}  # JSON text of shapes/types -> (its str(), a list?)
 
     def op(self, raw: Any) -> HostOp:
+        """The HostOp of a parsed node (a dict, any layout)."""
         # Runs once per node of traces with millions of them: lookups are inlined and per-name facts cached.
         if type(raw) is not dict:
             raise HostTraceError(f"{self.where}: node is {type(raw).__name__}, not an object")
@@ -150,13 +160,7 @@ class _Compactor:
         node_id = get_raw("id")
         if type(node_id) is not int or not 0 <= node_id <= _UINT64[1]:
             raise HostTraceError(f"{self.where}: node without an integer 'id' of at most 64 bits ({str(raw)[:80]})")
-        name = get_raw("name")
-        if type(name) is not str:
-            raise HostTraceError(f"{self.where}: node {node_id}: field 'name' is missing or not a string")
-        named = self.names.get(name)
-        if named is None:
-            named = self.names[name] = (name, _KEEP_ARGS.match(name) is not None)
-        name, keep = named
+        named = self.named(get_raw("name"), node_id)
         if self.flat:
             attrs = raw
             parent = get_raw("parent", node_id)
@@ -166,8 +170,6 @@ class _Compactor:
             extra = None
         else:
             parent = get_raw("ctrl_deps", node_id)
-            if type(parent) is list:
-                parent = parent[0] if parent else node_id
             attrs, extra = self.attrs(get_raw("attrs", ()), node_id)
             io = get_raw("inputs")
             if type(io) is dict:
@@ -181,6 +183,30 @@ class _Compactor:
                 outs, out_shapes, out_types = self.io(io, node_id, "outputs")
         if type(ins) is not list or type(outs) is not list or type(in_types) is not list:
             raise HostTraceError(f"{self.where}: node {node_id}: 'inputs'/'outputs' are not lists")
+        op = self.build(node_id, named, parent, attrs, extra, ins, outs,
+                        self.io_strings(in_shapes, in_types, out_shapes, out_types), in_types)
+        if "ts" in raw:  # a linked ("host + device") trace
+            self.link_fields(op, raw)
+        return op
+
+    def named(self, name: Any, node_id: int) -> tuple[str, bool]:
+        """The node's interned name, and whether its raw arguments are kept."""
+        named = self.names.get(name) if type(name) is str else None
+        if named is None:
+            if type(name) is not str:
+                raise HostTraceError(f"{self.where}: node {node_id}: field 'name' is missing or not a string")
+            named = self.names[name] = (name, _KEEP_ARGS.match(name) is not None)
+        return named
+
+    def build(self, node_id: int, named: tuple[str, bool], parent: Any, attrs: dict[str, Any],
+              extra: dict[str, Any] | None, ins: list[Any], outs: list[Any], io_strings: tuple[str, str, str, str],
+              in_types: list[Any] | None) -> HostOp:
+        """The HostOp of a node's fields (``node_id``, ``named``, ``ins``, ``outs`` checked; ``parent``: the
+        raw parent field; ``io_strings``: the str() of the input shapes, input types, output shapes, output
+        types; ``in_types`` the input types, needed where the op's raw arguments are kept)."""
+        name, keep = named
+        if type(parent) is list and not self.flat:
+            parent = parent[0] if parent else node_id
         get = attrs.get
         numbers = (parent, get("rf_id", 0), get("fw_parent", 0), get("seq_id", -1), get("scope", 0), get("tid", 0),
                    get("fw_tid", 0))
@@ -189,6 +215,16 @@ class _Compactor:
                 or min(numbers) < _INT64[0] or max(numbers) > _INT64[1]:
             numbers = self.repair_numbers(attrs, numbers, node_id)  # type: ignore[assignment]
         op_schema = get("op_schema") or ""
+        in_shapes, in_types_str, out_shapes, out_types_str = io_strings
+        return HostOp(
+            node_id, name, *numbers,
+            self.strings.setdefault(op_schema, op_schema) if type(op_schema) is str else str(op_schema),
+            (str(ins), in_shapes, in_types_str, str(outs), out_shapes, out_types_str),
+            tuple(tensor_keys(ins, [])) if ins else (), tuple(tensor_keys(outs, [])) if outs else (),
+            extra, ins if keep else None, in_types if keep else None, outs if keep else None)
+
+    def io_strings(self, in_shapes: Any, in_types: Any, out_shapes: Any, out_types: Any) -> tuple[str, str, str, str]:
+        """The str() of a node's parsed shapes and types (interned: they repeat from node to node)."""
         intern = self.strings.setdefault
         type_strings = self.type_strings
         try:  # type lists are lists of strings that repeat: str() once per distinct list
@@ -206,23 +242,70 @@ class _Compactor:
             if out_key is not None:
                 type_strings[out_key] = out_types_str
         in_shapes, out_shapes = str(in_shapes), str(out_shapes)
-        op = HostOp(
-            node_id, name, *numbers,
-            intern(op_schema, op_schema) if type(op_schema) is str else str(op_schema),
-            (str(ins), intern(in_shapes, in_shapes), in_types_str,
-             str(outs), intern(out_shapes, out_shapes), out_types_str),
-            tuple(tensor_keys(ins, [])) if ins else (), tuple(tensor_keys(outs, [])) if outs else (),
-            extra, ins if keep else None, in_types if keep else None, outs if keep else None)
-        if "ts" in raw:  # a linked ("host + device") trace
-            where = f"{self.where}: node {node_id}"
-            op.linked = (_float(raw, "ts", where), _float(raw, "inclusive_dur", where),
-                         _float(raw, "exclusive_dur", where))
-            if raw.get("cat"):
-                op.gpu = (str(raw["cat"]), _int(raw, "stream", 0, where))
-                pg = raw.get("pg_name")
-                if pg not in (None, ""):
-                    op.extra = {**(op.extra or {}), "pg_name": str(pg)}
+        return intern(in_shapes, in_shapes), in_types_str, intern(out_shapes, out_shapes), out_types_str
+
+    def link_fields(self, op: HostOp, raw: dict[str, Any]) -> None:
+        """The Kineto fields of a node of a linked trace (``ts`` and what comes with it)."""
+        where = f"{self.where}: node {op.id}"
+        op.linked = (_float(raw, "ts", where), _float(raw, "inclusive_dur", where),
+                     _float(raw, "exclusive_dur", where))
+        if raw.get("cat"):
+            op.gpu = (str(raw["cat"]), _int(raw, "stream", 0, where))
+            pg = raw.get("pg_name")
+            if pg not in (None, ""):
+                op.extra = {**(op.extra or {}), "pg_name": str(pg)}
+
+    def typed_chunk(self, text: bytes) -> list[HostOp] | None:
+        """The HostOps of a chunk of nodes (a JSON array, layout 1.0.2 and later) decoded by msgspec straight
+        into :class:`_Node` records, no dict per node or attribute; ``None`` when this chunk needs the dict
+        path (an integer of more than 64 bits, which orjson reads as a float; anything malformed, which the
+        dict path then reports)."""
+        if _LONG_NUMBER in text.translate(_DIGITS_TO_ZERO):
+            return None
+        try:
+            nodes = _decode_nodes(text)
+            return [self.typed_op(node) for node in nodes]
+        except (msgspec.MsgspecError, RecursionError, HostTraceError, TypeError, orjson.JSONDecodeError):
+            return None
+
+    def typed_op(self, node: _Node) -> HostOp:
+        """:meth:`op` of a decoded :class:`_Node` (the same HostOp; any fault raises, and the chunk is redone
+        by :meth:`op`)."""
+        node_id = node.id
+        if type(node_id) is not int or not 0 <= node_id <= _UINT64[1]:
+            raise HostTraceError("id")
+        named = self.named(node.name, node_id)
+        parent = node.ctrl_deps
+        if parent is msgspec.UNSET:
+            parent = node_id
+        attrs = {attr.name: attr.value for attr in node.attrs}
+        io = node.inputs
+        ins, in_shapes, in_types = (io.values, io.shapes, io.types) if io is not None else ([], _EMPTY, _EMPTY)
+        io = node.outputs
+        outs, out_shapes, out_types = (io.values, io.shapes, io.types) if io is not None else ([], _EMPTY, _EMPTY)
+        if type(ins) is not list or type(outs) is not list:
+            raise HostTraceError("inputs")
+        found = self.raw_strings.get
+        in_shapes_s, in_types_s, out_shapes_s, out_types_s = (  # unrolled: this runs for every node
+            found(bytes(in_shapes)) or self.raw_string(in_shapes), found(bytes(in_types)) or self.raw_string(in_types),
+            found(bytes(out_shapes)) or self.raw_string(out_shapes),
+            found(bytes(out_types)) or self.raw_string(out_types))
+        if not in_types_s[1]:
+            raise HostTraceError("types")
+        op = self.build(node_id, named, parent, attrs, _extra(attrs), ins, outs,
+                        (in_shapes_s[0], in_types_s[0], out_shapes_s[0], out_types_s[0]),
+                        orjson.loads(bytes(in_types)) if named[1] else None)
+        if node.ts is not msgspec.UNSET:
+            self.link_fields(op, {key: value for key in _LINK_FIELDS
+                                  if (value := getattr(node, key)) is not msgspec.UNSET})
         return op
+
+    def raw_string(self, raw: msgspec.Raw) -> tuple[str, bool]:
+        """(str() of the JSON value ``raw``, whether it is a list), parsed by orjson and kept for the next node."""
+        text = bytes(raw)
+        value = orjson.loads(text)
+        found = self.raw_strings[text] = (self.strings.setdefault(str(value), str(value)), type(value) is list)
+        return found
 
     def repair_numbers(self, attrs: dict[str, Any], numbers: tuple[Any, ...], node_id: int) -> tuple[int, ...]:
         """Integral floats are accepted; anything else is an error naming the node and the field."""
@@ -236,10 +319,7 @@ class _Compactor:
         except (TypeError, KeyError, AttributeError):
             raise HostTraceError(f"{self.where}: node {node_id}: field 'attrs' is not a list of "
                                  "{name, type, value} objects") from None
-        extra = None
-        if not _KNOWN_ATTRS.issuperset(values):
-            extra = {k: v for k, v in values.items() if k not in _KNOWN_ATTRS and v not in ("", None)} or None
-        return values, extra
+        return values, _extra(values)
 
     def io(self, raw: Any, node_id: int, what: str) -> tuple[Any, Any, Any]:
         if raw is None:
@@ -247,6 +327,55 @@ class _Compactor:
         if type(raw) is not dict:
             raise HostTraceError(f"{self.where}: node {node_id}: field {what!r} is not an object")
         return raw.get("values", []), raw.get("shapes", []), raw.get("types", [])
+
+
+def _extra(values: dict[str, Any]) -> dict[str, Any] | None:
+    """A node's non-standard, non-empty attributes (None: none)."""
+    if _KNOWN_ATTRS.issuperset(values):
+        return None
+    return {k: v for k, v in values.items() if k not in _KNOWN_ATTRS and v not in ("", None)} or None
+
+
+# -- the typed fast path: msgspec decodes a chunk of nodes straight into these records ------------------------
+# Every field is ``Any`` (checked by _Compactor.build as on the dict path); only the shape (objects, lists)
+# is typed. msgspec reads JSON as orjson does (tests/pytorch/test_host.py compares them), except integers
+# beyond 64 bits (orjson: a float), which _LONG_NUMBER sends to the dict path.
+
+class _Attr(msgspec.Struct, gc=False):
+    name: Any
+    value: Any = None
+
+
+_EMPTY = msgspec.Raw(b"[]")
+
+
+class _IO(msgspec.Struct, gc=False):
+    values: Any = []
+    shapes: msgspec.Raw = _EMPTY  # the JSON text: shapes and types repeat, their str() is looked up by it
+    types: msgspec.Raw = _EMPTY
+
+
+class _Node(msgspec.Struct, gc=False):
+    id: Any = None
+    name: Any = None
+    ctrl_deps: Any = msgspec.UNSET
+    inputs: _IO | None = None
+    outputs: _IO | None = None
+    attrs: list[_Attr] = []
+    ts: Any = msgspec.UNSET  # the fields of a linked ("host + device") trace
+    inclusive_dur: Any = msgspec.UNSET
+    exclusive_dur: Any = msgspec.UNSET
+    cat: Any = msgspec.UNSET
+    stream: Any = msgspec.UNSET
+    pg_name: Any = msgspec.UNSET
+
+
+_LINK_FIELDS = ("ts", "inclusive_dur", "exclusive_dur", "cat", "stream", "pg_name")
+_decode_nodes = msgspec.json.Decoder(list[_Node]).decode
+#: 20 digits in a row (every digit made 0 first): possibly an integer beyond 64 bits, or just a long string
+#: of digits (then the dict path reads it, to the same result). A regex costs 10x more.
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_NUMBER = b"0" * 20
 
 
 def load_host_trace(path: str | os.PathLike[str], *, rank: int | None = None) -> HostTrace:
@@ -262,8 +391,8 @@ def load_host_trace(path: str | os.PathLike[str], *, rank: int | None = None) ->
     trace = HostTrace(str(Path(path)), schema, pid, str(header.get("time") or ""), start_ts, finish_ts, rank=rank)
     compact = _Compactor(label, flat)
     ops = trace.ops
-    for chunk in doc.chunks():
-        ops.extend(compact.op(raw) for raw in chunk)
+    for chunk in doc.converted(compact.op, fast=None if flat else compact.typed_chunk):
+        ops.extend(chunk)
     if not ops:
         raise HostTraceError(f"{label}: the trace has no nodes")
     _check_unique_ids(ops, label)

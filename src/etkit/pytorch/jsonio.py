@@ -18,16 +18,18 @@ import gc
 import os
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from ..errors import EtkitError
 from ..fileio import read_bytes_maybe_gzip
 
-__all__ = ["JsonArrayDocument", "read_array_document", "CHUNK_ELEMENTS", "paused_gc"]
+__all__ = ["JsonArrayDocument", "read_array_document", "check_readable", "CHUNK_ELEMENTS", "paused_gc"]
+
+T = TypeVar("T")
 
 #: Elements parsed at a time. Small on purpose: a chunk of 64 host nodes (~400 KB of Python objects) is
 #: still in the CPU cache when the caller compacts it; 2048 nodes (~12 MB) are not, and reading a
@@ -49,10 +51,19 @@ class JsonArrayDocument:
 
     def chunks(self, size: int = CHUNK_ELEMENTS) -> Iterator[list[Any]]:
         """The array's elements, ``size`` at a time, in document order (single pass; frees as it goes)."""
+        return self.converted(_same, size=size)
+
+    def converted(self, convert: Callable[[Any], T], *, fast: Callable[[bytes], list[T] | None] | None = None,
+                  size: int = CHUNK_ELEMENTS) -> Iterator[list[T]]:
+        """``convert`` of every element of the array, ``size`` elements at a time, in document order.
+
+        ``fast`` may do a chunk's whole work at once: given the chunk's JSON text (an array of its
+        elements), it returns their conversions, or ``None`` when it cannot; that chunk is then parsed by
+        orjson and converted element by element. It must give what ``convert`` gives, or ``None``."""
         if self._parsed is not None:
             items, self._parsed = self._parsed, None
             for i in range(0, len(items), size):
-                yield items[i:i + size]
+                yield _apply(convert, items[i:i + size])
             return
         data, self._data = self._data, None
         if data is None or self._body is None:
@@ -65,13 +76,21 @@ class JsonArrayDocument:
             piece = data[a:b].strip().rstrip(b",")
             if not piece.strip():
                 continue
+            text = b"[" + piece + b"]"
+            if fast is not None:
+                results = fast(text)
+                if results is not None:
+                    done += len(results)
+                    for i in range(0, len(results), size):
+                        yield results[i:i + size]
+                    continue
             try:
-                chunk = orjson.loads(b"[" + piece + b"]")
+                chunk = orjson.loads(text)
             except orjson.JSONDecodeError:
                 break
             done += len(chunk)
             for i in range(0, len(chunk), size):  # one piece when the writer put no newlines between elements
-                yield chunk[i:i + size]
+                yield _apply(convert, chunk[i:i + size])
         else:
             return
         # A boundary fell inside an element: a chunk that parses is always made of whole elements, so
@@ -79,7 +98,15 @@ class JsonArrayDocument:
         items = _loads(data, self.path).get(self.key) or []
         del data
         for i in range(done, len(items), size):
-            yield items[i:i + size]
+            yield _apply(convert, items[i:i + size])
+
+
+def _same(item: Any) -> Any:
+    return item
+
+
+def _apply(convert: Callable[[Any], T], items: list[Any]) -> list[T]:
+    return items if convert is _same else [convert(item) for item in items]
 
 
 def _split_points(data: bytes, start: int, stop: int) -> list[int]:
@@ -110,6 +137,22 @@ def _loads(data: bytes, path: str) -> dict[str, Any]:
     return doc
 
 
+def _unreadable(name: str, exc: OSError) -> EtkitError:
+    return EtkitError(f"{name}: cannot read ({exc.strerror or exc})")
+
+
+def check_readable(path: str | os.PathLike[str]) -> None:
+    """The error :func:`read_array_document` would give for a file it cannot open, without reading it (a FIFO
+    or ``<(...)`` is left alone: opening it would take its bytes from the reader)."""
+    if os.path.exists(path) and not os.path.isfile(path):
+        return
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise _unreadable(str(path), exc) from None
+
+
 def read_array_document(path: str | os.PathLike[str], key: str, *, data: bytes | None = None) -> JsonArrayDocument:
     """Open the JSON object in ``path`` (gzip sniffed) for chunked reading of its ``key`` array.
 
@@ -119,7 +162,7 @@ def read_array_document(path: str | os.PathLike[str], key: str, *, data: bytes |
     try:
         raw = data if data is not None else read_bytes_maybe_gzip(path)
     except OSError as exc:
-        raise EtkitError(f"{name}: cannot read ({exc.strerror or exc})") from None
+        raise _unreadable(name, exc) from None
     except EOFError:
         raise EtkitError(f"{name}: truncated gzip file") from None
     except zlib.error as exc:
