@@ -77,13 +77,22 @@ def test_stamps_cut_from_the_bytes_equal_protobufs(llm_job, tmp_path, monkeypatc
     by protobuf one by one give the same files, with and without rescaling."""
     import etkit.scale.rank as rank
 
-    for name, options in (("dp", dict(dp=4)), ("gb", dict(dp=4, keep="global-batch"))):
+    runs = (("dp", dict(dp=4)), ("gb", dict(dp=4, keep="global-batch")))
+    walked = []
+    real = rank.walked_parts
+    monkeypatch.setattr(rank, "walked_parts", lambda *a, **k: walked.append(real(*a, **k)) or walked[-1])
+    for name, options in runs:  # the stamped records' attributes where the loader's walk found them
         scale(llm_job, tmp_path / f"fast-{name}", executor=EX, **options)
-    monkeypatch.setattr(rank, "_fast_stamps", lambda trace, rows: (rank._FastStamps(rows[:0], [], []), rows))
-    for name, options in (("dp", dict(dp=4)), ("gb", dict(dp=4, keep="global-batch"))):
+    assert walked and all(p is not None for p in walked)
+    monkeypatch.setattr(rank, "walked_parts", lambda *a, **k: None)
+    for name, options in runs:  # found by a walk of their own
+        scale(llm_job, tmp_path / f"walk-{name}", executor=EX, **options)
+    monkeypatch.setattr(rank, "_fast_stamps", lambda trace, rows, spans=None: (rank._FastStamps(rows[:0], [], []), rows))
+    for name, options in runs:
         scale(llm_job, tmp_path / f"slow-{name}", executor=EX, **options)
         for file in _files(tmp_path / f"slow-{name}"):
-            assert filecmp.cmp(f"{tmp_path}/fast-{name}.{file}", f"{tmp_path}/slow-{name}.{file}", shallow=False), file
+            for other in ("fast", "walk"):
+                assert filecmp.cmp(f"{tmp_path}/{other}-{name}.{file}", f"{tmp_path}/slow-{name}.{file}", shallow=False), file
 
 
 def test_generated_llm_dp2_to_dp16_simulates_like_the_generated_dp16(llm_job, tmp_path) -> None:

@@ -19,7 +19,7 @@ __all__ = ["MIN_LENGTH", "find_in_bytes", "find_in_file", "is_text", "text_strin
 
 #: Strings shorter than this are not searched (``cpu``, ``0``: too short to identify anything).
 MIN_LENGTH = 4
-_BITS = 24
+_BITS = 20
 _MULT = np.uint32(2654435761)
 _CHUNK = 1 << 24
 _LETTER = re.compile(r"[A-Za-z]")

@@ -11,7 +11,7 @@ Anything the walk does not handle returns ``None``: the caller parses record by 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -147,55 +147,79 @@ def record_parts(buf: bytes, rec_off: np.ndarray, rec_len: np.ndarray, names: Se
             chunks.append(_walk(b, rec_off[lo:hi], rec_end[lo:hi], io, io_off[lo:hi], io_len[lo:hi], text_off[lo:hi],
                                 text_len[lo:hi], {k: v[lo:hi] for k, v in top.items()}, lo))
         joined = [np.concatenate(column) for column in zip(*chunks)] if chunks else [np.zeros(0, dtype=np.int64)] * 8
-        return _parts(padded, b, io_off, io_len, text_off, text_len, *joined, names, strings, top)
+        attr_row, a_start, a_end, name_off, name_len, kind, value, v_off = joined
+        return _parts(padded, b, io_off, io_len, text_off, text_len, attr_row, a_start, a_end, name_off, name_len, kind,
+                      value, v_off, names, strings, top)
     except (WireFault, UnicodeDecodeError, ValueError, IndexError):
         return None
 
 
-def walked_parts(buf: bytes, n: int, spans: Sequence[WalkSpans | None], names: Sequence[str] | None = None
-                 ) -> RecordParts | None:
-    """What :func:`record_parts` ``(buf, rec_off, rec_len, names)`` gives for the ``n`` records of a trace,
-    from what the trace loader's walk found (:func:`etkit.model.trace.load_trace`'s ``spans``) instead of a
-    walk of its own; None where the loader's walk did not take every record (then call :func:`record_parts`)."""
+def walked_parts(buf: bytes, n: int, spans: Sequence[WalkSpans | None], names: Sequence[str] | None = None, *,
+                 rows: np.ndarray | None = None, io: bool = True, strings: bool = True) -> RecordParts | None:
+    """What :func:`record_parts` gives for the ``n`` records of a trace (``rows``: for those records only, as
+    ``record_parts(buf, rec_off[rows], rec_len[rows], names, io=io, strings=strings)``), from what the trace
+    loader's walk found (:func:`etkit.model.trace.load_trace`'s ``spans``) instead of a walk of its own; None
+    where the loader's walk did not take every record (then call :func:`record_parts`). ``rows`` ascending."""
     if not spans or any(s is None for s in spans):
         return None
     chunks = [s for s in spans if s is not None]
+    local = None
+    if rows is not None:
+        local = np.full(n, -1, dtype=np.int64)
+        local[rows] = np.arange(rows.size)
+        n = int(rows.size)
     padded = buf + bytes(PAD)
     b = np.frombuffer(padded, dtype=np.uint8)
     io_off = np.full((n, 2), -1, dtype=np.int64)
     io_len = np.zeros((n, 2), dtype=np.int64)
     text_off = np.full((n, 6), -1, dtype=np.int64)
     text_len = np.zeros((n, 6), dtype=np.int64)
+
+    def cat(columns: Iterable[Sequence[np.ndarray]]) -> list[np.ndarray]:  # per chunk, its arrays
+        return [np.concatenate(c) for c in zip(*columns)]
+
     try:
-        for side in (0, 1):
-            rows, off, length = (np.concatenate(c) for c in zip(*(s.io[side] for s in chunks)))
-            if rows.size and np.bincount(rows, minlength=n).max() > 1:
+        for side in (0, 1) if io else ():
+            io_rows, off, length = cat(s.io[side] for s in chunks)
+            base = np.cumsum([0] + [s.io[side][0].size for s in chunks[:-1]]).tolist()
+            msg, tag, t_off, t_len = cat((t[0] + k, *t[1:]) for t, k in zip((s.io_texts[side] for s in chunks), base))
+            t_rows = io_rows[msg]
+            if local is not None:
+                io_rows, t_rows = local[io_rows], local[t_rows]
+                mine, t_mine = io_rows >= 0, t_rows >= 0
+                io_rows, off, length = io_rows[mine], off[mine], length[mine]
+                t_rows, tag, t_off, t_len = t_rows[t_mine], tag[t_mine], t_off[t_mine], t_len[t_mine]
+            if io_rows.size and np.bincount(io_rows, minlength=n).max() > 1:
                 raise WireFault("an IOInfo field given twice")  # as record_parts: protobuf merges those
-            io_off[rows, side], io_len[rows, side] = off, length
-            base = np.cumsum([0] + [s.io[side][0].size for s in chunks[:-1]])
-            msg, tag, t_off, t_len = (np.concatenate(c) for c in zip(*(
-                (t[0] + k, *t[1:]) for t, k in zip((s.io_texts[side] for s in chunks), base.tolist()))))
-            t_rows, slot = rows[msg], side * 3 + (tag >> 3) - 1
+            io_off[io_rows, side], io_len[io_rows, side] = off, length
+            slot = side * 3 + (tag >> 3) - 1
             if t_rows.size and np.bincount(t_rows * 6 + slot, minlength=6 * n).max() > 1:
                 raise WireFault("an IOInfo text given twice")
             text_off[t_rows, slot], text_len[t_rows, slot] = t_off, t_len
-        attr_row, a_start, a_len, step = (np.concatenate(c) for c in zip(*(
-            (s.attr_row, s.attr_off, s.attr_len, s.attr_step) for s in chunks)))
-        decoded = [s.attrs for s in chunks if s.attrs is not None]
-        if decoded:
-            name_len, kind, value, v_off = (np.concatenate(c) for c in zip(*(
-                (a.name_len, a.kind, a.value, a.v_off) for a in decoded)))
+        per_chunk = []
+        for s in chunks:
+            if s.attrs is None:
+                continue
+            a = s.attrs
+            columns = [s.attr_row, s.attr_off, s.attr_len, a.name_len, a.kind, a.value, a.v_off, s.attr_step]
+            if local is not None:
+                mine = np.flatnonzero(local[s.attr_row] >= 0)
+                columns = [c[mine] for c in columns]
+                columns[0] = local[columns[0]]
+            per_chunk.append(columns)
+        if per_chunk:
+            attr_row, a_start, a_len, name_len, kind, value, v_off, step = cat(per_chunk)
         else:
-            name_len = kind = v_off = np.zeros(0, dtype=np.int64)
+            attr_row = a_start = a_len = name_len = kind = v_off = step = np.zeros(0, dtype=np.int64)
             value = np.zeros(0, dtype=np.uint64)
         v_off = np.where(kind == 0, 0, v_off)  # a name alone has no value (record_parts leaves 0)
         # record_parts' order: chunks of _CHUNK records, each field position (step) of them, then by row
         order = np.lexsort((attr_row, step, attr_row // _CHUNK))
         if (np.diff(order) != 1).any():
             attr_row, a_start, a_len, name_len, kind, value, v_off = (
-                x[order] for x in (attr_row, a_start, a_len, name_len, kind, value, v_off))
+                c[order] for c in (attr_row, a_start, a_len, name_len, kind, value, v_off))
         return _parts(padded, b, io_off, io_len, text_off, text_len, attr_row, a_start, a_start + a_len, a_start + 2,
-                      name_len, kind, value, v_off, names, True, {})
+                      name_len, kind, value, v_off, names, strings, {})
     except (WireFault, UnicodeDecodeError, ValueError, IndexError):
         return None
 
