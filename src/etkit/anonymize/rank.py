@@ -411,6 +411,7 @@ class _RankWriter:
     def run(self) -> RankOutcome:
         trace, policy, task = self.trace, self.policy, self.task
         view = _RankView.of(trace, policy, self.spans)
+        self.spans = None
         strings = self.outcome.strings
         strings.update(trace.strings)
         strings.update(view.strings)
@@ -563,4 +564,6 @@ _COLUMN_ATTRS = frozenset(HOT_ATTRIBUTES)
 def rewrite_rank(task: RankTask) -> RankOutcome:
     """Executor task: write the anonymised ``task.source`` to ``task.target``."""
     spans: list[WalkSpans | None] = []
-    return _RankWriter(task, load_trace(task.source, spans=spans), spans).run()
+    writer = _RankWriter(task, load_trace(task.source, spans=spans), spans)
+    del spans  # the writer lets go of them once it has the record parts
+    return writer.run()

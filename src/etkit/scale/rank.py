@@ -449,6 +449,7 @@ def write_copies(task: SourceTask) -> int:
     spans: list[WalkSpans | None] = []
     trace = load_trace(task.sources[0], names=False, spans=spans)  # names are not read: only pg_name among the strings
     copies = _template(trace, task, spans)
+    spans.clear()  # not needed while the copies are written
     for target in task.targets:
         _write_file(target.path, copies.data(target))
     return len(trace) * len(task.targets)
