@@ -231,3 +231,14 @@ def test_the_pytorch_ddp_job_scaled_2_4_8_matches_the_real_4_rank_job(ddp, tmp_p
     measured = measured_step_ns(PYTORCH_JOBS / "ddp_mlp_ws4")
     assert predicted == pytest.approx(measured, rel=0.10)
     assert (scaled.traces[3].comm_size[scaled.traces[3].comm_size != MISSING] > 0).all()
+
+
+def test_a_group_listed_nowhere_is_named_in_name_order() -> None:
+    from etkit.model.groups import ProcessGroups
+    from etkit.scale.layout import group_members
+
+    groups = ProcessGroups.from_mapping({"2": range(2)})
+    for names in (["9", "2", "3", "11"], ["3", "11", "9"], {"9", "11", "3", "2"}):
+        with pytest.raises(UsageError, match="process group '11' is used"):
+            group_members(groups, names, 2)
+    assert list(group_members(groups, ["2", "0"], 2)) == ["2", "0"]
