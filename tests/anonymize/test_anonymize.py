@@ -109,6 +109,23 @@ def test_the_leak_search_finds_every_occurrence_and_nothing_else(monkeypatch) ->
     assert is_text("gemm") and not is_text("cpu") and not is_text("[[16, 64]]")
 
 
+@pytest.mark.parametrize(("count", "bits"), [(5, 24), (3000, 24), (20000, 16)])
+def test_the_leak_search_agrees_with_a_plain_search(count: int, bits: int, monkeypatch) -> None:
+    """Many needles (the bitmap nearly full with ``bits`` 16, prefixes shared, windows that pass the bitmap but
+    start no needle): the same set as ``needle in data``."""
+    import etkit.anonymize.leaks as leaks
+
+    monkeypatch.setattr(leaks, "_BITS", bits)
+    rng = np.random.default_rng(count)
+    alphabet = np.frombuffer(b"abcdefgh\x00\x12:_", dtype=np.uint8)
+    data = alphabet[rng.integers(0, alphabet.size, 30_000)].tobytes()
+    needles = {alphabet[rng.integers(0, alphabet.size, int(rng.integers(4, 10)))].tobytes() for _ in range(count)}
+    needles |= {data[i:i + int(rng.integers(4, 12))] for i in rng.integers(0, len(data) - 12, 20).tolist()}
+    expected = {n for n in needles if n in data}
+    assert 20 <= len(expected) < len(needles)
+    assert find_in_bytes(data, needles) == expected
+
+
 def test_no_string_of_the_input_reaches_the_output(tmp_path) -> None:
     prefix = _secret_job(tmp_path)
     report = anonymize(prefix, tmp_path / "share" / "job", executor=SerialExecutor())
@@ -261,16 +278,33 @@ def test_a_real_job_keeps_its_simulation_and_analysis(hybrid, tmp_path) -> None:
 
 
 def test_the_node_by_node_path_writes_the_same_bytes(tmp_path, monkeypatch) -> None:
-    """Records the vectorised reader declines are parsed one by one: the output is the same."""
+    """Records the loader's walk leaves out are walked again (record_parts), those the vectorised reader
+    declines parsed one by one: the output is the same on every path."""
     import etkit.anonymize.rank as rank
 
     prefix = _secret_job(tmp_path)
     policy = load_policy(None).with_options(shapes="bucket")
+    calls = {"walked": 0, "walk": 0}
+
+    def counted(fn, key):  # noqa: ANN001, ANN202
+        def wrapper(*a, **k):  # noqa: ANN002, ANN003, ANN202
+            out = fn(*a, **k)
+            calls[key] += out is not None
+            return out
+        return wrapper
+
+    monkeypatch.setattr(rank, "walked_parts", counted(rank.walked_parts, "walked"))
     anonymize(prefix, tmp_path / "fast", policy=policy, executor=SerialExecutor())
+    assert calls["walked"] == 2  # both ranks from the loader's spans
+    monkeypatch.setattr(rank, "walked_parts", lambda *a, **k: None)
+    monkeypatch.setattr(rank, "record_parts", counted(rank.record_parts, "walk"))
+    anonymize(prefix, tmp_path / "walk", policy=policy, executor=SerialExecutor())
+    assert calls["walk"] == 2
     monkeypatch.setattr(rank, "record_parts", lambda *a, **k: None)
     anonymize(prefix, tmp_path / "slow", policy=policy, executor=SerialExecutor())
     for r in (0, 1):
-        assert open(f"{tmp_path}/fast.{r}.et", "rb").read() == open(f"{tmp_path}/slow.{r}.et", "rb").read()
+        fast = open(f"{tmp_path}/fast.{r}.et", "rb").read()
+        assert fast == open(f"{tmp_path}/walk.{r}.et", "rb").read() == open(f"{tmp_path}/slow.{r}.et", "rb").read()
 
 
 @pytest.mark.parametrize("spacing", ["canonical", "mixed"])

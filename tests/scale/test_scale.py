@@ -77,13 +77,22 @@ def test_stamps_cut_from_the_bytes_equal_protobufs(llm_job, tmp_path, monkeypatc
     by protobuf one by one give the same files, with and without rescaling."""
     import etkit.scale.rank as rank
 
-    for name, options in (("dp", dict(dp=4)), ("gb", dict(dp=4, keep="global-batch"))):
+    runs = (("dp", dict(dp=4)), ("gb", dict(dp=4, keep="global-batch")))
+    walked = []
+    real = rank.walked_parts
+    monkeypatch.setattr(rank, "walked_parts", lambda *a, **k: walked.append(real(*a, **k)) or walked[-1])
+    for name, options in runs:  # the stamped records' attributes where the loader's walk found them
         scale(llm_job, tmp_path / f"fast-{name}", executor=EX, **options)
-    monkeypatch.setattr(rank, "_fast_stamps", lambda trace, rows: (rank._FastStamps(rows[:0], [], []), rows))
-    for name, options in (("dp", dict(dp=4)), ("gb", dict(dp=4, keep="global-batch"))):
+    assert walked and all(p is not None for p in walked)
+    monkeypatch.setattr(rank, "walked_parts", lambda *a, **k: None)
+    for name, options in runs:  # found by a walk of their own
+        scale(llm_job, tmp_path / f"walk-{name}", executor=EX, **options)
+    monkeypatch.setattr(rank, "_fast_stamps", lambda trace, rows, spans=None: (rank._FastStamps(rows[:0], [], []), rows))
+    for name, options in runs:
         scale(llm_job, tmp_path / f"slow-{name}", executor=EX, **options)
         for file in _files(tmp_path / f"slow-{name}"):
-            assert filecmp.cmp(f"{tmp_path}/fast-{name}.{file}", f"{tmp_path}/slow-{name}.{file}", shallow=False), file
+            for other in ("fast", "walk"):
+                assert filecmp.cmp(f"{tmp_path}/{other}-{name}.{file}", f"{tmp_path}/slow-{name}.{file}", shallow=False), file
 
 
 def test_generated_llm_dp2_to_dp16_simulates_like_the_generated_dp16(llm_job, tmp_path) -> None:
@@ -222,3 +231,14 @@ def test_the_pytorch_ddp_job_scaled_2_4_8_matches_the_real_4_rank_job(ddp, tmp_p
     measured = measured_step_ns(PYTORCH_JOBS / "ddp_mlp_ws4")
     assert predicted == pytest.approx(measured, rel=0.10)
     assert (scaled.traces[3].comm_size[scaled.traces[3].comm_size != MISSING] > 0).all()
+
+
+def test_a_group_listed_nowhere_is_named_in_name_order() -> None:
+    from etkit.model.groups import ProcessGroups
+    from etkit.scale.layout import group_members
+
+    groups = ProcessGroups.from_mapping({"2": range(2)})
+    for names in (["9", "2", "3", "11"], ["3", "11", "9"], {"9", "11", "3", "2"}):
+        with pytest.raises(UsageError, match="process group '11' is used"):
+            group_members(groups, names, 2)
+    assert list(group_members(groups, ["2", "0"], 2)) == ["2", "0"]

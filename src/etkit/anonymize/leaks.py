@@ -1,8 +1,9 @@
 """The proof that nothing of the input's text reached the output: every input string searched in every output byte.
 
 :func:`find_in_bytes` looks for many strings at once in a byte buffer: every 4-byte window of the buffer
-(read as words from four offset views, not built) is hashed with numpy and looked up in a bitmap of the strings' first four bytes, and only windows that
-hit are compared with the strings that start that way. So the cost is a few numpy passes over the
+(read as words from four offset views, not built) is hashed with numpy and looked up in a bitmap of the strings' first four bytes, the windows that
+hit are checked against those four bytes themselves, and only the windows that start a string are compared with the
+strings that start that way. So the cost is a few numpy passes over the
 output, whatever the number of strings, and the search reads raw bytes: it does not trust any parser.
 """
 
@@ -18,7 +19,7 @@ __all__ = ["MIN_LENGTH", "find_in_bytes", "find_in_file", "is_text", "text_strin
 
 #: Strings shorter than this are not searched (``cpu``, ``0``: too short to identify anything).
 MIN_LENGTH = 4
-_BITS = 24
+_BITS = 20
 _MULT = np.uint32(2654435761)
 _CHUNK = 1 << 24
 _LETTER = re.compile(r"[A-Za-z]")
@@ -36,20 +37,32 @@ def text_strings(strings: Iterable[str]) -> set[str]:
     return {s for s in strings if is_text(s)}
 
 
-def _hash(words: np.ndarray) -> np.ndarray:
-    return ((words * _MULT) >> np.uint32(32 - _BITS)).astype(np.int64)
+def _hash(words: np.ndarray, bits: int) -> np.ndarray:
+    return (words * _MULT) >> np.uint32(32 - bits)
 
 
 class _Needles:
+    """The needles by their first four bytes: a bitmap of those words' hashes, sized to stay in the CPU
+    caches (about 16 bits per prefix, 2^16 to 2^20 bits), and the sorted words themselves, against which
+    the windows that pass the bitmap are checked before any needle is compared."""
+
     def __init__(self, needles: Iterable[bytes]) -> None:
         self.by_prefix: dict[bytes, list[bytes]] = {}
         for n in set(needles):
             if len(n) >= MIN_LENGTH:
                 self.by_prefix.setdefault(n[:4], []).append(n)
-        self.bitmap = np.zeros(1 << _BITS, dtype=bool)
+        self.bits = min(max(16, (16 * len(self.by_prefix)).bit_length()), _BITS)
+        self.bitmap = np.zeros(1 << self.bits, dtype=bool)
+        self.words = np.sort(np.frombuffer(b"".join(self.by_prefix), dtype="<u4"))
         if self.by_prefix:
-            prefixes = np.frombuffer(b"".join(self.by_prefix), dtype="<u4")
-            self.bitmap[_hash(prefixes)] = True
+            self.bitmap[_hash(self.words, self.bits)] = True
+
+    def starts(self, words: np.ndarray) -> np.ndarray:
+        """Indices of the ``words`` that are the first four bytes of a needle."""
+        cand = np.flatnonzero(self.bitmap[_hash(words, self.bits)])
+        w = words[cand]
+        at = np.minimum(np.searchsorted(self.words, w), self.words.size - 1)
+        return cand[self.words[at] == w]
 
 
 def find_in_bytes(data: bytes, needles: Iterable[bytes] | _Needles) -> set[bytes]:
@@ -67,7 +80,7 @@ def find_in_bytes(data: bytes, needles: Iterable[bytes] | _Needles) -> set[bytes
         hits = []
         for k in range(4):
             words = np.frombuffer(view[lo + k:lo + k + (hi - lo - k) // 4 * 4], dtype="<u4")
-            hits.append(np.flatnonzero(index.bitmap[_hash(words)]) * 4 + (lo + k))
+            hits.append(index.starts(words) * 4 + (lo + k))
         for pos in np.concatenate(hits).tolist():
             for needle in index.by_prefix.get(data[pos:pos + 4], ()):
                 if needle not in found and data.startswith(needle, pos):

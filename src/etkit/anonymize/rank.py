@@ -8,8 +8,9 @@ the anonymised rank through :class:`~etkit.format.stream.TraceWriter` and return
 Every output node is built from the policy: its id, type, dependencies and (shifted, jittered) timing;
 its class as name; the kept attributes from the trace's columns (in their canonical kinds); its IOInfo
 rewritten by :class:`~etkit.anonymize.ioinfo.IoRewriter`. Nothing of the input record is copied but
-attributes a policy keeps that are not columns. The IOInfo messages and the other attributes are found
-by :func:`etkit.format.parts.record_parts` (vectorised), the records written by
+attributes a policy keeps that are not columns. The IOInfo messages and the other attributes are where
+the trace loader's walk found them (:func:`etkit.format.parts.walked_parts`; records it left to the
+generic walk are walked again by :func:`etkit.format.parts.record_parts`), the records written by
 :func:`etkit.format.encode.encode_nodes` (vectorised) and :class:`~etkit.format.stream.TraceWriter`; a
 rank's IOInfo is rewritten once per distinct message.
 """
@@ -25,8 +26,9 @@ import orjson
 from .. import __version__
 from ..fileio import atomic_output
 from ..format.attrs import CANONICAL_KINDS, make_attr
+from ..format.columnar import WalkSpans
 from ..format.encode import AttrColumn, NodeTable, Packed, encode_nodes, encode_strings
-from ..format.parts import joined_spans, record_parts, span_table
+from ..format.parts import joined_spans, record_parts, span_table, walked_parts
 from ..format.schema import GlobalMetadata, Node, NodeType
 from ..format.stream import frame
 from ..model.edges import edges
@@ -235,8 +237,8 @@ class _Shapes:
 class _RankWriter:
     """Builds the anonymised nodes of one rank."""
 
-    def __init__(self, task: RankTask, trace: Trace) -> None:
-        self.task, self.trace, self.policy = task, trace, task.policy
+    def __init__(self, task: RankTask, trace: Trace, spans: list[WalkSpans | None] | None = None) -> None:
+        self.task, self.trace, self.policy, self.spans = task, trace, task.policy, spans
         self.io = IoRewriter(self.policy.tensors, self.policy.shapes, self.policy.types)
         self.outcome = RankOutcome(task.rank, len(trace))
         self._classes: list[str] | None = None
@@ -408,7 +410,8 @@ class _RankWriter:
 
     def run(self) -> RankOutcome:
         trace, policy, task = self.trace, self.policy, self.task
-        view = _RankView.of(trace, policy)
+        view = _RankView.of(trace, policy, self.spans)
+        self.spans = None
         strings = self.outcome.strings
         strings.update(trace.strings)
         strings.update(view.strings)
@@ -490,11 +493,14 @@ class _RankView:
         return {name: v for name, v in self.attrs.items() if name not in _COLUMN_ATTRS and policy.keeps(name)}
 
     @classmethod
-    def of(cls, trace: Trace, policy: Policy) -> _RankView:
+    def of(cls, trace: Trace, policy: Policy, spans: list[WalkSpans | None] | None = None) -> _RankView:
+        """The view of ``trace``; ``spans``: what its loader's walk found (then the records are not walked again)."""
         # only the names of the kept attributes that are not columns are told apart (all of them: other_attributes keep)
         wanted = None if policy.other_attributes == "keep" else \
             [a for a, action in policy.attributes.items() if action == "keep" and a not in _COLUMN_ATTRS]
-        parts = record_parts(trace.blob, trace.rec_off, trace.rec_len, wanted)
+        parts = walked_parts(trace.blob, len(trace), spans, wanted) if spans else None
+        if parts is None:
+            parts = record_parts(trace.blob, trace.rec_off, trace.rec_len, wanted)
         return cls._parsed(trace) if parts is None else cls._from_parts(trace.blob, parts)
 
     @classmethod
@@ -557,4 +563,7 @@ _COLUMN_ATTRS = frozenset(HOT_ATTRIBUTES)
 
 def rewrite_rank(task: RankTask) -> RankOutcome:
     """Executor task: write the anonymised ``task.source`` to ``task.target``."""
-    return _RankWriter(task, load_trace(task.source)).run()
+    spans: list[WalkSpans | None] = []
+    writer = _RankWriter(task, load_trace(task.source, spans=spans), spans)
+    del spans  # the writer lets go of them once it has the record parts
+    return writer.run()

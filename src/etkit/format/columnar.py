@@ -37,7 +37,7 @@ from .attrwire import (
 from .schema import NodeBatch
 from .wire import LOW_BYTES, MSBS, WireFault, bitwise_count, fixed, packed_varints, varints, word_varints, word_view
 
-__all__ = ["NodeColumns", "Columns", "decode_columns", "join_columns", "split_columns", "rows_with_repeated_deps", "field_numbers", "HOT_INT_ATTRS", "MISSING", "PAD"]
+__all__ = ["NodeColumns", "Columns", "decode_columns", "join_columns", "split_columns", "rows_with_repeated_deps", "field_numbers", "WalkSpans", "HOT_INT_ATTRS", "MISSING", "PAD"]
 
 #: Integer attributes kept as columns (any integer or bool kind accepted).
 HOT_INT_ATTRS = ("comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag", "comm_priority", "num_ops",
@@ -553,6 +553,38 @@ class _Proof:
         return not high.any()
 
 
+@dataclass
+class WalkSpans:
+    """What the lean walk of a chunk of records found besides the columns, for callers that read the rest of
+    the records (:func:`etkit.format.parts.walked_parts`): rows index the records, offsets the buffer.
+
+    ``io``: per side (inputs, outputs), the rows, offsets and lengths of the IOInfo fields (wire order);
+    ``io_texts``: per side, the strings inside those messages: (index into that side's ``io`` entries, tag,
+    offset, length), in walk order (a message's in wire order); ``attr_row``, ``attr_off``,
+    ``attr_len``: every attribute message, in walk order (by ``attr_step``, the field's position in its
+    record, then by row); ``attrs``: their decoding (None: no attributes)."""
+
+    io: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+    io_texts: list[tuple[np.ndarray, ...]]
+    attr_row: np.ndarray
+    attr_off: np.ndarray
+    attr_len: np.ndarray
+    attr_step: np.ndarray
+    attrs: _LeanAttrs | None
+
+
+def _shift_spans(spans: list[WalkSpans | None] | None, rows: int, offset: int) -> None:
+    """The last chunk's :class:`WalkSpans` (rows and offsets of the chunk) made rows and offsets of the whole."""
+    last = spans[-1] if spans else None
+    if last is None or not (rows or offset):
+        return
+    last.io = [(r + rows, o + offset, k) for r, o, k in last.io]
+    last.io_texts = [(m, tag, o + offset, k) for m, tag, o, k in last.io_texts]
+    last.attr_row, last.attr_off = last.attr_row + rows, last.attr_off + offset
+    if last.attrs is not None:
+        last.attrs.v_off = last.attrs.v_off + offset
+
+
 #: Records decoded together: the working arrays of one chunk stay in the CPU caches.
 _DECODE_CHUNK = 1 << 14
 #: Files up to this size are decoded from a padded copy in one pass (the copy costs less than the separate
@@ -561,7 +593,7 @@ _PADDED_COPY = 1 << 24
 
 
 def decode_columns(buf: bytes, frame_start: np.ndarray, rec_off: np.ndarray, rec_len: np.ndarray, *,
-                   names: bool = True) -> Columns | None:
+                   names: bool = True, spans: list[WalkSpans | None] | None = None) -> Columns | None:
     """Hot columns of the node records ``buf[rec_off:rec_off+rec_len]``; ``None`` = take the slow path.
 
     ``frame_start`` is where each record's length prefix begins (the records must be contiguous frames).
@@ -570,6 +602,9 @@ def decode_columns(buf: bytes, frame_start: np.ndarray, rec_off: np.ndarray, rec
     checked exactly as with names).
     Records are decoded in chunks of ``_DECODE_CHUNK`` (the working arrays of one stay in the CPU
     caches) whose columns are then joined.
+    ``spans``: a list that receives, per chunk in record order, the :class:`WalkSpans` the lean walk found
+    (rows and offsets of the whole ``rec_off``/``buf``), or None for a chunk it did not take; on a None
+    return it ends in None too. Nothing else changes with it.
     """
     n = rec_off.size
     try:
@@ -586,7 +621,8 @@ def decode_columns(buf: bytes, frame_start: np.ndarray, rec_off: np.ndarray, rec
         parts = []
         for i in range(0, body, _DECODE_CHUNK):
             j = min(i + _DECODE_CHUNK, body)
-            part, proven = _decode_chunk(buf, b, rec_off[i:j], rec_end[i:j], int_rows[:, i:j], names)
+            part, proven = _decode_chunk(buf, b, rec_off[i:j], rec_end[i:j], int_rows[:, i:j], names, spans)
+            _shift_spans(spans, i, 0)
             if not proven:
                 _check_with_protobuf(buf, frame_start[i:j], rec_end[i:j])
             parts.append(part)
@@ -594,25 +630,31 @@ def decode_columns(buf: bytes, frame_start: np.ndarray, rec_off: np.ndarray, rec
             base = int(rec_off[body]) if body < n else 0
             tail = buf[base:]
             part, proven = _decode_chunk(tail, np.frombuffer(tail + bytes(PAD), dtype=np.uint8), rec_off[body:] - base,
-                                         rec_end[body:] - base, int_rows[:, body:], names)
+                                         rec_end[body:] - base, int_rows[:, body:], names, spans)
+            _shift_spans(spans, body, base)
             if not proven and body < n:
                 _check_with_protobuf(buf, frame_start[body:], rec_end[body:])
             parts.append(part)
     except (WireFault, UnicodeDecodeError, ValueError, IndexError):
+        if spans is not None:
+            spans.append(None)
         return None
     return parts[0] if len(parts) == 1 else join_columns(parts, dict(zip(HOT_INT_ATTRS, int_rows)))
 
 
 def _decode_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray, int_rows: np.ndarray,
-                  names: bool = True) -> tuple[Columns, bool]:
+                  names: bool = True, spans: list[WalkSpans | None] | None = None) -> tuple[Columns, bool]:
     """Columns of the records ``b[rec_off:rec_end]`` (offsets into the whole file; raises WireFault).
 
     Also whether the walk proved that protobuf accepts these records. The lean walk (:func:`_lean_chunk`)
     takes the records that Chakra's producers write; the generic one (:class:`_Proof`) everything else.
+    ``spans``: the lean walk's :class:`WalkSpans` of the chunk is appended (None after the generic walk).
     """
     try:
-        return _lean_chunk(buf, b, rec_off, rec_end, int_rows, names)
+        return _lean_chunk(buf, b, rec_off, rec_end, int_rows, names, spans)
     except _Unusual:
+        if spans is not None:
+            spans.append(None)
         return _generic_chunk(buf, b, rec_off, rec_end, int_rows, names)
 
 
@@ -813,25 +855,33 @@ def _lean_nodes(b: np.ndarray, words: np.ndarray, rec_off: np.ndarray, rec_end: 
     return scalars, spans, high
 
 
-def _lean_io(b: np.ndarray, words: np.ndarray, start: np.ndarray, end: np.ndarray) -> int:
-    """Walk IOInfo messages (string fields 1-3 only); the top-bit bytes of their tags and lengths."""
+def _lean_io(b: np.ndarray, words: np.ndarray, start: np.ndarray, end: np.ndarray,
+             texts: list[tuple[np.ndarray, ...]] | None = None) -> int:
+    """Walk IOInfo messages (string fields 1-3 only); the top-bit bytes of their tags and lengths.
+    ``texts`` receives each step's (message index, tag, string offset, length) when given."""
     high = 0
     going = start < end
     p, e = start[going], end[going]
+    msg = np.flatnonzero(going)  # each message's index (kept in step with p only when texts are kept)
     while p.size:
         w = words[p]
-        if not _LEAN_IO_TAGS[(w & _FF).view(np.int64)].all():
+        tag = (w & _FF).view(np.int64)
+        if not _LEAN_IO_TAGS[tag].all():
             raise _Unusual("an IOInfo field the lean walk does not take")
         length, vlen, extra = _lean_varints(w >> _EIGHT, b, p + 1)
         high += extra
         if int(length.max()) > _LENGTH_LIMIT:
             raise WireFault("implausible length")
+        if texts is not None:
+            texts.append((msg, tag, p + 1 + vlen, length.view(np.int64)))
         p = p + 1 + vlen + length.view(np.int64)
         if (p > e).any():
             raise WireFault("field runs past its message")
         going = p < e
         if not going.all():
             p, e = p[going], e[going]
+            if texts is not None:
+                msg = msg[going]
     return high
 
 
@@ -974,16 +1024,20 @@ def _record_high_bytes(b: np.ndarray, words: np.ndarray, rec_off: np.ndarray, re
 
 
 def _lean_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray, int_rows: np.ndarray,
-                names: bool = True) -> tuple[Columns, bool]:
+                names: bool = True, keep: list[WalkSpans | None] | None = None) -> tuple[Columns, bool]:
     """:func:`_decode_chunk` by the lean walk; :class:`_Unusual` (before anything is written to
-    ``int_rows``) when the records are not of its shape."""
+    ``int_rows``) when the records are not of its shape. ``keep``: the chunk's :class:`WalkSpans` is appended."""
     n = rec_off.size
     words = word_view(b)
     scalars, spans, high = _lean_nodes(b, words, rec_off, rec_end)
+    io_spans, io_texts = [], []
     for tag in (_TAG_INPUTS, _TAG_OUTPUTS):
-        _, start, length = spans[tag].cat()
+        rows, start, length = spans[tag].cat()
+        texts: list[tuple[np.ndarray, ...]] | None = [] if keep is not None else None
         if start.size:
-            high += _lean_io(b, words, start, start + length)
+            high += _lean_io(b, words, start, start + length, texts)
+        io_spans.append((rows, start, length))
+        io_texts.append(texts)
     owner, a_start, a_len = spans[_TAG_ATTR].cat()
     attrs = _lean_attributes(b, words, a_start, a_start + a_len) if owner.size else None
     ctrl_ptr, ctrl_deps, ctrl_high = _lean_deps(b, spans[_TAG_CTRL], spans[_TAG_CTRL_ONE], n)
@@ -1010,7 +1064,17 @@ def _lean_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndar
     proven = record_high == high
     columns = Columns(ids, types, name_idx, strings, start, duration, data_ptr, data_deps, ctrl_ptr, ctrl_deps,
                       cpu, pg, dict(zip(HOT_INT_ATTRS, int_rows)))
+    if keep is not None:
+        keep.append(WalkSpans(io_spans, [_joined_texts(side or []) for side in io_texts], owner, a_start, a_len,
+                              spans[_TAG_ATTR].steps(), attrs))
     return columns, proven
+
+
+def _joined_texts(steps: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
+    if not steps:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty, empty
+    return tuple(np.concatenate(column) for column in zip(*steps))
 
 
 def _merged(strings: list[str], extra: list[str]) -> np.ndarray:

@@ -11,16 +11,16 @@ Anything the walk does not handle returns ``None``: the caller parses record by 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from .attrwire import INT_KIND, MISSING, ONEOF_WIRE_LUT, STRING_VAL, int_values, plain_int, simple_attributes
-from .columnar import PAD, _scan, _string_table
+from .columnar import PAD, WalkSpans, _scan, _string_table
 from .wire import WireFault
 
-__all__ = ["RecordParts", "record_parts", "joined_spans", "span_table"]
+__all__ = ["RecordParts", "record_parts", "walked_parts", "joined_spans", "span_table"]
 
 _STRING_LIST = 30
 
@@ -148,29 +148,109 @@ def record_parts(buf: bytes, rec_off: np.ndarray, rec_len: np.ndarray, names: Se
                                 text_len[lo:hi], {k: v[lo:hi] for k, v in top.items()}, lo))
         joined = [np.concatenate(column) for column in zip(*chunks)] if chunks else [np.zeros(0, dtype=np.int64)] * 8
         attr_row, a_start, a_end, name_off, name_len, kind, value, v_off = joined
-        value = value.astype(np.uint64)
-        na = a_start.size
-        if names is None:
-            attr_name, names = _string_table(padded, b, name_off, name_len)
-        else:
-            names = list(names)
-            attr_name = _named(b, name_off, name_len, names)
-        attr_text = np.full(na, -1, dtype=np.int32)
-        table: list[str] = []
-        text = kind == STRING_VAL
-        if strings:
-            attr_text[text], table = _string_table(padded, b, v_off[text], value[text].astype(np.int64))
-        lists = np.flatnonzero(kind == _STRING_LIST) if strings else np.zeros(0, dtype=np.int64)
-        if lists.size:  # rare: the elements of string lists join the table
-            g = _scan(b, v_off[lists], v_off[lists] + value[lists].astype(np.int64), _keep((1,)), _nothing)
-            known = set(table)
-            for o, l in zip(g.offset.tolist(), g.value.astype(np.int64).tolist()):
-                s = padded[o:o + l].decode("utf-8")
-                if s not in known:
-                    known.add(s)
-                    table.append(s)
+        return _parts(padded, b, io_off, io_len, text_off, text_len, attr_row, a_start, a_end, name_off, name_len, kind,
+                      value, v_off, names, strings, top)
     except (WireFault, UnicodeDecodeError, ValueError, IndexError):
         return None
+
+
+def walked_parts(buf: bytes, n: int, spans: Sequence[WalkSpans | None], names: Sequence[str] | None = None, *,
+                 rows: np.ndarray | None = None, io: bool = True, strings: bool = True) -> RecordParts | None:
+    """What :func:`record_parts` gives for the ``n`` records of a trace (``rows``: for those records only, as
+    ``record_parts(buf, rec_off[rows], rec_len[rows], names, io=io, strings=strings)``), from what the trace
+    loader's walk found (:func:`etkit.model.trace.load_trace`'s ``spans``) instead of a walk of its own; None
+    where the loader's walk did not take every record (then call :func:`record_parts`). ``rows`` ascending."""
+    if not spans or any(s is None for s in spans):
+        return None
+    chunks = [s for s in spans if s is not None]
+    local = None
+    if rows is not None:
+        local = np.full(n, -1, dtype=np.int64)
+        local[rows] = np.arange(rows.size)
+        n = int(rows.size)
+    padded = buf + bytes(PAD)
+    b = np.frombuffer(padded, dtype=np.uint8)
+    io_off = np.full((n, 2), -1, dtype=np.int64)
+    io_len = np.zeros((n, 2), dtype=np.int64)
+    text_off = np.full((n, 6), -1, dtype=np.int64)
+    text_len = np.zeros((n, 6), dtype=np.int64)
+
+    def cat(columns: Iterable[Sequence[np.ndarray]]) -> list[np.ndarray]:  # per chunk, its arrays
+        return [np.concatenate(c) for c in zip(*columns)]
+
+    try:
+        for side in (0, 1) if io else ():
+            io_rows, off, length = cat(s.io[side] for s in chunks)
+            base = np.cumsum([0] + [s.io[side][0].size for s in chunks[:-1]]).tolist()
+            msg, tag, t_off, t_len = cat((t[0] + k, *t[1:]) for t, k in zip((s.io_texts[side] for s in chunks), base))
+            t_rows = io_rows[msg]
+            if local is not None:
+                io_rows, t_rows = local[io_rows], local[t_rows]
+                mine, t_mine = io_rows >= 0, t_rows >= 0
+                io_rows, off, length = io_rows[mine], off[mine], length[mine]
+                t_rows, tag, t_off, t_len = t_rows[t_mine], tag[t_mine], t_off[t_mine], t_len[t_mine]
+            if io_rows.size and np.bincount(io_rows, minlength=n).max() > 1:
+                raise WireFault("an IOInfo field given twice")  # as record_parts: protobuf merges those
+            io_off[io_rows, side], io_len[io_rows, side] = off, length
+            slot = side * 3 + (tag >> 3) - 1
+            if t_rows.size and np.bincount(t_rows * 6 + slot, minlength=6 * n).max() > 1:
+                raise WireFault("an IOInfo text given twice")
+            text_off[t_rows, slot], text_len[t_rows, slot] = t_off, t_len
+        per_chunk = []
+        for s in chunks:
+            if s.attrs is None:
+                continue
+            a = s.attrs
+            columns = [s.attr_row, s.attr_off, s.attr_len, a.name_len, a.kind, a.value, a.v_off, s.attr_step]
+            if local is not None:
+                mine = np.flatnonzero(local[s.attr_row] >= 0)
+                columns = [c[mine] for c in columns]
+                columns[0] = local[columns[0]]
+            per_chunk.append(columns)
+        if per_chunk:
+            attr_row, a_start, a_len, name_len, kind, value, v_off, step = cat(per_chunk)
+        else:
+            attr_row = a_start = a_len = name_len = kind = v_off = step = np.zeros(0, dtype=np.int64)
+            value = np.zeros(0, dtype=np.uint64)
+        v_off = np.where(kind == 0, 0, v_off)  # a name alone has no value (record_parts leaves 0)
+        # record_parts' order: chunks of _CHUNK records, each field position (step) of them, then by row
+        order = np.lexsort((attr_row, step, attr_row // _CHUNK))
+        if (np.diff(order) != 1).any():
+            attr_row, a_start, a_len, name_len, kind, value, v_off = (
+                c[order] for c in (attr_row, a_start, a_len, name_len, kind, value, v_off))
+        return _parts(padded, b, io_off, io_len, text_off, text_len, attr_row, a_start, a_start + a_len, a_start + 2,
+                      name_len, kind, value, v_off, names, strings, {})
+    except (WireFault, UnicodeDecodeError, ValueError, IndexError):
+        return None
+
+
+def _parts(padded: bytes, b: np.ndarray, io_off: np.ndarray, io_len: np.ndarray, text_off: np.ndarray,
+           text_len: np.ndarray, attr_row: np.ndarray, a_start: np.ndarray, a_end: np.ndarray, name_off: np.ndarray,
+           name_len: np.ndarray, kind: np.ndarray, value: np.ndarray, v_off: np.ndarray, names: Sequence[str] | None,
+           strings: bool, top: dict[int, np.ndarray]) -> RecordParts:
+    """The :class:`RecordParts` of the spans a walk found: the names and string tables (raises WireFault,
+    UnicodeDecodeError where a walk's result cannot be read)."""
+    value = value.astype(np.uint64)
+    na = a_start.size
+    if names is None:
+        attr_name, names = _string_table(padded, b, name_off, name_len)
+    else:
+        names = list(names)
+        attr_name = _named(b, name_off, name_len, names)
+    attr_text = np.full(na, -1, dtype=np.int32)
+    table: list[str] = []
+    text = kind == STRING_VAL
+    if strings:
+        attr_text[text], table = _text_table(padded, b, v_off[text], value[text].astype(np.int64))
+    lists = np.flatnonzero(kind == _STRING_LIST) if strings else np.zeros(0, dtype=np.int64)
+    if lists.size:  # rare: the elements of string lists join the table
+        g = _scan(b, v_off[lists], v_off[lists] + value[lists].astype(np.int64), _keep((1,)), _nothing)
+        known = set(table)
+        for o, l in zip(g.offset.tolist(), g.value.astype(np.int64).tolist()):
+            s = padded[o:o + l].decode("utf-8")
+            if s not in known:
+                known.add(s)
+                table.append(s)
     return RecordParts(io_off, io_len, text_off, text_len, attr_row, attr_name, names, a_start, a_end - a_start, kind,
                        attr_text, table, value, v_off, top, padded)
 
@@ -235,6 +315,17 @@ def joined_spans(buf: bytes, off: np.ndarray, length: np.ndarray, sep: bytes) ->
     return sep.join([buf[o:e] for o, e in zip(start.tolist(), (start + length).tolist())])
 
 
+def _text_table(buf: bytes, b: np.ndarray, off: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """:func:`~etkit.format.columnar._string_table` (the same index and table); where most strings are longer
+    than its byte keys (24), by a dictionary of their bytes, which then costs about half its hashing."""
+    if off.size < 64 or 2 * int(np.count_nonzero(length > 24)) < off.size:
+        return _string_table(buf, b, off, length)
+    index: dict[bytes, int] = {}
+    at = np.fromiter((index.setdefault(buf[o:e], len(index)) for o, e in zip(off.tolist(), (off + length).tolist())),
+                     dtype=np.int32, count=off.size)
+    return at, [t.decode("utf-8") for t in index]
+
+
 def span_table(buf: bytes, off: np.ndarray, length: np.ndarray, *, padded: bool = False) -> tuple[np.ndarray, list[str]]:
     """Index of each span's text in a table of the distinct texts (first seen first); an absent span
     (offset -1) is the empty text. ``padded``: ``buf`` already ends in the walk's padding (as
@@ -242,4 +333,4 @@ def span_table(buf: bytes, off: np.ndarray, length: np.ndarray, *, padded: bool 
     length = np.where(off >= 0, length, 0).astype(np.int64)
     if not padded:
         buf = buf + bytes(PAD)
-    return _string_table(buf, np.frombuffer(buf, dtype=np.uint8), np.maximum(off, 0), length)
+    return _text_table(buf, np.frombuffer(buf, dtype=np.uint8), np.maximum(off, 0), length)

@@ -23,7 +23,16 @@ from google.protobuf.message import DecodeError
 from ..errors import TraceFormatError
 from ..fileio import read_bytes_maybe_gzip
 from ..format.attrs import INT_KINDS
-from ..format.columnar import HOT_INT_ATTRS, MISSING, PAD, Columns, NodeColumns, decode_columns, split_columns
+from ..format.columnar import (
+    HOT_INT_ATTRS,
+    MISSING,
+    PAD,
+    Columns,
+    NodeColumns,
+    WalkSpans,
+    decode_columns,
+    split_columns,
+)
 from ..format.schema import CommType, GlobalMetadata, Node, NodeType
 from ..format.stream import HEAD_BYTES, TraceWriter, check_head, frame_table
 
@@ -312,7 +321,8 @@ def _from_columns(cols: Columns, metadata: GlobalMetadata, blob: bytes, rec_off:
                  rec_off=rec_off, rec_len=rec_len, path=path)
 
 
-def load_trace(path: str | os.PathLike[str], *, allow_empty: bool = False, names: bool = True) -> Trace:
+def load_trace(path: str | os.PathLike[str], *, allow_empty: bool = False, names: bool = True,
+               spans: list[WalkSpans | None] | None = None) -> Trace:
     """Read a whole ``.et`` file (gzip sniffed) into a columnar :class:`Trace`.
 
     The columns are decoded vectorised over the whole file (:mod:`etkit.format.columnar`); files that
@@ -321,8 +331,10 @@ def load_trace(path: str | os.PathLike[str], *, allow_empty: bool = False, names
     ``names=False`` is for callers that never read node names (validation): the name column may then
     be left undecoded (``name_idx`` -1, ``strings`` only the ``pg_name`` values); the same files
     are accepted and rejected, and every other column is the same. Many files: :func:`load_traces`.
+    ``spans``: a list that receives what the decoder's walk found of the rest of the records
+    (:func:`etkit.format.columnar.decode_columns`' ``spans``; a None in it: not all of them were walked).
     """
-    return _trace_of(str(path), read_trace_bytes(path, allow_empty=allow_empty), allow_empty, names)
+    return _trace_of(str(path), read_trace_bytes(path, allow_empty=allow_empty), allow_empty, names, spans)
 
 
 #: :func:`load_traces` decodes the files of about this many bytes together (the decoder needs about ten times
@@ -418,7 +430,8 @@ def trace_from_bytes(buf: bytes, path: str = "<memory>") -> Trace:
     return _trace_of(path, buf, False, True)
 
 
-def _trace_of(path: str, buf: bytes, allow_empty: bool, names: bool) -> Trace:
+def _trace_of(path: str, buf: bytes, allow_empty: bool, names: bool,
+              spans: list[WalkSpans | None] | None = None) -> Trace:
     """:func:`load_trace` of the file ``path`` whose content is ``buf``."""
     frames = frame_table(buf, path, allow_empty=allow_empty)
     if not len(frames):
@@ -431,7 +444,7 @@ def _trace_of(path: str, buf: bytes, allow_empty: bool, names: bool) -> Trace:
     except (DecodeError, ValueError, RuntimeError) as exc:
         raise TraceFormatError(path, f"corrupt GlobalMetadata message ({exc})", record=0, offset=0) from None
     frame_start, rec_off, rec_len = frames.start[1:], frames.offset[1:], frames.length[1:]
-    cols = decode_columns(buf, frame_start, rec_off, rec_len, names=names)
+    cols = decode_columns(buf, frame_start, rec_off, rec_len, names=names, spans=spans)
     if cols is None:
         records = ((i + 1, s, buf[o:o + n]) for i, (s, o, n) in
                    enumerate(zip(frame_start.tolist(), rec_off.tolist(), rec_len.tolist())))

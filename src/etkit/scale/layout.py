@@ -177,5 +177,12 @@ def _members(groups: ProcessGroups, name: str, world_size: int) -> tuple[int, ..
 
 
 def group_members(groups: ProcessGroups, names: Iterable[str], world_size: int) -> Mapping[str, tuple[int, ...]]:
-    """Members of every group in ``names`` (every rank for "0" / "")."""
-    return {name: _members(groups, name, world_size) for name in names}
+    """Members of every group in ``names`` (every rank for "0" / ""). A group listed nowhere is an error
+    naming the first such group in name order (not in the order of a set, which changes from run to run)."""
+    names = list(names)
+    try:
+        return {name: _members(groups, name, world_size) for name in names}
+    except UsageError:
+        for name in sorted(names):
+            _members(groups, name, world_size)
+        raise

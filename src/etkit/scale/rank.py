@@ -19,7 +19,8 @@ import numpy as np
 
 from ..errors import EtkitError
 from ..format.attrs import attr_kind, make_attr
-from ..format.parts import joined_spans, record_parts
+from ..format.columnar import WalkSpans
+from ..format.parts import joined_spans, record_parts, walked_parts
 from ..format.schema import AttributeProto, Node, NodeType
 from ..format.stream import TraceWriter, encode_varint, frame
 from ..format.tags import NODE_ATTR
@@ -219,13 +220,18 @@ class _FastStamps:
     keys: list[_Key]
 
 
-def _fast_stamps(trace: Trace, rows: np.ndarray) -> tuple[_FastStamps, np.ndarray]:
+def _fast_stamps(trace: Trace, rows: np.ndarray, spans: list[WalkSpans | None] | None = None
+                 ) -> tuple[_FastStamps, np.ndarray]:
     """Stamp ``rows`` (not rescaled) from their bytes: each record without its ``pg_name`` attributes (when
     the node has one) and without its integer ``comm_src`` / ``comm_dst`` attributes (the holes); returns
-    them and the rows left to protobuf (an unusual value kind, a length prefix protobuf would not write)."""
+    them and the rows left to protobuf (an unusual value kind, a length prefix protobuf would not write).
+    ``spans``: what the trace loader's walk found (then the records are not walked again)."""
     none = _FastStamps(np.zeros(0, dtype=np.int64), [], [])
-    parts = record_parts(trace.blob, trace.rec_off[rows], trace.rec_len[rows], _STAMP_NAMES, io=False, strings=False) \
-        if rows.size else None
+    parts = None
+    if rows.size and spans:
+        parts = walked_parts(trace.blob, len(trace), spans, _STAMP_NAMES, rows=rows, io=False, strings=False)
+    if parts is None and rows.size:
+        parts = record_parts(trace.blob, trace.rec_off[rows], trace.rec_len[rows], _STAMP_NAMES, io=False, strings=False)
     if parts is None:
         return none, rows
     sub, name, kind = parts.attr_row, parts.attr_name, parts.attr_kind
@@ -299,7 +305,7 @@ def _fast_stamps(trace: Trace, rows: np.ndarray) -> tuple[_FastStamps, np.ndarra
     return _FastStamps(rows[keep], fixed, keys), rows[declined]
 
 
-def _template(trace: Trace, task: SourceTask) -> _Copies:
+def _template(trace: Trace, task: SourceTask, spans: list[WalkSpans | None] | None = None) -> _Copies:
     """The pieces of every copy of ``trace``: runs of records the same for every copy, stamped records, and
     METADATA nodes re-encoded per copy. The stamped records of nodes not rescaled are cut from their bytes
     (:func:`_fast_stamps`); rescaled ones, and the few the walk leaves, go through protobuf."""
@@ -314,7 +320,7 @@ def _template(trace: Trace, task: SourceTask) -> _Copies:
         rescale_rows |= _rescaled_collectives(trace, task)
     metadata = trace.types == NodeType.METADATA_NODE
     special = np.flatnonzero(has_peer | has_pg | rescale_rows | metadata)
-    fast, slow = _fast_stamps(trace, special[~rescale_rows[special] & ~metadata[special]])
+    fast, slow = _fast_stamps(trace, special[~rescale_rows[special] & ~metadata[special]], spans)
     others: dict[int, tuple] = {}
     pg_names = trace.pg_names()
     for row in np.union1d(slow, special[rescale_rows[special] | metadata[special]]).tolist():
@@ -440,8 +446,10 @@ def write_copies(task: SourceTask) -> int:
     Like the generators' :class:`~etkit.model.template.TraceTemplate`, the records that no copy changes
     are written as they are, a run of them as one byte string (:class:`_Copies`). The files go into the
     job's staging folder (:func:`etkit.fileio.job_output`)."""
-    trace = load_trace(task.sources[0], names=False)  # names are not read: only pg_name among the strings
-    copies = _template(trace, task)
+    spans: list[WalkSpans | None] = []
+    trace = load_trace(task.sources[0], names=False, spans=spans)  # names are not read: only pg_name among the strings
+    copies = _template(trace, task, spans)
+    spans.clear()  # not needed while the copies are written
     for target in task.targets:
         _write_file(target.path, copies.data(target))
     return len(trace) * len(task.targets)
