@@ -701,9 +701,6 @@ _SCALAR_ROW = {_TAG_ID: 0, _TAG_TYPE: 1, _TAG_START: 2, _TAG_DURATION: 3}
 _SPAN_TAGS = (_TAG_NAME, _TAG_CTRL, _TAG_DATA, _TAG_INPUTS, _TAG_OUTPUTS, _TAG_ATTR)
 _LEAN_NODE_TAGS = np.zeros(256, dtype=bool)
 _LEAN_NODE_TAGS[[*_SCALAR_ROW, *_SPAN_TAGS, _TAG_CTRL_ONE, _TAG_DATA_ONE]] = True
-#: Those that are length-delimited (a length varint, then the payload); the others are a varint alone.
-_LEAN_DELIMITED = np.zeros(256, dtype=bool)
-_LEAN_DELIMITED[list(_SPAN_TAGS)] = True
 _LEAN_IO_TAGS = np.zeros(256, dtype=bool)
 _LEAN_IO_TAGS[[tags.IO_VALUES, tags.IO_SHAPES, tags.IO_TYPES]] = True
 _BYTES_VAL = 31
@@ -801,31 +798,35 @@ def _lean_nodes(b: np.ndarray, words: np.ndarray, rec_off: np.ndarray, rec_end: 
         present = np.flatnonzero(counts)
         if not _LEAN_NODE_TAGS[present].all():
             raise _Unusual("a Node field the lean walk does not take")
-        value, vlen, extra = _lean_varints(w >> _EIGHT, b, p + 1)  # every lean tag is followed by a varint
-        high += extra
-        at = p + 1 + vlen  # where a length-delimited field's payload starts
-        if _LEAN_DELIMITED[present].any():
-            length = np.where(_LEAN_DELIMITED[tag], value, np.uint64(0))
-            if int(length.max()) > _LENGTH_LIMIT:
-                raise WireFault("implausible length")
-            new_p = at + length.view(np.int64)
-        else:
-            new_p = at
         if present.size == 1:
             groups: list[tuple[int, np.ndarray | None]] = [(int(present[0]), None)]
         else:  # the step's fields grouped by tag (a radix sort of one byte)
             order = np.argsort(tag.astype(np.uint8), kind="stable")
             ends = np.cumsum(counts[present]).tolist()
             groups = [(t, order[lo:hi]) for t, lo, hi in zip(present.tolist(), [0, *ends[:-1]], ends)]
-        for t, sub in groups:  # each tag's fields stored where they belong
-            rows, v = (act, value) if sub is None else (act[sub], value[sub])
+            new_p = np.empty_like(p)
+        for t, sub in groups:
+            ws, ps, rows = (w, p, act) if sub is None else (w[sub], p[sub], act[sub])
+            value, vlen, extra = _lean_varints(ws >> _EIGHT, b, ps + 1)
+            high += extra
             row = _SCALAR_ROW.get(t)
             if row is not None:
-                rows_of[row][rows] = v
+                rows_of[row][rows] = value
+                after = ps + 1 + vlen
             elif t == _TAG_CTRL_ONE or t == _TAG_DATA_ONE:
-                spans[t].add(rows, v.view(np.int64), vlen if sub is None else vlen[sub], step)  # value as "offset"
+                spans[t].add(rows, value.view(np.int64), vlen, step)  # the value itself as the "offset"
+                after = ps + 1 + vlen
             else:
-                spans[t].add(rows, at if sub is None else at[sub], v.view(np.int64), step)
+                if int(value.max()) > _LENGTH_LIMIT:
+                    raise WireFault("implausible length")
+                offset = ps + 1 + vlen
+                length = value.view(np.int64)
+                spans[t].add(rows, offset, length, step)
+                after = offset + length
+            if sub is None:
+                new_p = after
+            else:
+                new_p[sub] = after
         if (new_p > e).any():
             raise WireFault("field runs past its message")
         going = new_p < e
