@@ -221,8 +221,8 @@ def bench_checks(prefix: Path, nodes: int, runs: int, tmp: Path) -> None:
     print(f"  fastest: {fastest} ({verdict(fastest == 'info')})")
 
 
-_LOADER = ("import sys\nfrom etkit.model.job import discover\nfrom etkit.simulate.loader import load_columns_many\n"
-           "for _ in load_columns_many([f.path for f in discover(sys.argv[1])[0]]):\n    pass\n")
+# What simulate does before it simulates: every rank's shape, process groups and communication (etkit.simulate._Ranks)
+_LOADER = "import sys\nfrom etkit.simulate import _Ranks\n_Ranks(sys.argv[1], None)\n"
 
 
 def bench_job(prefix: Path, nodes: int, runs: int, tmp: Path, label: str, *, targets: bool = True) -> None:

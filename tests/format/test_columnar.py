@@ -234,10 +234,10 @@ _LONG_NAMES = ["fwd.mb0.layer14.attn_qkv.tp_all_reduce", "fwd.mb0.layer14.attn_q
 
 @pytest.mark.parametrize("collide", [False, True])
 def test_long_names_are_told_apart_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, collide: bool) -> None:
-    """Names longer than 24 bytes are keyed by hashes of their content; a collision (forced here) is caught
-    and the file read the exact way, with the same result."""
+    """Strings are grouped by a hash of their content (names long and short, differing in one byte); a
+    collision (forced here: every hash equal) is caught and the file read the exact way, with the same result."""
     if collide:
-        monkeypatch.setattr(columnar, "_long_keys", lambda words, off, length: np.zeros((off.size, 2), dtype=np.uint64))
+        monkeypatch.setattr(columnar, "_content_hashes", lambda words, off, length: np.zeros(off.size, dtype=np.uint64))
     path = tmp_path / "names.et"
     nodes = [Node(id=i + 1, name=name, attr=[make_attr("pg_name", name[:3])]) for i, name in enumerate(_LONG_NAMES * 3)]
     write_trace(path, GlobalMetadata(), nodes)
@@ -305,3 +305,49 @@ def test_lean_walk_keeps_empty_records_as_rows(tmp_path: Path) -> None:
                                                           rec_end), True)
     assert proven and columns.ids.tolist() == [1, 0, 3, 0] and columns.data_ptr.tolist() == [0, 0, 0, 1, 1]
     assert ints[columnar.HOT_INT_ATTRS.index("comm_size")].tolist() == [5, MISSING, MISSING, MISSING]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(["", "a", "ab", "x" * 7, "x" * 8, "x" * 9, "y" * 16, "y" * 17, "z" * 24, "z" * 25,
+                                 "z" * 24 + "w", "w" + "z" * 24, "aten::conv2d", "aten::conv2e", "q" * 70, "q" * 71]),
+                max_size=80))
+def test_string_table_is_first_seen_and_exact(strings: list[str]) -> None:
+    """The string table of spans anywhere in a buffer == a dict of the strings in first-seen order (lengths on
+    both sides of every word edge, strings that differ only in their last or first byte)."""
+    pieces, off = [], []
+    at = 0
+    for s in strings:
+        at += 3  # a gap of other bytes between the strings
+        off.append(at)
+        pieces.append(b"\xff\x01\x02" + s.encode())
+        at += len(s)
+    buf = b"".join(pieces) + bytes(columnar.PAD)
+    b = np.frombuffer(buf, dtype=np.uint8)
+    length = np.array([len(s) for s in strings], dtype=np.int64)
+    idx, table = columnar._string_table(buf, b, np.array(off, dtype=np.int64), length)
+    expected = list(dict.fromkeys(strings))
+    assert table == expected
+    assert idx.tolist() == [expected.index(s) for s in strings]
+
+
+def test_lean_varints_read_every_length_as_the_byte_loop_does() -> None:
+    """The lean walk's varints (one word for up to eight bytes, then the ninth and tenth) == wire.varints on values
+    of every length from 1 to 10 bytes, a tenth byte above 1 included (protobuf keeps its low bit); an
+    eleven-byte varint is a WireFault."""
+    from etkit.format.stream import encode_varint
+    from etkit.format.wire import WireFault, varints, word_view
+
+    rng = np.random.default_rng(7)
+    values = [0, 1, 127, 128, 16383, 16384, 2**63 - 1, 2**63, 2**64 - 1, *(int(v) for v in rng.integers(0, 2**63, 200))]
+    raw = [encode_varint(v) for v in values] + [b"\xff" * 9 + b"\x05"]  # a ten-byte varint whose last byte is 5
+    raw += [b"\x80" * k + b"\x01" for k in range(1, 10)]
+    buf = b"".join(raw) + bytes(columnar.PAD)
+    b = np.frombuffer(buf, dtype=np.uint8)
+    q = np.cumsum([0] + [len(r) for r in raw[:-1]]).astype(np.int64)
+    value, length, high = columnar._lean_varints(word_view(b)[q], b, q)
+    expected, expected_len = varints(b, q)
+    assert value.tolist() == expected.tolist() and length.tolist() == expected_len.tolist()
+    assert length.tolist() == [len(r) for r in raw] and high == int((expected_len - 1).sum())
+    eleven = np.frombuffer(b"\xff" * 10 + b"\x01" + bytes(columnar.PAD), dtype=np.uint8)
+    with pytest.raises(WireFault):
+        columnar._lean_varints(word_view(eleven)[:1], eleven, np.zeros(1, dtype=np.int64))

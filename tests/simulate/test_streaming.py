@@ -142,3 +142,32 @@ def test_many_files_loaded_together_give_each_file_s_columns(upstream: Path, tmp
         for got in loader.load_columns_many([files[0], bad, files[2]]):
             seen.append(got.trace.path)
     assert seen == [str(files[0])]
+
+
+@pytest.mark.shared_data
+def test_ranks_taken_without_names_have_the_same_shapes(upstream: Path, tmp_path: Path) -> None:
+    """The simulator takes each rank's shape from columns loaded without node names (names=False: whole files,
+    runs of small files, a gzip file streamed in chunks): every other column, the pg names, the groups and the
+    shape (digest, pg names, peers) are those of the columns with names."""
+    from etkit.model.matching import comm_record
+    from etkit.simulate import _Ranks
+    from etkit.simulate.workload import rank_shape
+
+    files = sorted(upstream.glob("generated-by-stage-3a7f49c/*/*.et"))
+    gz = tmp_path / "x.0.et.gz"
+    gz.write_bytes(gzip.compress(files[0].read_bytes()))
+    paths = [*files[:3], gz, *files[3:]]
+    for path, bare, named in zip(paths, loader.load_columns_many(paths, names=False), loader.load_columns_many(paths)):
+        for column in COLUMNS:
+            assert np.array_equal(getattr(bare.trace, column), getattr(named.trace, column)), (path, column)
+        if path != gz:  # (a streamed chunk of few records is parsed record by record: names and all)
+            assert (bare.trace.name_idx == -1).all() and (named.trace.name_idx >= 0).any()
+        assert list(bare.trace.pg_names()) == list(named.trace.pg_names()) and bare.groups == named.groups
+        assert rank_shape(bare.trace, 3) == rank_shape(named.trace, 3)
+        a, b = comm_record(bare.trace, 3), comm_record(named.trace, 3)
+        assert [a.pg_table[i] for i in a.coll_pg_idx] == [b.pg_table[i] for i in b.coll_pg_idx]
+    big = next(upstream.glob("generated-by-upstream-chakra-21585d8/pytorch_converter/resnet_2gpu*host_only.et.gz"))
+    streamed, named_stream = loader.load_columns(big, names=False), loader.load_columns(big)  # decoded in chunks
+    assert (streamed.trace.name_idx == -1).all() and rank_shape(streamed.trace, 0) == rank_shape(named_stream.trace, 0)
+    one = _Ranks([files[0]], None)  # a one-rank job keeps its columns, names too, for its program
+    assert list(one.trace(0).names) == list(load_trace(files[0]).names)

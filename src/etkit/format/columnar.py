@@ -218,19 +218,29 @@ def _window_keys(words: np.ndarray, off: np.ndarray, length: np.ndarray, width: 
 _MIX_A, _MIX_B = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
 
 
-def _long_keys(words: np.ndarray, off: np.ndarray, length: np.ndarray) -> np.ndarray:
-    """Two 64-bit hashes of each string's whole content (its words folded in one after the other)."""
-    h = np.zeros((off.size, 2), dtype=np.uint64)
-    rows = np.arange(off.size)
+def _content_hashes(words: np.ndarray, off: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each string's length and bytes (its words folded in one after the other)."""
+    h: np.ndarray = length.astype(np.uint64) * _MIX_B
+    rows: np.ndarray | None = None  # all of them while most strings still have words left
     k = 0
     with np.errstate(over="ignore"):
-        while rows.size:
-            w = words[off[rows] + 8 * k] & LOW_BYTES[np.minimum(length[rows] - 8 * k, 8)]
-            h[rows, 0] = (h[rows, 0] ^ w) * _MIX_A
-            h[rows, 1] = (h[rows, 1] + w) * _MIX_B ^ (h[rows, 1] >> np.uint64(29))
+        while True:
+            left = length - 8 * k if rows is None else length[rows] - 8 * k
+            at = off + 8 * k if rows is None else off[rows] + 8 * k
+            w = words[at] & LOW_BYTES[np.clip(left, 0, 8)]
+            if rows is None:
+                h = (h ^ w) * _MIX_A
+            else:
+                h[rows] = (h[rows] ^ w) * _MIX_A
             k += 1
-            rows = rows[length[rows] > 8 * k]
-    return h
+            more = left > 8
+            if not more.any():
+                return h
+            if rows is None:
+                if np.count_nonzero(more) * 2 < length.size:
+                    rows = np.flatnonzero(more)
+            else:
+                rows = rows[more]
 
 
 def _same_strings(words: np.ndarray, off: np.ndarray, other: np.ndarray, length: np.ndarray) -> bool:
@@ -249,31 +259,31 @@ def _same_strings(words: np.ndarray, off: np.ndarray, other: np.ndarray, length:
 def _string_table(buf: bytes, b: np.ndarray, off: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """Index of each (off, length) string in a table of distinct strings (first-seen order).
 
-    Strings of up to 24 bytes are keyed by their bytes; longer ones by two hashes of their content, and
-    every one of them is then compared with the first string of its key, so the table is exact (a
-    collision raises :class:`WireFault`: the caller takes the record-by-record path).
+    Strings are grouped by a 64-bit hash of their length and bytes, and every one is then compared with the
+    first string of its group, so the table is exact (a collision raises :class:`WireFault`: the caller takes
+    the record-by-record path).
     """
     n = off.size
     if n == 0:
         return np.zeros(0, dtype=np.int32), []
     words = word_view(b)
-    short = length <= 24
-    keys = np.zeros((n, 4), dtype=np.uint64)
-    keys[short, :3] = _window_keys(words, off[short], length[short], 24)
-    keys[:, 3] = length.astype(np.uint64)
-    long_rows = np.flatnonzero(~short)
-    if long_rows.size:
-        keys[long_rows, :2] = _long_keys(words, off[long_rows], length[long_rows])
-        keys[long_rows, 2] = np.uint64(0xFFFFFFFFFFFFFFFF)  # no short string has this third word (its bytes 17-24)
-    void = np.ascontiguousarray(keys).view(np.dtype((np.void, 32))).ravel()
-    _, first, inverse = np.unique(void, return_index=True, return_inverse=True)
-    inverse = inverse.ravel()
-    if long_rows.size and not _same_strings(words, off[long_rows], off[first[inverse[long_rows]]], length[long_rows]):
+    h = _content_hashes(words, off, length)
+    order = np.argsort(h, kind="stable")  # a group's rows in row order: its first row first
+    ordered = h[order]
+    head = np.empty(n, dtype=bool)
+    head[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=head[1:])
+    group = np.cumsum(head) - 1  # of each sorted row
+    first = order[head]  # each group's first row
+    inverse = np.empty(n, dtype=np.int64)
+    inverse[order] = group
+    rep = first[inverse]
+    if not (length[rep] == length).all() or not _same_strings(words, off, off[rep], length):
         raise WireFault("string hash collision")
-    order = np.argsort(first, kind="stable")
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.size)
-    rows = first[order]
+    seen = np.argsort(first, kind="stable")  # the groups in first-seen order
+    rank = np.empty_like(seen)
+    rank[seen] = np.arange(seen.size)
+    rows = first[seen]
     return rank[inverse].astype(np.int32), [buf[o:o + k].decode("utf-8") for o, k in zip(off[rows].tolist(), length[rows].tolist())]
 
 
@@ -746,25 +756,40 @@ def _high_bytes_of(w: np.ndarray) -> int:
     return sum(int(((top >> np.uint64(8 * k + 7)) & np.uint64(1)).sum()) for k in range(8))
 
 
-def _lean_varints(w: np.ndarray, b: np.ndarray, q: np.ndarray, avail: int = 7) -> tuple[np.ndarray, np.ndarray, int]:
-    """Varints whose first byte is the low byte of ``w`` (and at ``q`` in ``b``; ``w`` holds ``avail`` of
-    their bytes): values, byte lengths, and how many of their bytes have the top bit set. One- and
-    two-byte varints (nearly all) are read from ``w`` directly; up to ``avail`` bytes with the word's
-    lanes; longer ones byte by byte."""
+def _lean_varints(w: np.ndarray, b: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Varints whose first byte is the low byte of ``w`` (and at ``q`` in ``b``; ``w`` holds at least their first
+    two bytes): values, byte lengths, and how many of their bytes have the top bit set. One- and two-byte
+    varints (nearly all) are read from ``w`` directly; only the longer ones from ``b`` (:func:`_wide_varints`)."""
     first = w & _FF
     if not first.size or int(first.max()) < 0x80:
         return first, np.ones(first.size, dtype=np.int64), 0
     second = (w >> _EIGHT) & _FF
-    if int((first & second).max()) < 0x80:  # no varint of three bytes or more
-        more = first >> _SEVEN  # 1 where a second byte follows
+    more = first >> _SEVEN  # 1 where a second byte follows
+    both = first & second
+    if int(both.max()) < 0x80:  # no varint of three bytes or more
         value = (first & np.uint64(0x7F)) | ((second * more) << _SEVEN)
-        extra = int(more.sum())
-        return value, more.view(np.int64) + 1, extra
-    value, length = word_varints(w, avail)
-    long = np.flatnonzero(length == 0)
-    if long.size:
-        value[long], length[long] = varints(b, q[long])
+        return value, more.view(np.int64) + 1, int(more.sum())
+    value = (first & np.uint64(0x7F)) | (((second & np.uint64(0x7F)) * more) << _SEVEN)
+    length = more.view(np.int64) + 1
+    long = np.flatnonzero(both >= 0x80)
+    value[long], length[long] = _wide_varints(b, q[long])
     return value, length, int(length.sum()) - length.size
+
+
+def _wide_varints(b: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Values and lengths of varints of three to ten bytes at ``q``: up to eight bytes from one word read,
+    the ninth and tenth (negative int64 values) from two byte reads; :class:`WireFault` if longer."""
+    value, length = word_varints(word_view(b)[q], 8)
+    rest = np.flatnonzero(length == 0)  # nine or ten bytes: the word held 56 bits of the value
+    if rest.size:
+        at = q[rest]
+        ninth, tenth = b[at + 8].astype(np.uint64), b[at + 9].astype(np.uint64)
+        nine = ninth < 0x80
+        if not (nine | (tenth < 0x80)).all():
+            raise WireFault("varint longer than 10 bytes")
+        value[rest] |= ((ninth & np.uint64(0x7F)) << np.uint64(56)) | np.where(nine, np.uint64(0), tenth << np.uint64(63))
+        length[rest] = np.where(nine, 9, 10)
+    return value, length
 
 
 @dataclass
@@ -921,12 +946,12 @@ def _lean_attributes(b: np.ndarray, words: np.ndarray, a_start: np.ndarray, a_en
     fixed_width = (wire == 1) | (wire == 5)
     varint = ~alone & ~fixed_width
     if varint.all():
-        value, vlen, extra = _lean_varints(rest, b, off, 6)  # after a two-byte tag the word holds six
+        value, vlen, extra = _lean_varints(rest, b, off)
     else:
         value = np.zeros(a_start.size, dtype=np.uint64)
         vlen = np.zeros(a_start.size, dtype=np.int64)
         some = np.flatnonzero(varint)
-        value[some], vlen[some], extra = _lean_varints(rest[some], b, off[some], 6)
+        value[some], vlen[some], extra = _lean_varints(rest[some], b, off[some])
         for wire_type, width in ((1, 8), (5, 4)):
             some = np.flatnonzero(fixed_width & (wire == wire_type))
             if some.size:

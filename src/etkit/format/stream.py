@@ -184,6 +184,7 @@ def _chain(buf: bytes, pos: int, stop: int) -> tuple[array[int], int] | None:
 _SPLIT_FRAMING = 1 << 20
 #: Bytes per chain of :func:`_split_frame_starts`, and how far past a segment's start its first frame is looked for.
 _SEGMENT, _GUESS_WINDOW = 1 << 14, 1 << 9
+_MIN_WINDOW = 1 << 7
 
 
 def _split_frame_starts(buf: bytes) -> np.ndarray | None:
@@ -263,19 +264,25 @@ def _guessed_starts(buf: bytes, b: np.ndarray) -> np.ndarray:
     buffer's first records (``08``, the id's tag, in nearly every file), whose frame ends at another such start.
     """
     head = _chain(buf, 0, min(len(buf), _GUESS_WINDOW * 8))
-    segments = len(buf) // _SEGMENT - 1
-    if head is None or segments < 1 or len(head[0]) < 2:
+    if head is None or len(head[0]) < 2:
+        return np.zeros(0, dtype=np.int64)
+    # Segments of about 80 of the first records (a chain walks one record per step), looked into for as far
+    # as two of them; at most _SEGMENT and _GUESS_WINDOW.
+    mean = (head[0][-1] - head[0][0]) / (len(head[0]) - 1)
+    window = min(_GUESS_WINDOW, max(_MIN_WINDOW, 1 << int(2 * mean).bit_length()))
+    segment = min(_SEGMENT, 32 * window)
+    segments = len(buf) // segment - 1
+    if segments < 1:
         return np.zeros(0, dtype=np.int64)
     firsts = [buf[p + (1 if buf[p] < 0x80 else 2)] for p in head[0][1:] if p + 2 < len(buf)]
     mark = max(set(firsts), key=firsts.count)
-    window = _GUESS_WINDOW
-    view = np.lib.stride_tricks.as_strided(b[_SEGMENT:], shape=(segments, window + 2), strides=(_SEGMENT, 1),
+    view = np.lib.stride_tricks.as_strided(b[segment:], shape=(segments, window + 2), strides=(segment, 1),
                                            writeable=False)
     h0, h1, h2 = view[:, :window], view[:, 1:window + 1], view[:, 2:window + 2]
     short = h0 < 0x80
     likely = (short & (h0 > 0) & (h1 == mark)) | (~short & (h1 < 0x80) & (h2 == mark))
     found = likely.any(axis=1)
-    guess = (np.flatnonzero(found) + 1) * _SEGMENT + likely[found].argmax(axis=1)
+    guess = (np.flatnonzero(found) + 1) * segment + likely[found].argmax(axis=1)
     kept: np.ndarray = guess[_starts_there(b, _frame_ends(b, guess), mark)]
     return kept
 

@@ -60,10 +60,10 @@ class _Ranks:
     """The ranks to simulate: their :class:`RankShape` s, process groups, and each rank's trace on demand.
 
     From a :class:`Job`, the traces it holds. From files, each rank is read (:func:`.loader.load_columns_many`:
-    columns only, never the record bytes; small files a batch at a time) once to take its shape (through
-    ``executor`` when given, one task per batch of files: :func:`~etkit.model.job.rank_batches`), and the first
-    rank of each class once more to build its program; at most one rank's columns (or one batch's) are held
-    at a time in this process.
+    columns only, never the record bytes, nor the node names a shape does not read; small files a batch at a
+    time) once to take its shape (through ``executor`` when given, one task per batch of files:
+    :func:`~etkit.model.job.rank_batches`), and the first rank of each class once more (whole) to build its
+    program; at most one rank's columns (or one batch's) are held at a time in this process.
     """
 
     allow_mismatch = False  # (a PreparedJob's may be True: see :func:`simulate`)
@@ -85,11 +85,13 @@ class _Ranks:
         self.shapes, declared = {}, ProcessGroups()
         if executor is not None and len(files) > 1:
             found = [r for part in executor.map(_file_shapes, rank_batches(files), desc="load") for r in part]
-        else:  # in this process, keeping the last rank's columns (a one-rank job is then read once)
+        else:  # in this process; a one-rank job keeps its columns, names too (it is then read once)
             found = []
-            for f, loaded in zip(files, load_columns_many([f.path for f in files])):
+            alone = len(files) == 1  # a shape reads no node names: the ranks of a bigger job are read without them
+            for f, loaded in zip(files, load_columns_many([f.path for f in files], names=alone)):
                 found.append((rank_shape(loaded.trace, f.rank), loaded.groups, comm_record(loaded.trace, f.rank)))
-                self._last = (f.rank, loaded.trace)
+                if alone:
+                    self._last = (f.rank, loaded.trace)
         records = {}
         for shape, groups, record in found:
             self.shapes[shape.rank] = shape
@@ -114,7 +116,7 @@ def _file_shapes(batch: list[tuple[int, str]]) -> list[tuple[RankShape, ProcessG
     """Executor task: per ``(rank, path)`` of a batch, the rank's shape, the groups its METADATA nodes declare,
     and its communication."""
     return [(rank_shape(loaded.trace, rank), loaded.groups, comm_record(loaded.trace, rank))
-            for (rank, _), loaded in zip(batch, load_columns_many([path for _, path in batch]))]
+            for (rank, _), loaded in zip(batch, load_columns_many([path for _, path in batch], names=False))]
 
 
 class PreparedJob(_Ranks):

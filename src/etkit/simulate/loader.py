@@ -54,11 +54,13 @@ class RankColumns:
 WHOLE_FILE_BYTES = 1 << 21
 
 
-def load_columns(path: str | os.PathLike[str], chunk: int | None = None) -> RankColumns:
+def load_columns(path: str | os.PathLike[str], chunk: int | None = None, *, names: bool = True) -> RankColumns:
     """Stream ``path`` in chunks of ``chunk`` records (default :data:`CHUNK_RECORDS`) into a record-less
-    :class:`Trace` (see the module docstring); without ``chunk``, a small plain file is read whole."""
+    :class:`Trace` (see the module docstring); without ``chunk``, a small plain file is read whole.
+    ``names=False``: the node names may be left undecoded (as :func:`~etkit.model.trace.load_trace` says:
+    ``name_idx`` -1, ``strings`` the ``pg_name`` values), for callers that read none (a rank's shape)."""
     if chunk is None and _small_plain_file(path):
-        return _whole_file(path)
+        return _kept(load_trace(path, names=names))
     chunk = chunk or CHUNK_RECORDS
     parts: list[Columns] = []
     groups = ProcessGroups()
@@ -67,10 +69,10 @@ def load_columns(path: str | os.PathLike[str], chunk: int | None = None) -> Rank
         for item in reader.records_with_position():
             batch.append(item)
             if len(batch) >= chunk:
-                groups = groups.merged(_add_chunk(parts, batch, reader.metadata_record, str(path)))
+                groups = groups.merged(_add_chunk(parts, batch, reader.metadata_record, str(path), names))
                 batch = []
         if batch or not parts:
-            groups = groups.merged(_add_chunk(parts, batch, reader.metadata_record, str(path)))
+            groups = groups.merged(_add_chunk(parts, batch, reader.metadata_record, str(path), names))
         trace = _trace(join_columns(parts), b"", _EMPTY, _EMPTY, str(path), reader.metadata)
         trace.metadata_record = reader.metadata_record
     return RankColumns(trace, groups)
@@ -84,24 +86,19 @@ def _small_plain_file(path: str | os.PathLike[str]) -> bool:
         return False  # the streaming reader words the error
 
 
-def load_columns_many(paths: Sequence[str | os.PathLike[str]]) -> Iterator[RankColumns]:
-    """:func:`load_columns` of each of ``paths``, in order; consecutive small plain files are read and decoded
-    together (:func:`etkit.model.trace.load_traces`), the others streamed one by one. An unreadable file raises
-    its error after the columns of the files before it."""
+def load_columns_many(paths: Sequence[str | os.PathLike[str]], *, names: bool = True) -> Iterator[RankColumns]:
+    """:func:`load_columns` (with ``names``) of each of ``paths``, in order; consecutive small plain files are read
+    and decoded together (:func:`etkit.model.trace.load_traces`), the others streamed one by one. An unreadable
+    file raises its error after the columns of the files before it."""
     run: list[str | os.PathLike[str]] = []
     for path in paths:
         if _small_plain_file(path):
             run.append(path)
             continue
-        yield from map(_kept, load_traces(run))
+        yield from map(_kept, load_traces(run, names=names))
         run = []
-        yield load_columns(path)
-    yield from map(_kept, load_traces(run))
-
-
-def _whole_file(path: str | os.PathLike[str]) -> RankColumns:
-    """:func:`load_columns` of a small plain file: loaded whole, then the record bytes and unread columns dropped."""
-    return _kept(load_trace(path))
+        yield load_columns(path, names=names)
+    yield from map(_kept, load_traces(run, names=names))
 
 
 def _kept(whole: Trace) -> RankColumns:
@@ -113,7 +110,8 @@ def _kept(whole: Trace) -> RankColumns:
     return RankColumns(trace, groups)
 
 
-def _add_chunk(parts: list[Columns], batch: list[tuple[int, int, bytes]], meta_record: bytes, path: str) -> ProcessGroups:
+def _add_chunk(parts: list[Columns], batch: list[tuple[int, int, bytes]], meta_record: bytes, path: str,
+               names: bool) -> ProcessGroups:
     """Decode one chunk of records, append its kept columns to ``parts``; returns the groups it declares."""
     lengths = np.fromiter((len(p) for _, _, p in batch), dtype=np.int64, count=len(batch))
     heads = [encode_varint(n) for n in lengths.tolist()]
@@ -124,7 +122,7 @@ def _add_chunk(parts: list[Columns], batch: list[tuple[int, int, bytes]], meta_r
     rec_off = frame_start + head_len
     buf = b"".join(h + p for h, (_, _, p) in zip(heads, batch))
     # the vectorised decoder's fixed cost outweighs its speed on a few records: parse those one by one
-    cols = decode_columns(buf, frame_start, rec_off, lengths) if len(batch) >= SMALL_CHUNK else None
+    cols = decode_columns(buf, frame_start, rec_off, lengths, names=names) if len(batch) >= SMALL_CHUNK else None
     if cols is None:  # few records, or something the vectorised decoder does not take: per-record parsing
         whole = Trace.from_records(meta_record, batch, path=path)
         cols = Columns(**whole.node_columns(), ints={k: getattr(whole, k) for k in _KEPT_INTS})
