@@ -133,6 +133,32 @@ def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     return _BAD, pos
 
 
+def _field_span(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    """Where the bytes of the length-delimited field whose one-byte tag is at ``pos`` start and stop (a stop
+    before the start: a bad length)."""
+    length = buf[pos + 1] if pos + 1 < end else 0x80
+    start = pos + 2
+    if length >= 0x80:
+        length, start = _varint(buf, pos + 1, end)
+    return start, start + length
+
+
+def _int_field(raw: bytes, pos: int, end: int, how: str, bits: int) -> int | None:
+    """The varint ``raw[pos:end]`` as an integer attribute of kind ``how`` reads it (``"s"`` two's complement,
+    ``"v"`` unsigned, ``"z"`` zigzag) in ``bits`` bits; ``None`` when it is not one canonical varint filling the
+    span or does not fit (protobuf's parser would differ)."""
+    value, pos = _varint(raw, pos, end)
+    if value == _BAD or pos != end:
+        return None
+    if how == "s":
+        if value >= 1 << 63:
+            value -= _U64
+        return value if -(1 << (bits - 1)) <= value < 1 << (bits - 1) else None
+    if value >> bits:
+        return None
+    return (value >> 1) ^ -(value & 1) if how == "z" else value
+
+
 def json_string(raw: bytes) -> bytes | None:
     """The JSON text (quoted, escaped) of UTF-8 ``raw``, as orjson and ``json.dumps(ensure_ascii=False)``
     write it (the same bytes for every code point); ``None`` for bytes that are not UTF-8."""
@@ -222,18 +248,10 @@ def _attr_json(raw: bytes) -> bytes | None:
                 return None
             value = int.from_bytes(raw[pos:end], "little", signed=how.endswith("s"))
         else:
-            value, pos = _varint(raw, pos, end)
-            if value == _BAD or pos != end:
+            typed = _int_field(raw, pos, end, how, bits)
+            if typed is None:
                 return None
-            if how == "s":
-                if value >= 1 << 63:
-                    value -= _U64
-                if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
-                    return None
-            elif value >= 1 << bits:
-                return None
-            elif how == "z":
-                value = (value >> 1) ^ -(value & 1)
+            value = typed
         number = b"%d" % value
         return head + b',"' + key + b'":' + (b'"' + number + b'"' if quoted else number) + b"}"
     if field == _BOOL and wire == 0:
@@ -289,6 +307,7 @@ def metadata_json(raw: bytes) -> bytes | None:
 # -- nodes -----------------------------------------------------------------------------------------
 
 _IO_FIELDS = ((IO_VALUES, b'"values":'), (IO_SHAPES, b'"shapes":'), (IO_TYPES, b'"types":'))
+_TIME_FIELDS = ((NODE_START, b'"startTimeMicros":"%d"'), (NODE_DURATION, b'"durationMicros":"%d"'))
 
 
 def _int_head(head: bytes) -> tuple[bytes, str, int, bool] | None:
@@ -337,12 +356,8 @@ class TwinWriter:
         table = strings.table
         for tag, key in _IO_FIELDS:
             if pos < end and raw[pos] == tag:
-                length = raw[pos + 1] if pos + 1 < end else 0x80
-                start = pos + 2
-                if length >= 0x80:
-                    length, start = _varint(raw, pos + 1, end)
-                pos = start + length
-                if length <= 0 or pos > end:
+                start, pos = _field_span(raw, pos, end)
+                if pos <= start or pos > end:
                     return None  # empty (protobuf leaves it out), or cut off
                 piece = raw[start:pos]
                 text = table.get(piece) or strings.miss(piece)
@@ -375,19 +390,10 @@ class TwinWriter:
             text = prefix + (b'%d"}' if quoted else b"%d}") % ((value >> 1) ^ -(value & 1) if how == "z" else value)
             self._attrs.keep(raw, text)
             return text
-        value, pos = _varint(raw, head_end, size)
-        if value == _BAD or pos != size:
+        typed = _int_field(raw, head_end, size, how, bits)
+        if typed is None:
             return None
-        if how == "s":
-            if value >= 1 << 63:
-                value -= _U64
-            if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
-                return None
-        elif value >> bits:
-            return None
-        elif how == "z":
-            value = (value >> 1) ^ -(value & 1)
-        return prefix + (b'%d"}' if quoted else b"%d}") % value
+        return prefix + (b'%d"}' if quoted else b"%d}") % typed
 
     def node(self, buf: bytes, pos: int, end: int) -> bytes | None:  # noqa: C901 - one field after the other
         """The JSON text of the canonical node record ``buf[pos:end]``; ``None`` for any other."""
@@ -413,12 +419,8 @@ class TwinWriter:
             add(b'"id":"%d"' % value)
             tag = buf[pos] if pos < end else 0
         if tag == NODE_NAME:
-            length = buf[pos + 1] if pos + 1 < end else 0x80
-            start = pos + 2
-            if length >= 0x80:
-                length, start = _varint(buf, pos + 1, end)
-            pos = start + length
-            if length <= 0 or pos > end:
+            start, pos = _field_span(buf, pos, end)
+            if pos <= start or pos > end:
                 return None
             key = buf[start:pos]
             text = self._names.table.get(key) or self._names.miss(key)
@@ -437,12 +439,8 @@ class TwinWriter:
             for list_tag, list_key in ((NODE_CTRL, b'"ctrlDeps":["'), (NODE_DATA, b'"dataDeps":["')):
                 if tag != list_tag:
                     continue
-                length = buf[pos + 1] if pos + 1 < end else 0x80
-                start = pos + 2
-                if length >= 0x80:
-                    length, start = _varint(buf, pos + 1, end)
-                pos = start + length
-                if length <= 0 or pos > end:
+                start, pos = _field_span(buf, pos, end)
+                if pos <= start or pos > end:
                     return None
                 ids = []
                 while start < pos:
@@ -464,7 +462,9 @@ class TwinWriter:
                     return None
                 add(list_key + b'","'.join(ids) + b'"]')
                 tag = buf[pos] if pos < end else 0
-        if tag == NODE_START:
+        for time_tag, time_key in _TIME_FIELDS:  # start, then duration: positive varints
+            if tag != time_tag:
+                continue
             value = buf[pos + 1] if pos + 1 < end else 0x80
             if value < 0x80:
                 pos += 2
@@ -472,17 +472,7 @@ class TwinWriter:
                 value, pos = _varint(buf, pos + 1, end)
             if value <= 0:
                 return None
-            add(b'"startTimeMicros":"%d"' % value)
-            tag = buf[pos] if pos < end else 0
-        if tag == NODE_DURATION:
-            value = buf[pos + 1] if pos + 1 < end else 0x80
-            if value < 0x80:
-                pos += 2
-            else:
-                value, pos = _varint(buf, pos + 1, end)
-            if value <= 0:
-                return None
-            add(b'"durationMicros":"%d"' % value)
+            add(time_key % value)
             tag = buf[pos] if pos < end else 0
         if tag == NODE_INPUTS or tag == NODE_OUTPUTS:
             ios = self._ios
@@ -490,12 +480,8 @@ class TwinWriter:
             for io_tag, io_key in ((NODE_INPUTS, b'"inputs":'), (NODE_OUTPUTS, b'"outputs":')):
                 if tag != io_tag:
                     continue
-                length = buf[pos + 1] if pos + 1 < end else 0x80
-                start = pos + 2
-                if length >= 0x80:
-                    length, start = _varint(buf, pos + 1, end)
-                pos = start + length
-                if length < 0 or pos > end:
+                start, pos = _field_span(buf, pos, end)
+                if pos < start or pos > end:
                     return None
                 key = buf[start:pos]
                 text = table.get(key) or ios.miss(key)
