@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from etkit.format import columnar
@@ -311,6 +311,8 @@ def test_lean_walk_keeps_empty_records_as_rows(tmp_path: Path) -> None:
 @given(st.lists(st.sampled_from(["", "a", "ab", "x" * 7, "x" * 8, "x" * 9, "y" * 16, "y" * 17, "z" * 24, "z" * 25,
                                  "z" * 24 + "w", "w" + "z" * 24, "aten::conv2d", "aten::conv2e", "q" * 70, "q" * 71]),
                 max_size=80))
+@example(["q" * 70, ""])  # an empty string at the end, after a long one: its words must not be read past the buffer
+@example(["z" * 25, "q" * 71, "", ""])
 def test_string_table_is_first_seen_and_exact(strings: list[str]) -> None:
     """The string table of spans anywhere in a buffer == a dict of the strings in first-seen order (lengths on
     both sides of every word edge, strings that differ only in their last or first byte)."""

@@ -226,7 +226,8 @@ def _content_hashes(words: np.ndarray, off: np.ndarray, length: np.ndarray) -> n
     with np.errstate(over="ignore"):
         while True:
             left = length - 8 * k if rows is None else length[rows] - 8 * k
-            at = off + 8 * k if rows is None else off[rows] + 8 * k
+            # (while every row is read, a string with no bytes left may point past the words: its mask is 0)
+            at = np.minimum(off + 8 * k, words.size - 1) if rows is None else off[rows] + 8 * k
             w = words[at] & LOW_BYTES[np.clip(left, 0, 8)]
             if rows is None:
                 h = (h ^ w) * _MIX_A
