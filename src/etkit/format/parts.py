@@ -241,7 +241,7 @@ def _parts(padded: bytes, b: np.ndarray, io_off: np.ndarray, io_len: np.ndarray,
     table: list[str] = []
     text = kind == STRING_VAL
     if strings:
-        attr_text[text], table = _text_table(padded, b, v_off[text], value[text].astype(np.int64))
+        attr_text[text], table = _string_table(padded, b, v_off[text], value[text].astype(np.int64))
     lists = np.flatnonzero(kind == _STRING_LIST) if strings else np.zeros(0, dtype=np.int64)
     if lists.size:  # rare: the elements of string lists join the table
         g = _scan(b, v_off[lists], v_off[lists] + value[lists].astype(np.int64), _keep((1,)), _nothing)
@@ -315,17 +315,6 @@ def joined_spans(buf: bytes, off: np.ndarray, length: np.ndarray, sep: bytes) ->
     return sep.join([buf[o:e] for o, e in zip(start.tolist(), (start + length).tolist())])
 
 
-def _text_table(buf: bytes, b: np.ndarray, off: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, list[str]]:
-    """:func:`~etkit.format.columnar._string_table` (the same index and table); where most strings are longer
-    than its byte keys (24), by a dictionary of their bytes, which then costs about half its hashing."""
-    if off.size < 64 or 2 * int(np.count_nonzero(length > 24)) < off.size:
-        return _string_table(buf, b, off, length)
-    index: dict[bytes, int] = {}
-    at = np.fromiter((index.setdefault(buf[o:e], len(index)) for o, e in zip(off.tolist(), (off + length).tolist())),
-                     dtype=np.int32, count=off.size)
-    return at, [t.decode("utf-8") for t in index]
-
-
 def span_table(buf: bytes, off: np.ndarray, length: np.ndarray, *, padded: bool = False) -> tuple[np.ndarray, list[str]]:
     """Index of each span's text in a table of the distinct texts (first seen first); an absent span
     (offset -1) is the empty text. ``padded``: ``buf`` already ends in the walk's padding (as
@@ -333,4 +322,4 @@ def span_table(buf: bytes, off: np.ndarray, length: np.ndarray, *, padded: bool 
     length = np.where(off >= 0, length, 0).astype(np.int64)
     if not padded:
         buf = buf + bytes(PAD)
-    return _text_table(buf, np.frombuffer(buf, dtype=np.uint8), np.maximum(off, 0), length)
+    return _string_table(buf, np.frombuffer(buf, dtype=np.uint8), np.maximum(off, 0), length)
