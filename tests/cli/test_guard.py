@@ -85,3 +85,46 @@ def test_numpy_loaded_by_a_verb_starts_one_blas_thread_and_the_environment_is_le
     if (os.cpu_count() or 1) > 1:  # without the guard OpenBLAS starts a thread per core
         assert int(run("plain")[0]) > 1
     assert run("guarded", OPENBLAS_NUM_THREADS="2")[1:] == ["2", "False"]  # the user's setting stands
+
+
+_SIGNAL_IN_ORJSON_START_UP = """
+import signal, sys
+from etkit.cli import guard
+
+class SignalWhileOrjsonStarts:
+    '''At the first import orjson's own initialisation makes, a Ctrl-C arrives (as one from the terminal
+    would, at any moment): its handler runs in the middle of the C extension's start-up.'''
+    loading = sent = False
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "orjson.orjson":
+            self.loading = True
+        elif self.loading and not self.sent:
+            self.sent = True
+            signal.raise_signal(signal.SIGINT)
+        return None
+
+watch = SignalWhileOrjsonStarts()
+with (guard.signals_raise() if sys.argv[1] == "guarded" else open("/dev/null")):
+    sys.meta_path.insert(0, watch)
+    try:
+        import orjson
+    except KeyboardInterrupt:
+        print("interrupted", watch.sent)
+    else:
+        print("loaded", watch.sent)
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGSEGV is a POSIX death")
+def test_ctrl_c_inside_a_c_extensions_start_up_waits_for_it_to_load() -> None:
+    """A Ctrl-C while orjson initialises: unguarded, the KeyboardInterrupt raised inside its start-up crashes
+    the interpreter (SIGSEGV, the CI failure of stop 21); in a verb, the interruption is raised once the
+    module has loaded, as a clean failed import."""
+    unguarded = subprocess.run([sys.executable, "-c", _SIGNAL_IN_ORJSON_START_UP, "bare"],
+                               capture_output=True, text=True)
+    # the probe reaches orjson's start-up: orjson 3.13 dies there; a later one may survive it
+    assert unguarded.returncode == -signal.SIGSEGV or unguarded.stdout.split()[-1:] == ["True"], unguarded
+    guarded = subprocess.run([sys.executable, "-c", _SIGNAL_IN_ORJSON_START_UP, "guarded"],
+                             capture_output=True, text=True)
+    assert (guarded.returncode, guarded.stdout.strip()) == (0, "interrupted True"), guarded.stderr

@@ -6,6 +6,9 @@ limit on what a gzip input may decompress to.
   removes its temporary files; the verb then ends with one line and exit status 128 + the signal
   (130, 143, 129). A second signal while cleaning up is ignored. Before the verb's modules are imported
   (the program's start-up), a signal ends the program at once with the same line: nothing was written yet.
+  A C extension module that loads while the verb runs (numpy, orjson, protobuf's upb) loads whole: a
+  signal that arrives during its initialisation is raised as the load returns (an exception inside some
+  extensions' start-up crashes the interpreter).
 - **Inputs.** The files a command reads (every argument that names an existing file, and for a job
   prefix its rank files and comm-groups file) are protected for the run
   (:func:`etkit.fileio.protect_inputs`): an output that is one of them is refused, naming both.
@@ -31,11 +34,13 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from importlib.machinery import ExtensionFileLoader, ModuleSpec, PathFinder
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import argparse
+    import types
 
 #: argparse ``dest`` names that are outputs of a verb (everything else that names a file is an input).
 OUTPUT_DESTS = frozenset({"output", "json", "report", "timeline", "plot", "out", "out_dir"})
@@ -85,20 +90,20 @@ def signals_raise() -> Iterator[list[int]]:
     if threading.current_thread() is not threading.main_thread():
         yield []
         return
-    from ..errors import Interrupted
     from ..fileio import stop_requests
 
     previous = {sig: signal.getsignal(sig) for sig in _SIGNALS}
     owner = os.getpid()
-    with stop_requests() as fired:
+    with stop_requests() as fired, _whole_extension_loads() as loads:
 
         def handler(signum: int, _frame: object) -> None:
             if fired or os.getpid() != owner:  # a forked worker inherits this: its parent unwinds the job
                 return
             fired.append(signum)
-            if signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            raise Interrupted(signum)
+            if loads.depth:  # inside a C extension's start-up: raised once the module is loaded
+                loads.pending.append(signum)
+                return
+            _raise_for(signum)
 
         for sig in _SIGNALS:
             signal.signal(sig, handler)
@@ -107,6 +112,83 @@ def signals_raise() -> Iterator[list[int]]:
         finally:
             for sig, old in previous.items():
                 signal.signal(sig, old if old is not None else signal.SIG_DFL)
+
+
+def _raise_for(signum: int) -> None:
+    from ..errors import Interrupted
+
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Interrupted(signum)
+
+
+class _ExtensionLoads:
+    """An import finder in place of the path finder (it returns the path finder's spec) whose C extension
+    modules load whole: an exception raised inside a module's initialisation, as a signal handler raises
+    one, crashes some of them (orjson 3.13 uses the failed import of a module it needs: SIGSEGV).
+    While one loads, :attr:`depth` is above zero and a signal's exception waits in :attr:`pending`; it is
+    raised as the load returns, in Python code, where the import fails cleanly."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.pending: list[int] = []
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: types.ModuleType | None = None) -> ModuleSpec | None:
+        spec = PathFinder.find_spec(fullname, path, target)
+        if spec is not None and type(spec.loader) is ExtensionFileLoader:
+            spec.loader = _WholeExtensionLoad(spec.loader.name, spec.loader.path, self)
+        return spec
+
+
+class _WholeExtensionLoad(ExtensionFileLoader):
+    """The extension loader, whose module creation (a single-phase module's initialisation) and execution
+    a signal does not interrupt."""
+
+    def __init__(self, name: str, path: str, loads: _ExtensionLoads) -> None:
+        super().__init__(name, path)
+        self._loads = loads
+
+    def create_module(self, spec: ModuleSpec) -> types.ModuleType:
+        self._loads.depth += 1
+        try:
+            module = super().create_module(spec)
+        finally:
+            self._loads.depth -= 1
+        self._raise_pending()
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self._loads.depth += 1
+        try:
+            super().exec_module(module)
+        finally:
+            self._loads.depth -= 1
+        self._raise_pending()
+
+    def _raise_pending(self) -> None:
+        if self._loads.pending and not self._loads.depth:
+            _raise_for(self._loads.pending.pop())
+
+
+@contextlib.contextmanager
+def _whole_extension_loads() -> Iterator[_ExtensionLoads]:
+    """Within the block, C extension modules found on the path load through :class:`_ExtensionLoads`."""
+    loads = _ExtensionLoads()
+    sys.meta_path.insert(_path_finder_index(), loads)
+    try:
+        yield loads
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(loads)
+
+
+def _path_finder_index() -> int:
+    """Where the path finder is on ``sys.meta_path`` (the end if it is not there)."""
+    for index, finder in enumerate(sys.meta_path):
+        if finder is PathFinder:
+            return index
+    return len(sys.meta_path)
 
 
 def interrupted(prog: str, exc: BaseException) -> int:
