@@ -243,6 +243,31 @@ def _short_table(b: np.ndarray, off: np.ndarray, length: np.ndarray) -> tuple[np
     return span_table(b.tobytes(), off, length)
 
 
+#: The bytes that end an argument that is not quoted (what :data:`_OTHER_B`'s last branch stops at).
+_DELIMITER = np.zeros(256, dtype=bool)
+_DELIMITER[list(b"[](), \t\n\r\f\v\x1e\x1f")] = True
+_NONE = np.frombuffer(b"None", dtype=np.uint8)
+
+
+def _nones(text: bytes) -> bytes:
+    """``_OTHER_B.sub(b"None", text)``: every argument that is not a bracket, comma or space ``None``. Where
+    no quote is in ``text`` (the quoted branches cannot match) with numpy: each run of bytes that are not
+    delimiters becomes ``None``."""
+    if b"'" in text or b'"' in text:
+        return _OTHER_B.sub(b"None", text)
+    b = np.frombuffer(text, dtype=np.uint8)
+    token = ~_DELIMITER[b]
+    first = token.copy()
+    first[1:] &= ~token[:-1]  # where a run of argument bytes starts
+    kept = b[~token | first]  # the delimiters, and the first byte of each run
+    runs = first[~token | first]
+    out = np.repeat(kept, np.where(runs, 4, 1))
+    at = np.flatnonzero(runs) + 3 * np.arange(int(runs.sum()))
+    for j in range(4):
+        out[at + j] = _NONE[j]
+    return out.tobytes()
+
+
 def _alternating(kept: np.ndarray, dropped: np.ndarray) -> np.ndarray:
     """A mask of ``kept[0]`` True, ``dropped[0]`` False, ``kept[1]`` True, ..., ``kept[-1]`` True
     (``kept`` one longer than ``dropped``)."""
@@ -385,7 +410,7 @@ class IoRewriter:
         """The text split by :data:`_CANONICAL_TENSOR_B` (``parts``; ``rest``: its other segments joined by
         \\x1e) with every tensor renumbered and every other argument ``None``."""
         self.found.update((a or b).decode("utf-8", "surrogateescape") for a, b in _QUOTED_B.findall(rest))
-        others = _OTHER_B.sub(b"None", rest).split(b"\x1e")
+        others = _nones(rest).split(b"\x1e")
         count = len(others) - 1
         if not count:
             return others[0]
@@ -421,7 +446,7 @@ class IoRewriter:
             return None
         self.found.update((a or b).decode("utf-8", "surrogateescape") for a, b in _QUOTED_B.findall(rest))
         self.found.update(device_texts)
-        subbed = _OTHER_B.sub(b"None", rest)
+        subbed = _nones(rest)
         if not m:
             return subbed
         ids, self.tensor_count = _first_use_ranks(spans.tensor_id)
@@ -462,7 +487,7 @@ class IoRewriter:
         count = (len(parts) - 1) // 7
         rest = b"\x1e".join(parts[0::7])
         self.found.update((a or b).decode("utf-8", "surrogateescape") for a, b in _QUOTED_B.findall(rest))
-        others = _OTHER_B.sub(b"None", rest).split(b"\x1e")
+        others = _nones(rest).split(b"\x1e")
         if not count:
             return others[0]
         ids, self.tensor_count = _first_use_numbers(np.array(parts[1::7], dtype=bytes))

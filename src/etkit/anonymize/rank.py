@@ -3,7 +3,7 @@
 :func:`survey_rank` reads the columns only (what the job-wide choices need: the earliest timestamp,
 the process-group names in use, the groups declared by METADATA nodes). :func:`rewrite_rank` writes
 the anonymised rank through :class:`~etkit.format.stream.TraceWriter` and returns the input's strings
-(for the leak search) and counts. Each task holds one rank at a time.
+(for the leak search), those of them and of the task's shared strings found in the bytes it wrote, and counts. Each task holds one rank at a time.
 
 Every output node is built from the policy: its id, type, dependencies and (shifted, jittered) timing;
 its class as name; the kept attributes from the trace's columns (in their canonical kinds); its IOInfo
@@ -36,11 +36,12 @@ from ..model.groups import parse_process_group_init
 from ..model.survey import survey_file
 from ..model.trace import MISSING, Trace, load_trace
 from .ioinfo import IoRewriter, parse_shapes, quoted_strings, starts_of
-from .leaks import text_strings
+from .leaks import find_in_bytes, needle_index, text_strings
 from .opclass import GEMM_CLASSES, node_class
 from .policy import HOT_ATTRIBUTES, Policy
 
-__all__ = ["RankSurvey", "survey_rank", "RankTask", "RankOutcome", "rewrite_rank", "PRODUCER", "VOCABULARY"]
+__all__ = ["RankSurvey", "survey_rank", "RankTask", "RankOutcome", "rewrite_rank", "searched_strings", "PRODUCER",
+           "VOCABULARY"]
 
 #: The ``producer`` of an anonymised trace's GlobalMetadata.
 PRODUCER = f"etkit {__version__} anonymize"
@@ -79,6 +80,8 @@ class RankTask:
     shift_us: int  # subtracted from every non-zero start_time_micros
     shift_ns: int  # subtracted from every ts_ns
     pg_map: dict[str, str]  # old pg_name -> new
+    shared: frozenset[str] = frozenset()  # text strings searched in every output besides the rank's own (paths, groups)
+    vocabulary: str = ""  # etkit's own words: a string inside them is not searched (:func:`searched_strings`)
 
 
 @dataclass
@@ -86,6 +89,7 @@ class RankOutcome:
     rank: int
     nodes: int
     strings: set[str] = field(default_factory=set)  # the input's text strings (for the leak search)
+    leaks: set[str] = field(default_factory=set)  # of searched_strings(strings | task.shared), those in the output
     tensors: int = 0  # distinct tensors renumbered
     flops_derived: int = 0  # nodes that got num_ops from their shapes
     max_jitter: float = 0.0  # largest relative change of a duration
@@ -94,6 +98,12 @@ class RankOutcome:
 #: Words etkit writes whatever the input: attribute names, classes, devices, the producer. A string of the
 #: input that is one of these (or inside one) is reported as vocabulary, not as a leak.
 VOCABULARY: tuple[str, ...] = ("pg_name", "ranks", PRODUCER, "producer", "None")
+
+
+def searched_strings(strings: set[str], policy: Policy, vocabulary: str) -> set[str]:
+    """The ``strings`` the leak search looks for: those neither inside etkit's own words (``vocabulary``, a text of
+    them) nor kept on purpose by the policy (``ProfilerStep#N``, ...)."""
+    return {s for s in strings if s not in vocabulary and not policy.listed_name(s)}
 
 
 def _jitter_factors(policy: Policy, rank: int, n: int) -> np.ndarray | None:
@@ -467,11 +477,14 @@ class _RankWriter:
         framed, _, lengths = encode_nodes(nodes, framed=True)
         if lengths.size and not lengths.min():
             raise ValueError("refusing to write an empty node record")  # as TraceWriter does
+        data = frame(_metadata(trace, policy).SerializeToString()) + framed
         with atomic_output(task.target, compress=False) as out:
-            out.write(frame(_metadata(trace, policy).SerializeToString()))
-            out.write(framed)
+            out.write(data)
         self.outcome.tensors = self.io.tensors_renumbered
         self.outcome.strings = text_strings(strings)
+        # the leak search of this output for the strings this task knows of (the caller searches it for the others)
+        searched = searched_strings(self.outcome.strings | task.shared, policy, task.vocabulary)
+        self.outcome.leaks = {s.decode("utf-8", "surrogatepass") for s in find_in_bytes(data, needle_index(searched))}
         return self.outcome
 
 
