@@ -229,6 +229,24 @@ def _gemm_flops(name: str, cls: str, inputs: list | None, outputs: list | None) 
     return 2 * math.prod(out) * a[-1]
 
 
+def _unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, axis=0, return_inverse=True)`` of rows of integers >= -1, through one int64 key per row
+    where the rows' ranges fit in one (a sort of numbers, several times cheaper than one of rows)."""
+    widths = [int(c.max(initial=-1)) + 2 for c in keys.T]
+    if not keys.size or math.prod(widths) >= 1 << 62:
+        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+        return unique, inverse.ravel()
+    key = np.zeros(keys.shape[0], dtype=np.int64)
+    for column, width in zip(keys.T, widths):
+        key = key * width + (column + 1)
+    distinct, inverse = np.unique(key, return_inverse=True)
+    unique = np.empty((distinct.size, keys.shape[1]), dtype=keys.dtype)
+    for j in range(keys.shape[1] - 1, -1, -1):
+        distinct, unique[:, j] = np.divmod(distinct, widths[j])
+        unique[:, j] -= 1
+    return unique, inverse.ravel()
+
+
 def _group_init_values(text: str, pg_map: dict[str, str]) -> str:
     """A ``process_group:init`` values text with the groups renamed and nothing but names and ranks kept."""
     groups = parse_process_group_init(text).groups
@@ -336,7 +354,7 @@ class _RankWriter:
         if not rows.size:
             return none, none
         keys = np.stack([self.trace.name_idx[rows].astype(np.int64), shapes.index[rows, 0], shapes.index[rows, 1]], axis=1)
-        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+        unique, inverse = _unique_rows(keys)
         parsed = [[parse_shapes(t) for t in side] for side in shapes.texts]
         flops = []
         for name, into, out in unique.tolist():
