@@ -6,7 +6,8 @@ generated job scaled to 16,384 ranks. Prints medians of several runs and the rat
 - anonymize: a PyTorch-converter-like job (``--ranks`` ranks of ``--nodes`` nodes each: ATen ops with
   IOInfo, op_schema, rf_id, seq_id, tid; every tenth node a collective), default policy, everything the
   verb does included: the survey, the rewrite, the proof (every input string searched in every output
-  byte) and the validation of the output;
+  byte) and the validation of the output; then the same as ``etkit anonymize`` in a process of its own (its
+  start-up, imports and pools included: the figure a user sees);
 - scale, nodes per second: the same job scaled dp ``ranks`` -> 2 x ``ranks`` (every source rank read,
   every node written twice);
 - scale 1,024 -> 16,384 ranks: Llama-3 70B at dp 16 x tp 8 x pp 8 (generated, 1.23M nodes), scaled to
@@ -99,6 +100,13 @@ def median_run(fn, runs: int) -> tuple[float, float]:
     return statistics.median(times), statistics.median(cpus)
 
 
+def _cli(*argv: str) -> None:
+    """``etkit ARGV`` in a process of its own (start-up, imports and its pool included), as a user runs it."""
+    import subprocess
+
+    subprocess.run([sys.executable, "-m", "etkit", *argv], check=True, stdout=subprocess.DEVNULL)
+
+
 def _line(what: str, nodes: int, seconds: float, cpu: float) -> str:
     rate = nodes / seconds
     return (f"{what:<46} {nodes:>10,} nodes  {seconds:7.2f} s  {rate:>10,.0f} nodes/s  x{rate / TARGET_NODES_PER_S:.2f} "
@@ -118,6 +126,9 @@ def main() -> int:
         total = make_job(work / "job", args.ranks, args.nodes)
         seconds, cpu = median_run(lambda: anonymize(work / "job", work / "anon", executor=executor), args.runs)
         print(_line("anonymize, PyTorch-like job", total, seconds, cpu))
+        seconds, cpu = median_run(lambda: _cli("anonymize", str(work / "job"), "-o", str(work / "cli"), "--quiet"),
+                                  args.runs)
+        print(_line("anonymize, the whole etkit process", total, seconds, cpu))
         seconds, cpu = median_run(lambda: scale(work / "job", work / "x2", dp=2 * args.ranks, validate=False,
                                                 executor=executor), args.runs)
         print(_line("scale dp x2, PyTorch-like job (nodes written)", 2 * total, seconds, cpu))

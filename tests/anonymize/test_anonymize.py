@@ -158,6 +158,29 @@ def test_the_proof_fails_when_the_policy_keeps_text(tmp_path) -> None:
     assert "/home/alice/acme/model.py(42): forward" in report.leaks
 
 
+def test_a_string_of_one_rank_is_searched_in_every_rank_s_output(tmp_path, monkeypatch) -> None:
+    """Each rank's task searches its own output for its own strings; a string only another rank's input holds
+    is searched there by the verb (here rank 1's op_schema ``AlphaNetRank1``, inside a name rank 0 keeps)."""
+    import etkit.anonymize as verb
+
+    prefix = tmp_path / "job"
+    for rank, (name, schema) in enumerate((("SecretAlphaNetRank1Layer", "aten::mm() -> Tensor"),
+                                           ("aten::mm", "AlphaNetRank1"))):
+        mm = node(1, name=name, duration=40, start=1_000 + rank)
+        mm.attr.append(make_attr("op_schema", schema))
+        write_trace(f"{prefix}.{rank}.et", GlobalMetadata(version="1.0.0"), [mm])
+    scanned = []
+    scan = verb._scan_each
+    monkeypatch.setattr(verb, "_scan_each", lambda items, ex: scanned.extend(items) or scan(items, ex))
+    report = anonymize(prefix, tmp_path / "out", policy=load_policy(None).with_options(names="keep"),
+                       executor=SerialExecutor())
+    assert report.leaks == ["AlphaNetRank1", "SecretAlphaNetRank1Layer", "aten::mm"]
+    # the verb searched each output only for the strings its own task did not know
+    rest = {str(path).rsplit(".", 2)[-2]: needles for path, needles in scanned}
+    assert "AlphaNetRank1" in rest["0"] and "SecretAlphaNetRank1Layer" not in rest["0"]
+    assert "SecretAlphaNetRank1Layer" in rest["1"] and "AlphaNetRank1" not in rest["1"]
+
+
 def test_shapes_sizes_and_jitter_options(tmp_path) -> None:
     prefix = _secret_job(tmp_path)
     ex = SerialExecutor()
@@ -331,3 +354,17 @@ def test_values_rewritten_vectorised_as_one_by_one(spacing) -> None:
     one, vec = sides_agree(sides)
     assert vec.tensors_renumbered == one.tensors_renumbered > 20 and vec.found == one.found
     assert starts_of(np.array([3, 0, 2]), 1).tolist() == [0, 4, 5]
+
+
+def test_unique_rows_are_numpy_s_unique_rows() -> None:
+    """The FLOPs' distinct (name, shapes, shapes) keys through one int64 key per row: np.unique's rows and inverse."""
+    from etkit.anonymize.rank import _unique_rows
+
+    rng = np.random.default_rng(1)
+    for trial in range(100):
+        keys = rng.integers(-1, rng.integers(1, 50), (int(rng.integers(1, 300)), 3))
+        if trial == 0:
+            keys[0, 0] = 1 << 58  # too wide for one key: np.unique itself
+        unique, inverse = _unique_rows(keys)
+        expected, expected_inverse = np.unique(keys, axis=0, return_inverse=True)
+        assert (unique == expected).all() and (inverse == expected_inverse.ravel()).all(), trial

@@ -122,3 +122,16 @@ def test_the_device_table_is_exact() -> None:
         expected_index, expected_texts = span_table(blob, off, length)
         assert texts == expected_texts and index.tolist() == expected_index.tolist()
         assert [texts[i] for i in index.tolist()] == devices
+
+
+def test_arguments_become_none_as_the_regular_expression_makes_them() -> None:
+    """_nones (numpy where no quote is in the text) writes what the regular expression's substitution writes."""
+    from etkit.anonymize.ioinfo import _OTHER_B, _nones
+
+    rng = np.random.default_rng(8)
+    alphabet = np.frombuffer(b"[](), \t\n\r\x0b\x0c\x1e\x1fab1.-\\x\xff", dtype=np.uint8)
+    for trial in range(300):
+        text = rng.choice(alphabet, int(rng.integers(0, 60))).tobytes()
+        if trial % 10 == 0:
+            text += b"'q\\'(x)' \"y\""  # quoted: the regular expression itself
+        assert _nones(text) == _OTHER_B.sub(b"None", text), text

@@ -98,3 +98,35 @@ def test_text_tables_of_long_strings_are_the_string_tables() -> None:
     want = _hashed_table(padded, np.frombuffer(padded, dtype=np.uint8), np.maximum(off, 0), np.where(off >= 0, length, 0))
     got = span_table(buf, off, length)
     assert np.array_equal(got[0], want[0]) and got[0].dtype == want[0].dtype and got[1] == want[1]
+
+
+def _named_values(parts: RecordParts, names: tuple[str, ...]) -> list:
+    return [(parts.ints(n).tolist(), [t[i] if i >= 0 else None for i in idx.tolist()])
+            for n in names for idx, t in [parts.texts(n)]]
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("few", [1 << 14, 0])  # bytes.find, or the word views
+def test_named_only_reads_the_named_attributes_as_the_whole_walk(upstream: Path, converted_job, monkeypatch,
+                                                                 few: int) -> None:
+    """record_parts(named_only=True) decodes only the attributes whose bytes hold a name asked for: every
+    record's values of those names are the ones the walk of every attribute reads."""
+    import etkit.format.parts as parts
+
+    monkeypatch.setattr(parts, "_FEW", few)
+    job = converted_job("hybrid_dp_tp_ws4")
+    files = sorted(upstream.rglob("*.et"))[::4] + sorted(job.parent.glob(f"{job.name}.*.et"))
+    names = ("pg_name", "ts_ns", "comm_src", "comm_dst", "tensor_size")
+    compared = fewer = 0
+    for path in files:
+        trace = load_trace(path)
+        both = [record_parts(trace.blob, trace.rec_off, trace.rec_len, names, io=False, strings=False, scalars=(3, 6),
+                             named_only=only) for only in (False, True)]
+        if both[0] is None:
+            continue
+        assert both[1] is not None and both[1].scalars is not None and both[0].scalars is not None
+        assert _named_values(both[0], names) == _named_values(both[1], names), path
+        assert all(np.array_equal(both[0].scalars[k], both[1].scalars[k]) for k in (3, 6))
+        compared += 1
+        fewer += both[1].attr_row.size < both[0].attr_row.size
+    assert compared > len(files) // 2 and fewer > compared // 2  # the filter ran, and left attributes out

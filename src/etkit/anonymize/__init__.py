@@ -18,7 +18,9 @@ Ranks are streamed one executor task at a time (a survey pass, then a rewrite pa
 aside and swapped in (:func:`etkit.fileio.job_output`). Then the proof: every text string
 of the input (node names, attribute strings, the strings inside IOInfo, metadata, group names and
 descriptions, the input's file paths) of 4 characters or more is searched in every output byte
-(:mod:`etkit.anonymize.leaks`), and the output is validated. :func:`compare_jobs` adds the simulator's and
+(:mod:`etkit.anonymize.leaks`; each rank's rewrite task searches the bytes it wrote for its own strings
+and the paths and group names, and a scan pass searches each output for the other ranks' strings, where
+there are any), and the output is validated. :func:`compare_jobs` adds the simulator's and
 the analyses' view: identical results with durations and sizes kept, within the jitter otherwise.
 """
 
@@ -37,7 +39,7 @@ from .ioinfo import DEVICES
 from .leaks import find_in_bytes, needle_index, text_strings
 from .opclass import CLASSES
 from .policy import DEFAULT_POLICY_TEXT, Policy, default_policy, load_policy
-from .rank import VOCABULARY, RankTask, rewrite_rank, survey_rank
+from .rank import VOCABULARY, RankTask, rewrite_rank, searched_strings, survey_rank
 
 __all__ = ["anonymize", "AnonymizeReport", "Policy", "load_policy", "default_policy", "DEFAULT_POLICY_TEXT",
            "renumber_groups", "scan_outputs", "compare_jobs", "compare_views", "job_view", "JobView", "Comparison"]
@@ -120,9 +122,13 @@ def _scan_task(item: tuple[str, object]) -> set[bytes]:
 
 def scan_outputs(paths: list[Path], strings: set[str], executor: Executor) -> set[str]:
     """Which of ``strings`` occur anywhere in the bytes of ``paths`` (one executor task per file)."""
-    index = needle_index(strings)
+    return _scan_each([(p, strings) for p in paths], executor)
+
+
+def _scan_each(items: list[tuple[Path, set[str]]], executor: Executor) -> set[str]:
+    """Which strings occur in the bytes of their file: each ``(path, strings)`` one executor task."""
     found: set[bytes] = set()
-    for hits in executor.map(_scan_task, [(str(p), index) for p in paths], desc="scan"):
+    for hits in executor.map(_scan_task, [(str(p), needle_index(s)) for p, s in items if s], desc="scan"):
         found |= hits
     return {s.decode("utf-8", "surrogatepass") for s in found}
 
@@ -169,21 +175,26 @@ def anonymize(job_or_prefix: str | os.PathLike[str], out: str | os.PathLike[str]
         pg_map = renumber_groups(groups, used, world)
         starts = [s.first_start_us for s in surveys if s.first_start_us is not None]
         shift_us = min(starts) - 1 if starts else 0
+        # searched in every output besides its rank's own strings: the input's paths and the group names
+        shared = text_strings(_path_strings([f.path for f in files], prefix)) | text_strings(groups.groups)
+        vocabulary_text = _vocabulary_text()
         tasks = [RankTask(f.rank, str(f.path), str(staged.rank_path(f.rank)), policy, shift_us, shift_us * 1000,
-                          pg_map) for f in files]
+                          pg_map, frozenset(shared), vocabulary_text) for f in files]
         outcomes = executor.map(rewrite_rank, tasks, desc="anonymize")
         new_groups = ProcessGroups({pg_map.get(n, n): r for n, r in groups.groups.items()})
         if new_groups.groups:
             new_groups.write(staged.groups_path())
     written = [rank_file_path(out, f.rank) for f in files]
     outputs = written + ([comm_groups_path(out)] if new_groups.groups else [])
-    strings = set().union(*(o.strings for o in outcomes)) | text_strings(_path_strings([f.path for f in files], prefix))
-    strings |= text_strings(groups.groups)
-    vocabulary_text = _vocabulary_text()
+    strings = set().union(*(o.strings for o in outcomes)) | shared
     vocabulary = sorted(s for s in strings if s in vocabulary_text)
     kept = sorted(s for s in strings if s not in vocabulary_text and policy.listed_name(s))
-    searched = {s for s in strings if s not in vocabulary_text and s not in kept}
-    leaks = sorted(scan_outputs(outputs, searched, executor))
+    searched = searched_strings(strings, policy, vocabulary_text)
+    # each rank's task searched its output for its own strings and the shared ones: the rest are searched here
+    rest = [(path, searched - searched_strings(o.strings | shared, policy, vocabulary_text))
+            for path, o in zip(written, outcomes)]
+    found = set().union(*(o.leaks for o in outcomes))
+    leaks = sorted(found | _scan_each(rest + [(p, searched) for p in outputs[len(written):]], executor))
     seconds = time.perf_counter() - began
     from ..validate import ERROR, validate
 

@@ -98,8 +98,9 @@ def _first_use_ranks(keys: np.ndarray) -> tuple[np.ndarray, int]:
 #: The longest tensor or storage id :func:`canonical_tensors` reads (a longer one: it declines). Ids of up
 #: to 18 digits without leading zeros compare as int64 exactly as they compare as text.
 _MAX_DIGITS = 18
-_SPECIAL = np.zeros(256, dtype=bool)
-_SPECIAL[[0x27, 0x5C, 0x1E, 0x1F]] = True  # what ends a device: ' (the end), or \\ and the separators (no match)
+#: How far past a device's start :func:`canonical_tensors` looks for its end (a longer device: the whole text is searched).
+_DEVICE_SCAN = 32
+_PAD = _DEVICE_SCAN + 8
 
 
 @dataclass(frozen=True)
@@ -117,14 +118,45 @@ class TensorSpans:
     device_end: np.ndarray
 
 
-def _digit_values(b: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """The numbers written in ASCII digits at ``b[start:end]`` (at most :data:`_MAX_DIGITS` digits each)."""
-    length = end - start
-    value = np.zeros(start.size, dtype=np.int64)
-    for j in range(int(length.max(initial=0))):
-        more = j < length
-        value[more] = value[more] * 10 + (b[start[more] + j] - 48)
-    return value
+def _is_digit(b: np.ndarray, at: np.ndarray) -> np.ndarray:
+    digit: np.ndarray = b[at] - np.uint8(48) <= 9
+    return digit
+
+
+def _digit_runs(b: np.ndarray, at: np.ndarray, ids: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Where the run of ASCII digits that starts at each of ``at`` ends (``at`` itself: no digit there), and,
+    when ``ids``, the number it writes (its first :data:`_MAX_DIGITS` digits)."""
+    end = at.copy()
+    value = np.zeros(at.size, dtype=np.int64)
+    live = np.arange(at.size)
+    width = 0
+    while live.size:
+        live = live[_is_digit(b, end[live])]
+        if ids and width < _MAX_DIGITS:
+            value[live] = value[live] * 10 + (b[end[live]] - 48)
+        end[live] += 1
+        width += 1
+    return end, value
+
+
+def _special_after(b: np.ndarray, n: int, at: np.ndarray) -> np.ndarray:
+    """The first ``'``, ``\\``, \\x1e or \\x1f at or after each of ``at`` in ``b[:n]`` (n: none), what ends a
+    device: the devices are short, so each is looked along for :data:`_DEVICE_SCAN` bytes, and the text is
+    searched whole only for one that is longer."""
+    close = np.full(at.size, -1, dtype=np.int64)
+    live = np.arange(at.size)
+    for j in range(_DEVICE_SCAN):
+        c = b[at[live] + j]
+        hit = (c == 0x27) | (c == 0x5C) | (c == 0x1E) | (c == 0x1F)
+        close[live[hit]] = at[live[hit]] + j
+        live = live[~hit]
+        if not live.size:
+            break
+    if live.size:
+        c = b[:n]
+        special = np.flatnonzero((c == 0x27) | (c == 0x5C) | (c == 0x1E) | (c == 0x1F))
+        close[live] = np.append(special, n)[np.searchsorted(special, at[live])]
+    return np.minimum(close, n)
 
 
 def canonical_tensors(text: bytes) -> TensorSpans | None:
@@ -133,41 +165,38 @@ def canonical_tensors(text: bytes) -> TensorSpans | None:
     :data:`_MAX_DIGITS` digits or with a leading zero, two candidates overlapping): the caller takes the
     regular expression.
 
-    The runs of digits are found in one pass; a tensor is five consecutive runs, the first after ``[``,
-    each followed by ``, `` (the third may have a minus before it), then the quoted device and ``]``. The split
-    scans left to right and takes the first match at each position, so where matches do not overlap they
-    are its matches."""
+    A tensor is five runs of digits, the first right after ``[``, each run followed by ``, `` and the next
+    (the third may have a minus before it), then the quoted device and ``]``. Each ``[`` before a digit is
+    a candidate, read along run by run (a few passes over the candidates, none over the text but the
+    search for ``[``). The split scans left to right and takes the first match at each position, so where
+    matches do not overlap they are its matches."""
     n = len(text)
-    b = np.frombuffer(text + bytes(8), dtype=np.uint8)
-    digit = np.zeros(n + 2, dtype=np.int8)
-    digit[1:n + 1] = b[:n] - np.uint8(48) <= 9
-    edges = np.flatnonzero(np.diff(digit))  # a run of digits starts at edges[0::2] and ends at edges[1::2]
-    rs, re = edges[0::2], edges[1::2]
-    if rs.size < 5:
-        return _no_tensors()
-    r = np.flatnonzero((rs[:-4] > 0) & (b[np.maximum(rs[:-4] - 1, 0)] == 0x5B))
-    ok = np.ones(r.size, dtype=bool)
-    for k in range(4):  # run r+k is followed by ", " and then run r+k+1 (the third number: maybe "-" first)
-        end, nxt = re[r + k], rs[r + k + 1]
-        ok &= (b[end] == 0x2C) & (b[end + 1] == 0x20)
-        ok &= (nxt == end + 2) | ((k == 1) & (nxt == end + 3) & (b[end + 2] == 0x2D))
-    end = re[r + 4]
-    ok &= (b[end] == 0x2C) & (b[end + 1] == 0x20) & (b[end + 2] == 0x27)
+    b = np.frombuffer(text + bytes(_PAD), dtype=np.uint8)
+    lb = np.flatnonzero(b[:n] == 0x5B)
+    first = lb[_is_digit(b, lb + 1)] + 1
+    end, tensor_id = _digit_runs(b, first, ids=True)
+    ids = [(first, end, tensor_id)]  # the tensor id's run and value, then the storage id's, of each candidate
+    for k in range(4):  # run k is followed by ", " and then run k + 1 (the third number: maybe "-" first)
+        nxt = end + 2
+        if k == 1:
+            nxt = nxt + (b[nxt] == 0x2D)
+        ok = (b[end] == 0x2C) & (b[end + 1] == 0x20) & _is_digit(b, nxt)
+        ids = [(f[ok], e[ok], v[ok]) for f, e, v in ids]
+        end, value = _digit_runs(b, nxt[ok], ids=k == 0)
+        if k == 0:
+            ids.append((nxt[ok], end, value))
     device = end + 3
-    special = np.flatnonzero(_SPECIAL[b[:n]])
-    close = np.append(special, n)[np.searchsorted(special, device)]  # n: none (b[n] is padding)
-    ok &= (b[close] == 0x27) & (b[close + 1] == 0x5D)
-    r, device, close = r[ok], device[ok], close[ok]
-    start, stop = rs[r] - 1, close + 2
+    close = _special_after(b, n, device)
+    ok = (b[end] == 0x2C) & (b[end + 1] == 0x20) & (b[end + 2] == 0x27) & (b[close] == 0x27) & (b[close + 1] == 0x5D)
+    (f0, e0, tensor_id), (f1, e1, storage_id) = [(f[ok], e[ok], v[ok]) for f, e, v in ids]
+    device, close = device[ok], close[ok]
+    start, stop = f0 - 1, close + 2
     if (start[1:] < stop[:-1]).any():
         return None
-    ids = []
-    for k in (0, 1):
-        first, last = rs[r + k], re[r + k]
+    for first, last in ((f0, e0), (f1, e1)):
         if ((last - first > 1) & (b[first] == 0x30)).any() or (last - first > _MAX_DIGITS).any():
             return None
-        ids.append(_digit_values(b, first, last))
-    return TensorSpans(start, stop, ids[0], ids[1], re[r + 1], device, close)
+    return TensorSpans(start, stop, tensor_id, storage_id, e1, device, close)
 
 
 def _no_tensors() -> TensorSpans:
@@ -212,6 +241,41 @@ def _short_table(b: np.ndarray, off: np.ndarray, length: np.ndarray) -> tuple[np
         texts = [b[o:o + k].tobytes().decode("utf-8") for o, k in zip(off[first[order]].tolist(), length[first[order]].tolist())]
         return rank[inverse.ravel()], texts
     return span_table(b.tobytes(), off, length)
+
+
+#: The bytes that end an argument that is not quoted (what :data:`_OTHER_B`'s last branch stops at).
+_DELIMITER = np.zeros(256, dtype=bool)
+_DELIMITER[list(b"[](), \t\n\r\f\v\x1e\x1f")] = True
+_NONE = np.frombuffer(b"None", dtype=np.uint8)
+
+
+def _nones(text: bytes) -> bytes:
+    """``_OTHER_B.sub(b"None", text)``: every argument that is not a bracket, comma or space ``None``. Where
+    no quote is in ``text`` (the quoted branches cannot match) with numpy: each run of bytes that are not
+    delimiters becomes ``None``."""
+    if b"'" in text or b'"' in text:
+        return _OTHER_B.sub(b"None", text)
+    b = np.frombuffer(text, dtype=np.uint8)
+    token = ~_DELIMITER[b]
+    first = token.copy()
+    first[1:] &= ~token[:-1]  # where a run of argument bytes starts
+    kept = b[~token | first]  # the delimiters, and the first byte of each run
+    runs = first[~token | first]
+    out = np.repeat(kept, np.where(runs, 4, 1))
+    at = np.flatnonzero(runs) + 3 * np.arange(int(runs.sum()))
+    for j in range(4):
+        out[at + j] = _NONE[j]
+    return out.tobytes()
+
+
+def _alternating(kept: np.ndarray, dropped: np.ndarray) -> np.ndarray:
+    """A mask of ``kept[0]`` True, ``dropped[0]`` False, ``kept[1]`` True, ..., ``kept[-1]`` True
+    (``kept`` one longer than ``dropped``)."""
+    runs = np.empty(kept.size + dropped.size, dtype=np.int64)
+    runs[0::2], runs[1::2] = kept, dropped
+    values = np.ones(runs.size, dtype=bool)
+    values[1::2] = False
+    return np.repeat(values, runs)
 
 
 def _strings_add(*columns: bytes | np.ndarray) -> np.ndarray:
@@ -346,7 +410,7 @@ class IoRewriter:
         """The text split by :data:`_CANONICAL_TENSOR_B` (``parts``; ``rest``: its other segments joined by
         \\x1e) with every tensor renumbered and every other argument ``None``."""
         self.found.update((a or b).decode("utf-8", "surrogateescape") for a, b in _QUOTED_B.findall(rest))
-        others = _OTHER_B.sub(b"None", rest).split(b"\x1e")
+        others = _nones(rest).split(b"\x1e")
         count = len(others) - 1
         if not count:
             return others[0]
@@ -372,19 +436,17 @@ class IoRewriter:
             device_idx, device_texts = _short_table(b, spans.device, spans.device_end - spans.device)
         except (UnicodeDecodeError, WireFault):
             return None
-        delta = np.zeros(n + 1, dtype=np.int8)
-        delta[spans.start] = 1
-        delta[spans.end] -= 1  # an end may be the next start (the ends are distinct, and so are the starts)
-        keep = np.cumsum(delta[:n], dtype=np.int8) == 0
-        keep[spans.start] = True
-        marked = b.copy()
-        marked[spans.start] = 0x1E
-        rest = marked[keep].tobytes()
+        # the text without the tensors but their first byte, which becomes the \x1e in each one's place
+        seg = np.diff(spans.start, prepend=0)
+        seg[1:] -= spans.end[:-1] - spans.start[:-1]  # the bytes between a tensor and the one before it
+        marked = b[_alternating(np.append(seg + 1, n - spans.end[-1] if m else n), spans.end - spans.start - 1)]
+        marked[spans.start - np.cumsum(spans.end - spans.start - 1) + (spans.end - spans.start - 1)] = 0x1E
+        rest = marked.tobytes()
         if _TENSOR_B.search(rest):  # a tensor written with other spacing
             return None
         self.found.update((a or b).decode("utf-8", "surrogateescape") for a, b in _QUOTED_B.findall(rest))
         self.found.update(device_texts)
-        subbed = _OTHER_B.sub(b"None", rest)
+        subbed = _nones(rest)
         if not m:
             return subbed
         ids, self.tensor_count = _first_use_ranks(spans.tensor_id)
@@ -400,11 +462,8 @@ class IoRewriter:
         before = np.zeros(m + 1, dtype=np.int64)  # the tensors' bytes before each segment
         np.cumsum(size, out=before[1:])
         out = np.empty(s.size - m + int(before[-1]), dtype=np.uint8)
-        shift = np.zeros(s.size, dtype=np.int64)  # where each byte of the segments goes: moved by the tensors before
-        shift[marks] = size - 1
-        np.cumsum(shift, out=shift)
-        other = s != 0x1E
-        out[(np.arange(s.size) + shift)[other]] = s[other]
+        segments = np.diff(marks, prepend=-1, append=s.size) - 1  # the bytes before, between and after the marks
+        out[_alternating(segments, size)] = s[s != 0x1E]
         at = marks - np.arange(m) + before[:-1]
         out[at] = 0x5B
         _place(out, at + 1, id_digits, id_columns)
@@ -428,7 +487,7 @@ class IoRewriter:
         count = (len(parts) - 1) // 7
         rest = b"\x1e".join(parts[0::7])
         self.found.update((a or b).decode("utf-8", "surrogateescape") for a, b in _QUOTED_B.findall(rest))
-        others = _OTHER_B.sub(b"None", rest).split(b"\x1e")
+        others = _nones(rest).split(b"\x1e")
         if not count:
             return others[0]
         ids, self.tensor_count = _first_use_numbers(np.array(parts[1::7], dtype=bytes))

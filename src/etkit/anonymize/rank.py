@@ -3,7 +3,7 @@
 :func:`survey_rank` reads the columns only (what the job-wide choices need: the earliest timestamp,
 the process-group names in use, the groups declared by METADATA nodes). :func:`rewrite_rank` writes
 the anonymised rank through :class:`~etkit.format.stream.TraceWriter` and returns the input's strings
-(for the leak search) and counts. Each task holds one rank at a time.
+(for the leak search), those of them and of the task's shared strings found in the bytes it wrote, and counts. Each task holds one rank at a time.
 
 Every output node is built from the policy: its id, type, dependencies and (shifted, jittered) timing;
 its class as name; the kept attributes from the trace's columns (in their canonical kinds); its IOInfo
@@ -36,11 +36,12 @@ from ..model.groups import parse_process_group_init
 from ..model.survey import survey_file
 from ..model.trace import MISSING, Trace, load_trace
 from .ioinfo import IoRewriter, parse_shapes, quoted_strings, starts_of
-from .leaks import text_strings
+from .leaks import find_in_bytes, needle_index, text_strings
 from .opclass import GEMM_CLASSES, node_class
 from .policy import HOT_ATTRIBUTES, Policy
 
-__all__ = ["RankSurvey", "survey_rank", "RankTask", "RankOutcome", "rewrite_rank", "PRODUCER", "VOCABULARY"]
+__all__ = ["RankSurvey", "survey_rank", "RankTask", "RankOutcome", "rewrite_rank", "searched_strings", "PRODUCER",
+           "VOCABULARY"]
 
 #: The ``producer`` of an anonymised trace's GlobalMetadata.
 PRODUCER = f"etkit {__version__} anonymize"
@@ -79,6 +80,8 @@ class RankTask:
     shift_us: int  # subtracted from every non-zero start_time_micros
     shift_ns: int  # subtracted from every ts_ns
     pg_map: dict[str, str]  # old pg_name -> new
+    shared: frozenset[str] = frozenset()  # text strings searched in every output besides the rank's own (paths, groups)
+    vocabulary: str = ""  # etkit's own words: a string inside them is not searched (:func:`searched_strings`)
 
 
 @dataclass
@@ -86,6 +89,7 @@ class RankOutcome:
     rank: int
     nodes: int
     strings: set[str] = field(default_factory=set)  # the input's text strings (for the leak search)
+    leaks: set[str] = field(default_factory=set)  # of searched_strings(strings | task.shared), those in the output
     tensors: int = 0  # distinct tensors renumbered
     flops_derived: int = 0  # nodes that got num_ops from their shapes
     max_jitter: float = 0.0  # largest relative change of a duration
@@ -94,6 +98,12 @@ class RankOutcome:
 #: Words etkit writes whatever the input: attribute names, classes, devices, the producer. A string of the
 #: input that is one of these (or inside one) is reported as vocabulary, not as a leak.
 VOCABULARY: tuple[str, ...] = ("pg_name", "ranks", PRODUCER, "producer", "None")
+
+
+def searched_strings(strings: set[str], policy: Policy, vocabulary: str) -> set[str]:
+    """The ``strings`` the leak search looks for: those neither inside etkit's own words (``vocabulary``, a text of
+    them) nor kept on purpose by the policy (``ProfilerStep#N``, ...)."""
+    return {s for s in strings if s not in vocabulary and not policy.listed_name(s)}
 
 
 def _jitter_factors(policy: Policy, rank: int, n: int) -> np.ndarray | None:
@@ -219,6 +229,24 @@ def _gemm_flops(name: str, cls: str, inputs: list | None, outputs: list | None) 
     return 2 * math.prod(out) * a[-1]
 
 
+def _unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, axis=0, return_inverse=True)`` of rows of integers >= -1, through one int64 key per row
+    where the rows' ranges fit in one (a sort of numbers, several times cheaper than one of rows)."""
+    widths = [int(c.max(initial=-1)) + 2 for c in keys.T]
+    if not keys.size or math.prod(widths) >= 1 << 62:
+        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+        return unique, inverse.ravel()
+    key = np.zeros(keys.shape[0], dtype=np.int64)
+    for column, width in zip(keys.T, widths):
+        key = key * width + (column + 1)
+    distinct, inverse = np.unique(key, return_inverse=True)
+    unique = np.empty((distinct.size, keys.shape[1]), dtype=keys.dtype)
+    for j in range(keys.shape[1] - 1, -1, -1):
+        distinct, unique[:, j] = np.divmod(distinct, widths[j])
+        unique[:, j] -= 1
+    return unique, inverse.ravel()
+
+
 def _group_init_values(text: str, pg_map: dict[str, str]) -> str:
     """A ``process_group:init`` values text with the groups renamed and nothing but names and ranks kept."""
     groups = parse_process_group_init(text).groups
@@ -326,7 +354,7 @@ class _RankWriter:
         if not rows.size:
             return none, none
         keys = np.stack([self.trace.name_idx[rows].astype(np.int64), shapes.index[rows, 0], shapes.index[rows, 1]], axis=1)
-        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+        unique, inverse = _unique_rows(keys)
         parsed = [[parse_shapes(t) for t in side] for side in shapes.texts]
         flops = []
         for name, into, out in unique.tolist():
@@ -467,11 +495,14 @@ class _RankWriter:
         framed, _, lengths = encode_nodes(nodes, framed=True)
         if lengths.size and not lengths.min():
             raise ValueError("refusing to write an empty node record")  # as TraceWriter does
+        data = frame(_metadata(trace, policy).SerializeToString()) + framed
         with atomic_output(task.target, compress=False) as out:
-            out.write(frame(_metadata(trace, policy).SerializeToString()))
-            out.write(framed)
+            out.write(data)
         self.outcome.tensors = self.io.tensors_renumbered
         self.outcome.strings = text_strings(strings)
+        # the leak search of this output for the strings this task knows of (the caller searches it for the others)
+        searched = searched_strings(self.outcome.strings | task.shared, policy, task.vocabulary)
+        self.outcome.leaks = {s.decode("utf-8", "surrogatepass") for s in find_in_bytes(data, needle_index(searched))}
         return self.outcome
 
 

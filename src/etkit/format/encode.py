@@ -106,26 +106,66 @@ def _table_blob(table: Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def copy_spans(out: np.ndarray, pos: np.ndarray, blob: np.ndarray, src: np.ndarray, lengths: np.ndarray) -> None:
     """``out[pos[i]:pos[i] + lengths[i]] = blob[src[i]:src[i] + lengths[i]]`` for every ``i`` (spans in order).
 
-    Each byte's place comes from one running sum (a step of 1 within a span, a jump between spans); a
-    source whose spans follow one another (a table written in row order) is read as one slice."""
+    A side (source or destination) whose spans follow one another is read or written as one slice; one
+    whose spans follow one another with gaps, the spans filling at least a quarter of its range (the
+    destination of a big field, as IOInfo messages are), through a boolean mask of that range made by
+    ``np.repeat`` of the gaps and spans: a byte per byte of the range. Otherwise each byte's place comes
+    from one running sum (an int64 per byte: a step of 1 within a span, a jump between spans)."""
     total = int(lengths.sum())
     if not total:
         return
     if not lengths.all():
         keep = lengths > 0
         pos, src, lengths = pos[keep], src[keep], lengths[keep]
+    values = _span_bytes(blob, src, lengths, total)
+    lo, mask = int(pos[0]), _span_mask(pos, lengths, total)
+    if mask is None:
+        out[_span_index(pos, lengths, total)] = values
+    elif mask.size == total:
+        out[lo:lo + total] = values
+    else:
+        out[lo:lo + mask.size][mask] = values
+
+
+def _span_mask(start: np.ndarray, lengths: np.ndarray, total: int) -> np.ndarray | None:
+    """Which bytes from ``start[0]`` to the last span's end the (non-empty) spans cover; None where a span
+    begins before the one before it ends, or the spans fill less than a quarter of that range."""
+    if int(start[-1] + lengths[-1] - start[0]) > 4 * total:
+        return None
+    gaps = np.empty(lengths.size, dtype=np.int64)
+    gaps[0] = 0
+    np.subtract(start[1:], start[:-1] + lengths[:-1], out=gaps[1:])
+    if (gaps < 0).any():
+        return None
+    if not gaps.any():
+        return np.ones(total, dtype=bool)
+    runs = np.empty(2 * lengths.size, dtype=np.int64)
+    runs[0::2], runs[1::2] = gaps, lengths
+    return np.repeat(np.tile(np.array([False, True]), lengths.size), runs)
+
+
+def _span_index(start: np.ndarray, lengths: np.ndarray, total: int) -> np.ndarray:
+    """The index of every byte of the (non-empty) spans, in order: one running sum (a step of 1 within a
+    span, a jump between spans)."""
     first = np.zeros(lengths.size, dtype=np.int64)
     np.cumsum(lengths[:-1], out=first[1:])
     step = np.ones(total, dtype=np.int64)
-    step[0] = pos[0]
-    step[first[1:]] = pos[1:] - (pos[:-1] + lengths[:-1]) + 1
-    where = np.cumsum(step)
-    if (src[1:] == src[:-1] + lengths[:-1]).all():
-        out[where] = blob[int(src[0]):int(src[0]) + total]
-        return
-    step[0] = src[0]
-    step[first[1:]] = src[1:] - (src[:-1] + lengths[:-1]) + 1
-    out[where] = blob[np.cumsum(step)]
+    step[0] = start[0]
+    step[first[1:]] = start[1:] - (start[:-1] + lengths[:-1]) + 1
+    return np.cumsum(step, out=step)
+
+
+def _span_bytes(blob: np.ndarray, src: np.ndarray, lengths: np.ndarray, total: int) -> np.ndarray:
+    """The bytes of the (non-empty) spans ``blob[src[i]:src[i] + lengths[i]]`` one after the other."""
+    lo, mask = int(src[0]), _span_mask(src, lengths, total)
+    out: np.ndarray
+    if mask is None:
+        out = blob[_span_index(src, lengths, total)]
+    elif mask.size == total:
+        out = blob[lo:lo + total]
+    else:
+        out = blob[lo:lo + mask.size][mask]
+    return out
 
 
 class _Piece:

@@ -118,14 +118,16 @@ _CHUNK = 1 << 14
 
 
 def record_parts(buf: bytes, rec_off: np.ndarray, rec_len: np.ndarray, names: Sequence[str] | None = None, *,
-                 io: bool = True, strings: bool = True, scalars: Sequence[int] = ()) -> RecordParts | None:
+                 io: bool = True, strings: bool = True, scalars: Sequence[int] = (),
+                 named_only: bool = False) -> RecordParts | None:
     """The IOInfo spans and attributes of the records ``buf[rec_off:rec_off+rec_len]`` (None: parse them one by one).
 
     ``names``: the attribute names the caller wants to tell apart (then :attr:`RecordParts.names` is
     ``names``, and other attributes have -1); None: a table of every name (costlier: one per attribute).
     ``io=False`` leaves the IOInfo spans out (all -1), ``strings=False`` the table of string values (every
     ``attr_text`` -1); ``scalars``: top-level varint fields (``3`` type, ``6`` start, ...) to return per record,
-    the last one of a record winning as protobuf reads them.
+    the last one of a record winning as protobuf reads them. ``named_only``: only the attributes whose bytes
+    hold one of ``names`` (of 4 bytes or more) are listed: the others cannot be one of them, and are not decoded.
 
     The records are walked in chunks of ``_CHUNK``. The walk checks the wire format but is not a proof that
     protobuf accepts the records (the trace loader's is): callers read what protobuf would read from
@@ -140,12 +142,14 @@ def record_parts(buf: bytes, rec_off: np.ndarray, rec_len: np.ndarray, names: Se
     text_off = np.full((n, 6), -1, dtype=np.int64)
     text_len = np.zeros((n, 6), dtype=np.int64)
     top = {number: np.zeros(n, dtype=np.uint64) for number in scalars}
+    wanted = [name.encode() for name in names or ()]
+    found = _occurrences(buf, b, wanted) if named_only and wanted and min(map(len, wanted)) >= 4 else None
     chunks = []
     try:
         for lo in range(0, n, _CHUNK):
             hi = min(lo + _CHUNK, n)
             chunks.append(_walk(b, rec_off[lo:hi], rec_end[lo:hi], io, io_off[lo:hi], io_len[lo:hi], text_off[lo:hi],
-                                text_len[lo:hi], {k: v[lo:hi] for k, v in top.items()}, lo))
+                                text_len[lo:hi], {k: v[lo:hi] for k, v in top.items()}, lo, found))
         joined = [np.concatenate(column) for column in zip(*chunks)] if chunks else [np.zeros(0, dtype=np.int64)] * 8
         attr_row, a_start, a_end, name_off, name_len, kind, value, v_off = joined
         return _parts(padded, b, io_off, io_len, text_off, text_len, attr_row, a_start, a_end, name_off, name_len, kind,
@@ -213,8 +217,11 @@ def walked_parts(buf: bytes, n: int, spans: Sequence[WalkSpans | None], names: S
             attr_row = a_start = a_len = name_len = kind = v_off = step = np.zeros(0, dtype=np.int64)
             value = np.zeros(0, dtype=np.uint64)
         v_off = np.where(kind == 0, 0, v_off)  # a name alone has no value (record_parts leaves 0)
-        # record_parts' order: chunks of _CHUNK records, each field position (step) of them, then by row
-        order = np.lexsort((attr_row, step, attr_row // _CHUNK))
+        # record_parts' order: chunks of _CHUNK records, each field position (step) of them, then by row (as one
+        # int64 key: a record's steps differ, so the keys do too, and one key sorts much faster than three)
+        width = int(step.max(initial=0)) + 1
+        row = attr_row.astype(np.int64)
+        order = np.argsort(((row // _CHUNK) * width + step) * _CHUNK + row % _CHUNK, kind="stable")
         if (np.diff(order) != 1).any():
             attr_row, a_start, a_len, name_len, kind, value, v_off = (
                 c[order] for c in (attr_row, a_start, a_len, name_len, kind, value, v_off))
@@ -255,10 +262,41 @@ def _parts(padded: bytes, b: np.ndarray, io_off: np.ndarray, io_len: np.ndarray,
                        attr_text, table, value, v_off, top, padded)
 
 
+def _occurrences(buf: bytes, b: np.ndarray, words: Sequence[bytes]) -> np.ndarray:
+    """Where each of ``words`` (4 bytes or more) occurs in ``buf`` (``b``: the padded buffer as bytes), in order.
+    A word that occurs a few times is found by ``bytes.find``; one that occurs often by its first four bytes,
+    looked for as little-endian words in the four views of the buffer (offsets 0, 4, ..., then 1, 5, ...),
+    and the rest of its bytes compared at those hits."""
+    n = len(buf)
+    at = []
+    for word in words:
+        if buf.count(word) <= _FEW:
+            hits, i = [], buf.find(word)
+            while i >= 0:
+                hits.append(i)
+                i = buf.find(word, i + 1)
+            at.append(np.asarray(hits, dtype=np.int64))
+            continue
+        head = np.frombuffer(word[:4], dtype="<u4")[0]
+        for k in range(4):
+            found = np.flatnonzero(b[k:k + (n - k) // 4 * 4].view("<u4") == head) * 4 + k
+            found = found[found + len(word) <= n]
+            for j in range(4, len(word)):
+                found = found[b[found + j] == word[j]]
+            at.append(found)
+    return np.sort(np.concatenate(at)) if at else np.zeros(0, dtype=np.int64)
+
+
+#: :func:`_occurrences` finds a word that occurs at most this often with ``bytes.find``.
+_FEW = 1 << 14
+
+
 def _walk(b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray, io: bool, io_off: np.ndarray, io_len: np.ndarray,
-          text_off: np.ndarray, text_len: np.ndarray, top: dict[int, np.ndarray], base: int) -> tuple[np.ndarray, ...]:
+          text_off: np.ndarray, text_len: np.ndarray, top: dict[int, np.ndarray], base: int,
+          found: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """One chunk of :func:`record_parts`: fills the chunk's rows of the per-record arrays and returns its
-    attributes (record, start, end, name span, value kind, value, value offset)."""
+    attributes (record, start, end, name span, value kind, value, value offset); ``found``: where the names
+    asked for occur (:func:`_occurrences`), then only the attributes holding one of them."""
     n = int(rec_off.size)
     wanted = np.zeros(64, dtype=bool)
     wanted[list(top)] = True
@@ -284,6 +322,10 @@ def _walk(b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray, io: bool, io_
             raise WireFault("an IOInfo text given twice")
         text_off[rows, slot], text_len[rows, slot] = g.offset, g.value.astype(np.int64)
     attrs = np.flatnonzero(f.field == 10)
+    if found is not None:  # an attribute named one of the names holds it: so does the first occurrence past its start
+        start, end = f.offset[attrs], f.offset[attrs] + f.value[attrs].astype(np.int64)
+        first = found[np.minimum(np.searchsorted(found, start), found.size - 1)] if found.size else start - 1
+        attrs = attrs[(first >= start) & (first + 4 <= end)]
     a_start = f.offset[attrs]
     a_end = a_start + f.value[attrs].astype(np.int64)
     na = attrs.size

@@ -53,7 +53,7 @@ def survey_file(path: str | os.PathLike[str], *, ints: Sequence[str] = (), start
     frames = frame_table(buf, path)
     if len(frames):
         names = ("pg_name", *ints)
-        parts = record_parts(buf, frames.offset[1:], frames.length[1:], names, io=False, strings=False,
+        parts = record_parts(buf, frames.offset[1:], frames.length[1:], names, io=False, strings=False, named_only=True,
                              scalars=(_TYPE, _START) if start else (_TYPE,))
         if parts is not None and parts.scalars is not None:
             types = (parts.scalars[_TYPE] & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32)
