@@ -120,7 +120,7 @@ def infer_layout(world_size: int, groups: ProcessGroups, used: Iterable[str],
     """
     lines: dict[int, set[int]] = {}  # stride -> sizes of the groups spanning it
     world = False  # a group of every rank says nothing about the dimensions, unless it is the only one
-    for name in set(used):
+    for name in sorted(set(used)):  # in name order: the group an error names is the same every run
         members = _members(groups, name, world_size)
         if len(members) == world_size:
             world = True
