@@ -377,8 +377,12 @@ _SMALL_VARINTS = [encode_varint(i) for i in range(1 << 14)]
 
 
 def _varint(value: int) -> bytes:
-    """:func:`encode_varint` of a non-negative int, from a table below 2**14."""
-    return _SMALL_VARINTS[value] if value < 0x4000 else encode_varint(value)
+    """:func:`encode_varint` of a non-negative int (from a table below 2**14, three bytes at once below 2**21)."""
+    if value < 0x4000:
+        return _SMALL_VARINTS[value]
+    if value < 0x200000:
+        return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
+    return encode_varint(value)
 
 
 def _text(tag: bytes, text: str) -> bytes:
@@ -560,7 +564,8 @@ def int_attr_field(head: tuple[bytes, int, int], value: int) -> bytes | None:
     prefix, low, high = head
     if not low <= value <= high:
         return None
-    return _attr_field(prefix + _varint(value & _U64_MAX))
+    body = prefix + (_SMALL_VARINTS[value] if 0 <= value < 0x4000 else _varint(value & _U64_MAX))
+    return _ATTR_KEY + _SMALL_VARINTS[len(body)] + body if len(body) < 0x4000 else _attr_field(body)
 
 
 def _attr_field(body: bytes) -> bytes:
@@ -621,7 +626,10 @@ class LineEncoder:
         self.io_tails: dict[bytes, bytes] = {}  # IOInfo text from the end of ``values`` -> shapes and types fields
         self.tails: dict[bytes, bytes] = {}  # attribute list text after the first ``lead`` -> their fields
         self.lead = 0
+        self.lookups = 0  # of tails
+        self.changes: dict[int, int] = {}  # attribute position -> tails in which an integer there changed
         self.names: dict[str, bytes] = {}
+        self.ios: dict[bytes, bytes] = {}  # the key and text of a recent IOInfo (most repeat) -> its field
 
     def encode(self, text: bytes) -> bytes | None:
         if b"\\" in text or not text.isascii():
@@ -633,9 +641,12 @@ class LineEncoder:
 
     def _record(self, node: _NodeLine) -> bytes | None:
         parts = []
-        if node.id != _NO_ID:
-            v = _uint(node.id)
-            if v is None:
+        text = node.id
+        if text != _NO_ID:
+            if not text.isdigit():
+                return None
+            v = int(text)
+            if v > _U64_MAX:
                 return None
             if v:
                 parts.append(_ID_KEY + _varint(v))
@@ -656,24 +667,33 @@ class LineEncoder:
             if deps:
                 body = []
                 for d in deps:
-                    v = _uint(d)
-                    if v is None:
+                    if not d.isdigit():
+                        return None
+                    v = int(d)
+                    if v > _U64_MAX:
                         return None
                     body.append(_varint(v))
                 joined = b"".join(body)
                 parts.append(key + _varint(len(joined)) + joined)
-        for text, key in ((node.startTimeMicros, _START_KEY), (node.durationMicros, _DURATION_KEY)):
-            if text != _NO_ID:
-                v = _uint(text)
-                if v is None:
+        for micros, key in ((node.startTimeMicros, _START_KEY), (node.durationMicros, _DURATION_KEY)):
+            if micros != _NO_ID:
+                time = _uint(micros)
+                if time is None:
                     return None
-                if v:
-                    parts.append(key + _varint(v))
+                if time:
+                    parts.append(key + _varint(time))
+        ios = self.ios
         for raw, key in ((node.inputs, _INPUTS_KEY), (node.outputs, _OUTPUTS_KEY)):
             if len(raw):
-                field = self._io(key, bytes(raw))
+                keyed = key + bytes(raw)
+                field = ios.get(keyed)
                 if field is None:
-                    return None
+                    field = self._io(key, keyed[1:])
+                    if field is None:
+                        return None
+                    if len(ios) >= self.limit >> 3:
+                        ios.clear()
+                    ios[keyed] = field
                 parts.append(field)
         if len(node.attr):
             attrs = self._attrs(bytes(node.attr))
@@ -694,10 +714,12 @@ class LineEncoder:
             tail = self._io_tail(text[cut:])
             if tail is None:
                 return None
-        if cut == len(_IO_HEAD):
+        n = cut - len(_IO_HEAD)
+        if not n:
             return key + _varint(len(tail)) + tail
-        size = _varint(cut - len(_IO_HEAD))
-        return b"".join((key, _varint(1 + len(size) + cut - len(_IO_HEAD) + len(tail)), _IO_VALUES, size,
+        size = _SMALL_VARINTS[n] if n < 0x4000 else encode_varint(n)
+        body = 1 + len(size) + n + len(tail)
+        return b"".join((key, _SMALL_VARINTS[body] if body < 0x4000 else encode_varint(body), _IO_VALUES, size,
                          text[len(_IO_HEAD):cut], tail))
 
     def _io_tail(self, text: bytes) -> bytes | None:
@@ -737,6 +759,7 @@ class LineEncoder:
             fields.append(field)
         if len(pieces) > lead:
             tail = pieces[lead]
+            self.lookups += 1
             field = self.tails.get(tail)
             if field is None:
                 field = self._new_tail(tail, lead)
@@ -750,11 +773,14 @@ class LineEncoder:
         for i, piece in enumerate(tail.split(b"},{")):
             field = self.attrs.get(piece)
             if field is None:
-                if piece.rpartition(b'":"')[0] in self.int_heads:  # a known integer attribute, a new value
-                    self.lead = max(self.lead, min(lead + i + 1, _MAX_LEAD))
+                if piece.rpartition(b'":"')[0] in self.int_heads:  # a known integer attribute with a new value
+                    changes = self.changes[lead + i] = self.changes.get(lead + i, 0) + 1
+                    if changes * 8 > self.lookups >= 64:  # on one node in eight or more: read it before the tail
+                        self.lead = max(self.lead, min(lead + i + 1, _MAX_LEAD))
                 field = self._new_attr(piece)
                 if field is None:
                     return None
+                self._keep(piece, field)  # (an integer here changes seldom: worth a place in the table)
             fields.append(field)
         joined = b"".join(fields)
         if len(self.tails) >= self.limit:
@@ -784,7 +810,10 @@ class LineEncoder:
             found = self.encoder.int_head(data[name], member)
             if found is not None:
                 self.int_heads[head] = (found, found[1] < 0)
+        self._keep(piece, field)
+        return field
+
+    def _keep(self, piece: bytes, field: bytes) -> None:
         if len(self.attrs) >= self.limit:
             self.attrs.clear()
         self.attrs[piece] = field
-        return field
