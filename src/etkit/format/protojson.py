@@ -784,7 +784,7 @@ class LineEncoder:
                 self._keep(piece, field)  # (an integer here changes seldom: worth a place in the table)
             fields.append(field)
         joined = b"".join(fields)
-        if len(self.tails) >= self.limit:
+        if len(self.tails) >= self.limit >> 2:  # (a tail is a few hundred bytes: fewer of them)
             self.tails.clear()
         self.tails[tail] = joined
         return joined
