@@ -611,11 +611,12 @@ class LineEncoder:
     then takes that general path, which also reports the errors).
 
     msgspec checks the syntax and decodes the top level into :class:`_NodeLine`; a text with a
-    backslash or invalid UTF-8 is left to the general path, so every string's bytes are its UTF-8
-    bytes. IOInfo is read in the twin's own layout (``values``, ``shapes``, ``types``); each attribute's
-    text is looked up in a bounded table (a new one is parsed by orjson and encoded by
-    :class:`NodeEncoder`), and one holding a decimal string after a known name and integer key (the
-    ``rf_id`` of every node) is encoded from its digits.
+    backslash or a byte that is not ASCII is left to the general path, so every string's bytes are its
+    UTF-8 bytes (msgspec does not check UTF-8 inside raw text; the ASCII rule makes that moot). IOInfo is
+    read in the twin's own layout (``values``, ``shapes``, ``types``); each attribute's text is looked up in
+    a bounded table (a new one is parsed by orjson and encoded by :class:`NodeEncoder`), and one holding a
+    decimal string after a known name and integer key (the ``rf_id`` of every node) is encoded from its
+    digits.
     """
 
     def __init__(self, encoder: NodeEncoder | None = None, limit: int = 1 << 16) -> None:
