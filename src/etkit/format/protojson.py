@@ -631,7 +631,8 @@ class LineEncoder:
         self.lookups = 0  # of tails
         self.changes: dict[int, int] = {}  # attribute position -> tails in which an integer there changed
         self.names: dict[str, bytes] = {}
-        self.ios: dict[bytes, bytes] = {}  # the key and text of a recent IOInfo (most repeat) -> its field
+        self.inputs: dict[bytes, bytes] = {}  # the text of a recent IOInfo (most repeat) -> its field
+        self.outputs: dict[bytes, bytes] = {}
 
     def encode(self, text: bytes) -> bytes | None:
         if b"\\" in text or not text.isascii():
@@ -677,25 +678,25 @@ class LineEncoder:
                     body.append(_varint(v))
                 joined = b"".join(body)
                 parts.append(key + _varint(len(joined)) + joined)
-        for micros, key in ((node.startTimeMicros, _START_KEY), (node.durationMicros, _DURATION_KEY)):
-            if micros != _NO_ID:
-                time = _uint(micros)
-                if time is None:
-                    return None
-                if time:
-                    parts.append(key + _varint(time))
-        ios = self.ios
-        for raw, key in ((node.inputs, _INPUTS_KEY), (node.outputs, _OUTPUTS_KEY)):
+        if node.startTimeMicros != _NO_ID or node.durationMicros != _NO_ID:
+            for micros, key in ((node.startTimeMicros, _START_KEY), (node.durationMicros, _DURATION_KEY)):
+                if micros != _NO_ID:
+                    time = _uint(micros)
+                    if time is None:
+                        return None
+                    if time:
+                        parts.append(key + _varint(time))
+        for raw, key, ios in ((node.inputs, _INPUTS_KEY, self.inputs), (node.outputs, _OUTPUTS_KEY, self.outputs)):
             if len(raw):
-                keyed = key + bytes(raw)
-                field = ios.get(keyed)
+                io = bytes(raw)
+                field = ios.get(io)
                 if field is None:
-                    field = self._io(key, keyed[1:])
+                    field = self._io(key, io)
                     if field is None:
                         return None
-                    if len(ios) >= self.limit >> 3:
+                    if len(ios) >= self.limit >> 4:
                         ios.clear()
-                    ios[keyed] = field
+                    ios[io] = field
                 parts.append(field)
         if len(node.attr):
             attrs = self._attrs(bytes(node.attr))
