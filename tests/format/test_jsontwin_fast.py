@@ -373,6 +373,85 @@ def test_node_encoder_writes_what_protobuf_writes(records: list[bytes], shuffle)
             assert _encoded_or_error(encoder.encode, data) == _encoded_or_error(reference, data), data
 
 
+def _line_or_error(text: bytes, encoder):  # type: ignore[no-untyped-def]
+    """What the general path makes of one node line: its record, or the type of its error."""
+    try:
+        return encoder.encode(orjson.loads(text))
+    except Exception as exc:  # noqa: BLE001 - the line reader must decline every line that fails
+        return type(exc)
+
+
+def _line_variants(text: bytes) -> list[bytes]:
+    """``text`` and odd versions of it: each a line the general path reads some other way or refuses."""
+    swaps = [(b'"id":"', b'"id":"-'), (b'"id":"', b'"id":"0'), (b'"id":"', b'"id":"99999999999999999999'),
+             (b'"id":"', rb'"id":"\u0031'), (b'"name":"', rb'"name":"\t'), (b'"name":"', rb'"name":"\ud800'),
+             (b'"name":"', '"name":"\u00e9'.encode()), (b'"name":"', b'"name":"\xff'), (b'"name":"', b'"name":"\x01'),
+             (b'"type":"', b'"type":"X'), (b'Deps":["', b'Deps":["-'), (b'Deps":["', b'Deps":[1,"'),
+             (b'"inputs":{', b'"inputs":{"other":"","x":"",'), (b'"inputs":{"values":"', b'"inputs":{"values":"","values":"'),
+             (b'"attr":[', b'"attr":[{"name":"a","stringVal":"},{"},'), (b'"attr":[', b'"attr":[{},'),
+             (b'"attr":[', b'"attr":[{"name":"rf_id","int64Val":"--5"},'),
+             (b'"attr":[', b'"attr":[{"name":"rf_id","uint64Val":"-5"},{"name":"rf_id","int32Val":2147483648},'),
+             (b'"attr":[', rb'"attr":[{"name":"b","boolVal":1},{"name":"s","stringVal":"},{\"name\":\"t\"}"},'),
+             (b'"int64Val":"', b'"int64Val":"-'), (b'"int64Val":"', b'"int64Val":"99999999999999999999'),
+             (b'"int64Val":"', b'"int64Val":" '), (b'{"name":"', b'{"int64Val":"1","name":"'),
+             (b'"stringVal":"', b'"stringVal":"},{'), (b'"boolVal":true', b'"boolVal":"true"'),
+             (b'"id":', b'"_raw":"CAE=","id":'), (b'"id":', b'"data_deps":["1"],"id":'), (b'{', b'{"id":"7",'),
+             (b',"', b' ,"'), (b'}', b'},'), (b'"', b"'")]
+    out = [text, text + b"x", text[:-1], b"{}", b'{"id":"0"}', b"[]", b"null"]
+    for old, new in swaps:
+        if old in text:
+            out += [text.replace(old, new, 1), text.replace(old, new)]
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(records=st.lists(_node_records(), min_size=1, max_size=8))
+def test_line_encoder_writes_what_the_general_path_writes(records: list[bytes]) -> None:
+    """from-json's reader of node lines (msgspec, then the twin's own layout) gives the general path's
+    record for every line it takes (it declines every line that the general path refuses)."""
+    from etkit.format.protojson import Fragments, LineEncoder, NodeEncoder, node_text
+
+    lines, general = LineEncoder(limit=4), NodeEncoder(limit=4)  # small tables: their clearing is exercised too
+    for record in [r for r in records if _parses(r)] * 2:  # twice: the second time from the tables
+        for text in _line_variants(node_text(record, Fragments())):
+            record_or_none = lines.encode(text)
+            assert record_or_none is None or record_or_none == _line_or_error(text, general), text
+
+
+def test_line_encoder_takes_the_twins_lines_and_declines_odd_ones() -> None:
+    """A real-shaped line (every field, integer, string and bool attributes) is taken, from the tables too;
+    its odd versions are declined or give the general path's record."""
+    from etkit.format.protojson import LineEncoder, NodeEncoder
+
+    line = (b'{"id":"7130","name":"aten::narrow","type":"COMP_NODE","ctrlDeps":["1"],"dataDeps":["7129","12"],'
+            b'"startTimeMicros":"5","durationMicros":"6","inputs":{"values":"[[426, 435], 0]","shapes":"[[53120], []]",'
+            b'"types":"[\'Tensor(float)\', \'Int\']"},"outputs":{"values":"","shapes":"[]","types":"[]"},'
+            b'"attr":[{"name":"rf_id","int64Val":"4997"},{"name":"seq_id","int64Val":"-1"},{"name":"n","uint64Val":"3"},'
+            b'{"name":"op_schema","stringVal":"aten::narrow(Tensor(a) self) -> Tensor(a)"},{"name":"is_cpu_op","boolVal":true},'
+            b'{"name":"w","int32Val":-4}]}')
+    lines, general = LineEncoder(), NodeEncoder()
+    for number in range(3):  # new, then from the tables (a new rf_id each time)
+        text = line.replace(b'"4997"', b'"%d"' % (4997 + number))
+        assert lines.encode(text) == general.encode(orjson.loads(text)) is not None
+    outcomes = [lines.encode(text) for text in _line_variants(line)]
+    for text, outcome in zip(_line_variants(line), outcomes, strict=True):
+        assert outcome is None or outcome == _line_or_error(text, general), text
+    assert sum(outcome is None for outcome in outcomes) > 50
+
+
+def test_line_encoder_reads_real_lines(upstream: Path, tmp_path: Path) -> None:
+    """On a real converter's trace the line reader takes all but a few lines (those with a backslash)."""
+    from etkit.format.protojson import LineEncoder, NodeEncoder
+
+    et = upstream / "generated-by-upstream-chakra-21585d8/pytorch_converter/resnet_2gpu_et.1.1.0-chakra.0.0.4.host_only.et.gz"
+    to_json(et, tmp_path / "r.json")
+    lines, general = LineEncoder(), NodeEncoder()
+    texts = [t.rstrip(b",") for t in (tmp_path / "r.json").read_bytes().split(b"\n")[1:-2]]
+    records = [lines.encode(t) for t in texts]
+    assert sum(r is None for r in records) == sum(b"\\" in t for t in texts) < 5
+    assert all(r == general.encode(orjson.loads(t)) for r, t in zip(records, texts, strict=True) if r is not None)
+
+
 def test_json_strings_are_orjsons_and_node_types_the_schemas() -> None:
     """The byte reader escapes strings with json's C escaper: the same bytes as orjson (which the per-record
     path uses) for every code point; its node type names are the schema's."""

@@ -21,9 +21,12 @@ from __future__ import annotations
 import itertools
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+#: One node's JSON text -> its record, or None for the general path (:class:`etkit.format.protojson.LineEncoder`).
+LineCoder = Callable[[bytes], "bytes | None"]
 
 from ..errors import TraceFormatError
 from ..fileio import atomic_output, open_maybe_gzip
@@ -136,8 +139,11 @@ def _bad(path: str | os.PathLike[str], message: str, record: int | None = None) 
     return TraceFormatError(path, message, record=record)
 
 
-def _iter_dicts(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
-    """``(index, object)``: index 0 is the metadata object, then one per node (JSON syntax checked)."""
+def _iter_dicts(path: str | os.PathLike[str], encode_line: LineCoder | None = None) -> Iterator[tuple[int, Any]]:
+    """``(index, object)``: index 0 is the metadata object, then one per node (JSON syntax checked).
+
+    With ``encode_line``, a node line of the twin's layout that it encodes comes as its record
+    (``bytes``) instead of its object."""
     from .jsonizer import split_objects
     try:
         stream = open_maybe_gzip(path)
@@ -149,7 +155,7 @@ def _iter_dicts(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
         except (OSError, EOFError) as exc:
             raise _bad(path, f"cannot read ({exc})") from None
         if first_line.startswith(b'{"format":"' + FORMAT_NAME.encode()) and first_line.rstrip().endswith(b'"nodes":['):
-            yield from _iter_line_layout(path, first_line, stream)
+            yield from _iter_line_layout(path, first_line, stream, encode_line)
             return
         if first_line.rstrip(b"\r\n") == b"{" or first_line.startswith(b"{}{"):  # jsonizer's layout: streamed
             objects = _parsed_pieces(path, split_objects(first_line, stream))
@@ -181,7 +187,8 @@ def _parsed_pieces(path: str | os.PathLike[str], pieces: Iterator[bytes]) -> Ite
             raise _bad(path, f"invalid JSON ({exc})", index) from None
 
 
-def _iter_line_layout(path: str | os.PathLike[str], first_line: bytes, stream: Any) -> Iterator[tuple[int, Any]]:
+def _iter_line_layout(path: str | os.PathLike[str], first_line: bytes, stream: Any,
+                      encode_line: LineCoder | None = None) -> Iterator[tuple[int, Any]]:
     import orjson
     try:
         header = orjson.loads(first_line.rstrip()[: -len(b',"nodes":[')] + b"}")
@@ -200,8 +207,13 @@ def _iter_line_layout(path: str | os.PathLike[str], first_line: bytes, stream: A
         if closed:
             raise _bad(path, "text after the end of the document")
         index += 1
+        text = line[:-1] if line.endswith(b",") else line
+        record = encode_line(text) if encode_line is not None else None
+        if record is not None:
+            yield index, record
+            continue
         try:
-            yield index, orjson.loads(line[:-1] if line.endswith(b",") else line)
+            yield index, orjson.loads(text)
         except orjson.JSONDecodeError as exc:
             raise _bad(path, f"invalid JSON ({exc})", index) from None
     if not closed:
@@ -282,20 +294,20 @@ def from_json(json_path: str | os.PathLike[str], et_path: str | os.PathLike[str]
 
     Records are restored exactly (``_raw`` bytes as they are); an empty node is refused.
     """
-    from .protojson import NodeEncoder
+    from .protojson import LineEncoder, NodeEncoder
     from .schema import Node
     from .stream import TraceWriter
-    items = _iter_dicts(json_path)
+    encoder = NodeEncoder()
+    items = _iter_dicts(json_path, LineEncoder(encoder).encode)
     index, data = next(items)
     count = 0
-    encoder = NodeEncoder()
 
     def node_payload(data: dict[str, Any]) -> bytes:
         return _payload(data, Node, encoder.encode)
 
     with TraceWriter(et_path, _convert(json_path, index, data, _metadata_payload)) as writer:
         for index, data in items:
-            payload = _convert(json_path, index, data, node_payload)
+            payload = data if type(data) is bytes else _convert(json_path, index, data, node_payload)
             if not payload:
                 raise _bad(json_path, "empty node (id 0 and no other field) cannot be written", index)
             writer.write_record(payload)

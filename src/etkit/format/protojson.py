@@ -11,21 +11,25 @@ import base64
 import math
 from typing import Any
 
+import msgspec
 import numpy as np
 import orjson
 
 from . import tags
 from .schema import LIST_KINDS, AttributeProto, GlobalMetadata, IOInfo, Node, NodeType
+from .stream import _PREFIXES as _VARINTS_BELOW_2_14
 from .stream import encode_varint
 from .tags import key_byte
 
 _NAME_KEY, _TYPE_KEY, _ATTR_KEY = (key_byte(k) for k in (tags.NODE_NAME, tags.NODE_TYPE, tags.NODE_ATTR))
 _IO_VALUES, _IO_SHAPES, _IO_TYPES = (key_byte(k) for k in (tags.IO_VALUES, tags.IO_SHAPES, tags.IO_TYPES))
+_ID_KEY, _CTRL_KEY, _DATA_KEY, _START_KEY, _DURATION_KEY, _INPUTS_KEY, _OUTPUTS_KEY = (key_byte(k) for k in (
+    tags.NODE_ID, tags.NODE_CTRL, tags.NODE_DATA, tags.NODE_START, tags.NODE_DURATION, tags.NODE_INPUTS, tags.NODE_OUTPUTS))
 
 __all__ = [
     "attr_to_dict", "attr_json", "compact", "io_to_dict", "node_to_dict", "metadata_to_dict",
     "dict_to_node", "dict_to_metadata", "NodeEncoder", "KIND_JSON", "NODE_TYPE_NAMES", "WIDE_SCALARS",
-    "Fragments", "node_json", "node_text", "metadata_json",
+    "Fragments", "node_json", "node_text", "metadata_json", "LineEncoder",
 ]
 
 NODE_TYPE_NAMES = {t.value: t.name for t in NodeType}
@@ -370,7 +374,16 @@ _I64 = (-(1 << 63), (1 << 63) - 1)
 _INT_MEMBERS = {"int32Val": (7, -(1 << 31), (1 << 31) - 1), "int64Val": (9, *_I64), "uint32Val": (11, 0, (1 << 32) - 1),
                 "uint64Val": (13, 0, _U64_MAX)}
 _VARINT_1 = [bytes((i,)) for i in range(128)]
-_varint = encode_varint
+_SMALL_VARINTS = _VARINTS_BELOW_2_14  # (the record framing's table: made once)
+
+
+def _varint(value: int) -> bytes:
+    """:func:`encode_varint` of a non-negative int (from a table below 2**14, three bytes at once below 2**21)."""
+    if value < 0x4000:
+        return _SMALL_VARINTS[value]
+    if value < 0x200000:
+        return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
+    return encode_varint(value)
 
 
 def _text(tag: bytes, text: str) -> bytes:
@@ -502,15 +515,9 @@ class NodeEncoder:
             hit = self.attrs.get(key)
             if hit is not None:
                 return hit
-        head = self.heads.get((name, k2))
+        head = self._head(name, k2)
         if head is None:
-            member = _INT_MEMBERS.get(k2)
-            number = 27 if k2 == "boolVal" else 29 if k2 == "stringVal" else member[0] if member else 0
-            if not number:
-                return None
-            low, high = (member[1], member[2]) if member else (0, 0)
-            head = self.heads[(name, k2)] = (_text(b"\x0a", name) + _varint(number << 3 | (2 if number == 29 else 0)),
-                                             number, low, high)
+            return None
         prefix, number, low, high = head
         if number == 27:
             if type(value) is not bool:
@@ -526,9 +533,290 @@ class NodeEncoder:
             if v is None or type(value) is bool:
                 return None
             body = prefix + _varint(v & _U64_MAX)
-        encoded = _ATTR_KEY + _varint(len(body)) + body
+        encoded = _attr_field(body)
         if type(value) is str or type(value) is bool:
             if len(self.attrs) >= self.limit:
                 self.attrs.clear()
             self.attrs[(name, k2, value, type(value) is bool)] = encoded
         return encoded
+
+    def _head(self, name: str, member: str) -> tuple[bytes, int, int, int] | None:
+        """The bytes of an attribute up to its value (name, value key), its field number and the value's range."""
+        head = self.heads.get((name, member))
+        if head is None:
+            known = _INT_MEMBERS.get(member)
+            number = 27 if member == "boolVal" else 29 if member == "stringVal" else known[0] if known else 0
+            if not number:
+                return None
+            low, high = (known[1], known[2]) if known else (0, 0)
+            head = self.heads[(name, member)] = (_text(b"\x0a", name) + _varint(number << 3 | (2 if number == 29 else 0)),
+                                                 number, low, high)
+        return head
+
+    def int_head(self, name: str, member: str) -> tuple[bytes, int, int] | None:
+        """For :func:`int_attr_field`: the bytes of an integer attribute up to its value, and the value's range."""
+        head = self._head(name, member)
+        return None if head is None or head[1] in (27, 29) else (head[0], head[2], head[3])
+
+
+def int_attr_field(head: tuple[bytes, int, int], value: int) -> bytes | None:
+    """``52 len AttributeProto`` of an integer attribute from :meth:`NodeEncoder.int_head` and its value (None
+    out of range): the bytes of ``NodeEncoder._attr({"name": name, member: str(value)})``."""
+    prefix, low, high = head
+    if not low <= value <= high:
+        return None
+    body = prefix + (_SMALL_VARINTS[value] if 0 <= value < 0x4000 else _varint(value & _U64_MAX))
+    return _ATTR_KEY + _SMALL_VARINTS[len(body)] + body if len(body) < 0x4000 else _attr_field(body)
+
+
+def _attr_field(body: bytes) -> bytes:
+    return _ATTR_KEY + _varint(len(body)) + body
+
+
+# -- one node's JSON text -> record bytes ----------------------------------------------------------
+
+class _NodeLine(msgspec.Struct, forbid_unknown_fields=True):
+    """A node object as the twin writes it, decoded by msgspec: its scalar fields as the strings they are
+    in the text, its IOInfo and attribute list as raw JSON text (:class:`LineEncoder` reads those)."""
+
+    id: str = "0"
+    name: str = ""
+    type: str = "INVALID_NODE"
+    ctrlDeps: list[str] = []
+    dataDeps: list[str] = []
+    startTimeMicros: str = "0"
+    durationMicros: str = "0"
+    inputs: msgspec.Raw = msgspec.Raw()  # empty: the key is absent
+    outputs: msgspec.Raw = msgspec.Raw()
+    attr: msgspec.Raw = msgspec.Raw()
+
+
+def _uint(text: str) -> int | None:
+    """The value of a decimal string of ASCII digits (the text is ASCII) that fits 64 bits, else None."""
+    if text.isdigit():
+        value = int(text)
+        return value if value <= _U64_MAX else None
+    return None
+
+
+_NODE_DECODE_ERRORS = (msgspec.MsgspecError, ValueError, TypeError, KeyError, AttributeError, UnicodeError)
+_IO_HEAD = b'{"values":"'
+_MAX_LEAD = 16  # attributes read one by one before the looked-up tail, at most
+_NO_ID = "0"
+
+
+class LineEncoder:
+    """Node records straight from the JSON text of one node: exactly the bytes of
+    ``NodeEncoder.encode(orjson.loads(text))``, or None for a text it does not vouch for (the caller
+    then takes that general path, which also reports the errors).
+
+    msgspec checks the syntax and decodes the top level into :class:`_NodeLine`; a text with a
+    backslash or a byte that is not ASCII is left to the general path, so every string's bytes are its
+    UTF-8 bytes (msgspec does not check UTF-8 inside raw text; the ASCII rule makes that moot). IOInfo is
+    read in the twin's own layout (``values``, ``shapes``, ``types``); each attribute's text is looked up in
+    a bounded table (a new one is parsed by orjson and encoded by :class:`NodeEncoder`), and one holding a
+    decimal string after a known name and integer key (the ``rf_id`` of every node) is encoded from its
+    digits.
+    """
+
+    def __init__(self, encoder: NodeEncoder | None = None, limit: int = 1 << 16) -> None:
+        self.encoder = encoder or NodeEncoder(limit)
+        self.limit = limit
+        self.decode = msgspec.json.Decoder(_NodeLine).decode
+        self.attrs: dict[bytes, bytes] = {}  # attribute text -> its field
+        self.int_heads: dict[bytes, tuple[tuple[bytes, int, int], bool]] = {}  # text before an integer's digits -> head, signed
+        self.io_tails: dict[bytes, bytes] = {}  # IOInfo text from the end of ``values`` -> shapes and types fields
+        self.tails: dict[bytes, bytes] = {}  # attribute list text after the first ``lead`` -> their fields
+        self.lead = 0
+        self.lookups = 0  # of tails
+        self.changes: dict[int, int] = {}  # attribute position -> tails in which an integer there changed
+        self.names: dict[str, bytes] = {}
+        self.inputs: dict[bytes, bytes] = {}  # the text of a recent IOInfo (most repeat) -> its field
+        self.outputs: dict[bytes, bytes] = {}
+
+    def encode(self, text: bytes) -> bytes | None:
+        if b"\\" in text or not text.isascii():
+            return None
+        try:
+            return self._record(self.decode(text))
+        except _NODE_DECODE_ERRORS:
+            return None
+
+    def _record(self, node: _NodeLine) -> bytes | None:
+        parts = []
+        text = node.id
+        if text != _NO_ID:
+            if not text.isdigit():
+                return None
+            v = int(text)
+            if v > _U64_MAX:
+                return None
+            if v:
+                parts.append(_ID_KEY + _varint(v))
+        name = node.name
+        if name:
+            field = self.names.get(name)
+            if field is None:
+                if len(self.names) >= self.limit:
+                    self.names.clear()
+                field = self.names[name] = _text(_NAME_KEY, name)
+            parts.append(field)
+        value = _NODE_TYPE_VALUES.get(node.type)
+        if value is None:
+            return None
+        if value:
+            parts.append(_TYPE_KEY + _VARINT_1[value])
+        for deps, key in ((node.ctrlDeps, _CTRL_KEY), (node.dataDeps, _DATA_KEY)):
+            if deps:
+                body = []
+                for d in deps:
+                    if not d.isdigit():
+                        return None
+                    v = int(d)
+                    if v > _U64_MAX:
+                        return None
+                    body.append(_varint(v))
+                joined = b"".join(body)
+                parts.append(key + _varint(len(joined)) + joined)
+        if node.startTimeMicros != _NO_ID or node.durationMicros != _NO_ID:
+            for micros, key in ((node.startTimeMicros, _START_KEY), (node.durationMicros, _DURATION_KEY)):
+                if micros != _NO_ID:
+                    time = _uint(micros)
+                    if time is None:
+                        return None
+                    if time:
+                        parts.append(key + _varint(time))
+        for raw, key, ios in ((node.inputs, _INPUTS_KEY, self.inputs), (node.outputs, _OUTPUTS_KEY, self.outputs)):
+            if len(raw):
+                io = bytes(raw)
+                field = ios.get(io)
+                if field is None:
+                    field = self._io(key, io)
+                    if field is None:
+                        return None
+                    if len(ios) >= self.limit >> 4:
+                        ios.clear()
+                    ios[io] = field
+                parts.append(field)
+        if len(node.attr):
+            attrs = self._attrs(bytes(node.attr))
+            if attrs is None:
+                return None
+            parts.append(attrs)
+        return b"".join(parts)
+
+    def _io(self, key: bytes, text: bytes) -> bytes | None:
+        """The IOInfo field of ``{"values":"..","shapes":"..","types":".."}`` (or ``{}``), else None."""
+        if text == b"{}":
+            return key + b"\x00"
+        if not text.startswith(_IO_HEAD):
+            return None
+        cut = text.index(b'"', len(_IO_HEAD))  # the end of values (no backslash: the first quote)
+        tail = self.io_tails.get(text[cut:])
+        if tail is None:
+            tail = self._io_tail(text[cut:])
+            if tail is None:
+                return None
+        n = cut - len(_IO_HEAD)
+        if not n:
+            return key + _varint(len(tail)) + tail
+        size = _SMALL_VARINTS[n] if n < 0x4000 else encode_varint(n)
+        body = 1 + len(size) + n + len(tail)
+        return b"".join((key, _SMALL_VARINTS[body] if body < 0x4000 else encode_varint(body), _IO_VALUES, size,
+                         text[len(_IO_HEAD):cut], tail))
+
+    def _io_tail(self, text: bytes) -> bytes | None:
+        pieces = text.split(b'"')  # '', ',', 'shapes', ':', S, ',', 'types', ':', T, '}'
+        if len(pieces) != 10 or pieces[:4] != [b"", b",", b"shapes", b":"] or pieces[5:8] != [b",", b"types", b":"] \
+                or pieces[9] != b"}":
+            return None
+        shapes, types = pieces[4], pieces[8]
+        tail = (_IO_SHAPES + _varint(len(shapes)) + shapes if shapes else b"") + \
+            (_IO_TYPES + _varint(len(types)) + types if types else b"")
+        if len(self.io_tails) >= self.limit:
+            self.io_tails.clear()
+        self.io_tails[text] = tail
+        return tail
+
+    def _attrs(self, text: bytes) -> bytes | None:
+        """The attr fields of an attribute list's text, else None.
+
+        The list is cut at each ``},{``. Where that is inside a string value the piece before holds an odd
+        number of quotes: it is no known attribute and orjson refuses it, so the node goes the general way.
+        The first ``lead`` attributes are read one by one, the rest (the *tail*, which repeats from node to
+        node) is looked up whole; ``lead`` grows to cover the attributes that were new in a tail."""
+        if text == b"[]":
+            return b""
+        if not (text.startswith(b"[{") and text.endswith(b"}]")):
+            return None
+        lead = self.lead
+        pieces = text[2:-2].split(b"},{", lead)
+        fields = []
+        known = self.attrs
+        for piece in pieces[:lead]:
+            field = known.get(piece)
+            if field is None:
+                field = self._new_attr(piece)
+                if field is None:
+                    return None
+            fields.append(field)
+        if len(pieces) > lead:
+            tail = pieces[lead]
+            self.lookups += 1
+            field = self.tails.get(tail)
+            if field is None:
+                field = self._new_tail(tail, lead)
+                if field is None:
+                    return None
+            fields.append(field)
+        return b"".join(fields)
+
+    def _new_tail(self, tail: bytes, lead: int) -> bytes | None:
+        fields = []
+        for i, piece in enumerate(tail.split(b"},{")):
+            field = self.attrs.get(piece)
+            if field is None:
+                if piece.rpartition(b'":"')[0] in self.int_heads:  # a known integer attribute with a new value
+                    changes = self.changes[lead + i] = self.changes.get(lead + i, 0) + 1
+                    if changes * 8 > self.lookups >= 64:  # on one node in eight or more: read it before the tail
+                        self.lead = max(self.lead, min(lead + i + 1, _MAX_LEAD))
+                field = self._new_attr(piece)
+                if field is None:
+                    return None
+                self._keep(piece, field)  # (an integer here changes seldom: worth a place in the table)
+            fields.append(field)
+        joined = b"".join(fields)
+        if len(self.tails) >= self.limit >> 2:  # (a tail is a few hundred bytes: fewer of them)
+            self.tails.clear()
+        self.tails[tail] = joined
+        return joined
+
+    def _new_attr(self, piece: bytes) -> bytes | None:
+        """The field of an attribute's text (between its braces) not in the table: from the digits after a
+        learnt head (``"name":"rf_id","int64Val":"``), else from orjson and :meth:`NodeEncoder._attr`."""
+        head, cut, digits = piece.rpartition(b'":"')
+        learnt = self.int_heads.get(head) if cut else None
+        if learnt is not None and digits[-1:] == b'"':
+            int_head, signed = learnt
+            number = digits[1:-1] if signed and digits[:1] == b"-" else digits[:-1]
+            if number.isdigit():
+                return int_attr_field(int_head, int(digits[:-1]))
+        data = orjson.loads(b"{" + piece + b"}")
+        field = self.encoder._attr(data)
+        if field is None:
+            return None
+        name, member = next(iter(data)), next(reversed(data))
+        if member in _INT_MEMBERS and name == "name" and type(data[member]) is str \
+                and piece == b'"name":"' + data[name].encode() + b'","' + member.encode() + b'":"' + data[member].encode() + b'"':
+            if len(self.int_heads) >= self.limit:
+                self.int_heads.clear()
+            found = self.encoder.int_head(data[name], member)
+            if found is not None:
+                self.int_heads[head] = (found, found[1] < 0)
+        self._keep(piece, field)
+        return field
+
+    def _keep(self, piece: bytes, field: bytes) -> None:
+        if len(self.attrs) >= self.limit:
+            self.attrs.clear()
+        self.attrs[piece] = field
