@@ -435,7 +435,12 @@ class _Converter:
         decided as columns (:class:`_Rows`), then encoded together (etkit.format.encode)."""
         metadata = frame(self._metadata().SerializeToString())
         with contextlib.nullcontext(None) if path is None else atomic_output(path) as out:
-            chunks = chain([metadata], encode_node_chunks(_Rows(self, walk, chains, items, kernel_kind, waits).table()))
+            table = _Rows(self, walk, chains, items, kernel_kind, waits).table()
+            # about _CHUNK_BYTES of records at a time: the encoder's working arrays are several times their bytes
+            io = table.io
+            row_bytes = 120 + (io.data.size if isinstance(io, Packed) else 0) // max(1, table.ids.size)
+            rows = min(max(_CHUNK_BYTES // row_bytes, 1 << 10), 1 << 14)
+            chunks = chain([metadata], encode_node_chunks(table, rows))
             if out is None:
                 self.framed = b"".join(chunks)
             else:
@@ -1039,7 +1044,7 @@ class _Rows:
                  *int_attr_columns("cat", cat, timed.astype(bool) & (cat >= 0)),
                  AttrColumn("", table=runs, index=tail, framed=True)]
         return NodeTable(ids, types, [s.encode() for s in names.values], name_idx, ctrl_ptr, ctrl_deps,
-                         data_ptr, data_deps, start.astype(np.uint64), duration.astype(np.uint64), io_table(*io),
+                         data_ptr, data_deps, start.astype(np.uint64), duration.astype(np.uint64), io_table(io[0], io[1], io[2]),
                          inputs, outputs, attrs)
 
 
@@ -1053,6 +1058,9 @@ class _Framed(Interned[bytes]):
 _NO_TIME = float("nan")
 #: ``cat`` codes of the GPU activity written as MEM_LOAD / MEM_STORE nodes (device.gpu_node_type).
 _GPU_MEMORY_CATS = np.array([PROFILER_CATEGORIES.index(c) for c in ("gpu_memcpy", "gpu_memset")])
+#: Bytes of records encoded at a time (about: from the size of their IOInfo messages): the encoder's working
+#: arrays are 10-20 times their bytes; bigger chunks are not faster.
+_CHUNK_BYTES = 1 << 18
 #: At most this many distinct (rf_id, seq_id) pairs are written as part of the ops' templates.
 _FOLDED_IDS = 64
 #: The attributes of a host op that its template holds (``_Rows._ops``), with ``is_cpu_op``.

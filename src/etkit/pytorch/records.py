@@ -67,17 +67,30 @@ def int_attr_columns(name: str, values: np.ndarray, present: np.ndarray) -> list
     return columns
 
 
-def io_table(values: Sequence[str], shapes: Sequence[str], types: Sequence[str]) -> Packed:
-    """The IOInfo messages of ``values[k]``, ``shapes[k]``, ``types[k]`` (empty strings left out), in order."""
+def io_table(values: Sequence[str], shapes: Sequence[str], types: Sequence[str], chunk: int = 1 << 10) -> Packed:
+    """The IOInfo messages of ``values[k]``, ``shapes[k]``, ``types[k]`` (empty strings left out), in order;
+    encoded ``chunk`` messages at a time (the encoder's working arrays are several times a chunk's bytes)."""
     n = len(values)
-    # values: mostly distinct (tensor ids), in message order (copied as one run); shapes and types repeat
-    fields = [(1, packed([s.encode() for s in values]), np.arange(n, dtype=np.int64))]
-    for number, strings in ((2, shapes), (3, types)):
+    # shapes and types repeat: tables of the distinct ones; values are mostly distinct (tensor ids), each
+    # chunk's in message order (copied as one run)
+    tables = []
+    for strings in (shapes, types):
         table: Interned[str] = Interned()
-        index = np.asarray(table.indices(strings), dtype=np.int64)
-        fields.append((number, packed([s.encode() for s in table.values]), index))
-    blob, offsets, lengths = encode_strings(n, fields)
-    return Packed.of(blob, offsets, lengths)
+        index = np.asarray(table.indices(strings), dtype=np.int64).reshape(n)
+        tables.append((packed([s.encode() for s in table.values]), index))
+    blobs, offsets, lengths, base = [], [], [], 0
+    for a in range(0, n, chunk):
+        b = min(n, a + chunk)
+        fields = [(1, packed([s.encode() for s in values[a:b]]), np.arange(b - a, dtype=np.int64))]
+        fields += [(number, table, index[a:b]) for number, (table, index) in ((2, tables[0]), (3, tables[1]))]
+        blob, offset, length = encode_strings(b - a, fields)
+        blobs.append(blob)
+        offsets.append(offset + base)
+        lengths.append(length)
+        base += len(blob)
+    if not blobs:
+        return Packed.of(b"", np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    return Packed.of(b"".join(blobs), np.concatenate(offsets), np.concatenate(lengths))
 
 
 def csr_lists(count: int, first: np.ndarray, second: np.ndarray, lists: dict[int, list[int]]
