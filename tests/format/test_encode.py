@@ -111,3 +111,41 @@ def test_record_parts_find_what_protobuf_parses(tmp_path) -> None:
         sorted([(r, "rf_id") for r in range(len(nodes))] + [(r, "involved_dim") for r in range(4, len(nodes), 5)])
     for r, o, k in zip(parts.attr_row.tolist(), parts.attr_off.tolist(), parts.attr_len.tolist()):
         assert any(trace.blob[o:o + k] == a.SerializeToString() for a in nodes[r].attr)
+
+
+def test_framed_columns_and_chunks_write_what_protobuf_writes() -> None:
+    """A framed column (runs of whole attr fields, written as they are; few distinct entries are copied one
+    entry at a time, many through copy_spans) and the records of encode_node_chunks, against protobuf."""
+    from etkit.format.encode import Packed, encode_node_chunks
+    from etkit.format.stream import frame
+
+    rng = np.random.default_rng(11)
+    n = 700
+    runs = [[make_attr("tid", 1), make_attr("op_schema", "aten::mm(Tensor self) -> Tensor")],
+            [make_attr("is_cpu_op", False), make_attr("stream", 7)], [], [make_attr("pg_name", "x" * 130)]]
+    many = [[make_attr("seq_id", int(v))] for v in rng.integers(-5, 1 << 40, 300)]  # above the few-entries path
+    for table_runs in (runs, many):
+        entries = [b"".join(b"\x52" + frame(a.SerializeToString()) for a in run) for run in table_runs]
+        sizes = np.asarray([len(e) for e in entries], dtype=np.int64)
+        starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+        index = rng.integers(-1, len(entries), n)
+        ids = np.arange(1, n + 1, dtype=np.uint64)
+        rf = np.where(rng.random(n) < 0.5, rng.integers(-3, 1000, n), MISSING)
+        ptr = np.zeros(n + 1, dtype=np.int64)
+        table = NodeTable(ids, np.full(n, 4), [b"op"], np.zeros(n, dtype=np.int64), ptr, np.zeros(0, dtype=np.int64),
+                          ptr, np.zeros(0, dtype=np.int64), np.zeros(n, dtype=np.uint64), np.zeros(n, dtype=np.uint64),
+                          attrs=[AttrColumn("rf_id", "int64_val", rf),
+                                 AttrColumn(table=Packed.of(b"".join(entries), starts, sizes), index=index, framed=True),
+                                 AttrColumn(table=entries, index=index[::-1].copy(), framed=True)])
+        blob, offsets, lengths = encode_nodes(table)
+        for row in range(n):
+            node = Node(id=row + 1, name="op", type=4)
+            if rf[row] != MISSING:
+                node.attr.append(make_attr("rf_id", int(rf[row])))
+            for k in (index[row], index[::-1][row]):
+                if k >= 0:
+                    node.attr.extend(table_runs[k])
+            assert blob[offsets[row]:offsets[row] + lengths[row]] == node.SerializeToString(), row
+        whole = encode_nodes(table, framed=True)[0]
+        for rows in (1, 7, n, 10 * n):
+            assert b"".join(encode_node_chunks(table, rows)) == whole
