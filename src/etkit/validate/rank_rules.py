@@ -9,8 +9,6 @@ Rules: ``empty-node``, ``duplicate-id``, ``missing-dep``, ``self-dep``, ``duplic
 from __future__ import annotations
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components
 
 from ..format.schema import CommType, NodeType
 from ..model.edges import edges
@@ -102,6 +100,9 @@ def _check_cycles(trace: Trace, edges: np.ndarray, sink: FindingSink) -> None:
         return
     if (edges[1] < edges[0]).all():  # every dep is on an earlier row: file order is a topological order
         return
+    from scipy.sparse import csr_matrix  # here: costly to import, and most traces never get this far
+    from scipy.sparse.csgraph import connected_components
+
     graph = csr_matrix((np.ones(edges.shape[1], dtype=np.int8), (edges[0], edges[1])), shape=(n, n))
     count, labels = connected_components(graph, directed=True, connection="strong")
     if count == n:
