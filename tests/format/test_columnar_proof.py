@@ -152,6 +152,25 @@ def test_files_with_invalid_strings_are_rejected(tmp_path: Path, names: bool, ba
         load_trace(path, names=names)
 
 
+@pytest.mark.parametrize("names", [True, False])
+@pytest.mark.parametrize("name_len", [0x01, 0x09, 0x80, 0xa0, 0xff])  # of the next record: its length prefix varies
+def test_a_bad_string_before_a_name_alone_is_rejected(tmp_path: Path, names: bool, name_len: int) -> None:
+    """A record whose last attribute is a name alone is followed by the next frame's length prefix: the walk
+    must not count that byte as the attribute's value tag (a prefix of 128 or more starts with a byte above
+    0x7f, which once made up for a bad byte in a string, so that validation "proved" a record protobuf
+    rejects)."""
+    bad = _varint_field(1, 1) + _len_field(2, b"a" * 150 + b"\xff") + _len_field(10, _len_field(1, b"x"))
+    assert not _protobuf_accepts(bad)
+    after = _varint_field(1, 2) + _len_field(2, b"b" * name_len)
+    assert not _proven([bad, bad])
+    path = tmp_path / "bad.et"
+    with TraceWriter(path, GlobalMetadata(version="v")) as writer:
+        for payload in (bad, after):
+            writer.write_record(payload)
+    with pytest.raises(TraceFormatError, match="record 1"):
+        load_trace(path, names=names, allow_empty=True)
+
+
 def test_unproven_chunks_still_load_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Chunks with non-ASCII names or list attributes go through protobuf and give the same columns."""
     monkeypatch.setattr(columnar, "_DECODE_CHUNK", 2)

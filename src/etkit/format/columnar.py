@@ -1005,6 +1005,24 @@ class _LeanAttrs:
     high: int  # top-bit bytes of the tags, lengths and values
 
 
+def _value_tags() -> np.ndarray:
+    """``table[u]`` for the first two bytes ``u`` (little-endian) of an attribute's value field: its oneof member
+    ``k`` and wire type as ``k | wire << 6`` where the field is a scalar or string member with the wire type
+    protobuf parses it from (a one- or two-byte tag; not ``bytes_val``), else -1 (the lean walk does not take it)."""
+    u = np.arange(1 << 16, dtype=np.int64)
+    low, second = u & 0xFF, u >> 8
+    two = low >= 0x80  # oneof members 16..33 have two-byte tags
+    tag = np.where(two, (low & 0x7F) | (second << 7), low)
+    kind = np.minimum(tag >> 3, 33)
+    wire = tag & 7
+    scalar = ((kind & 1) == 1) & (kind >= 3) & (ONEOF_WIRE_LUT[kind] == wire) & (~two | (second < 0x80))
+    return np.where(scalar & (kind != _BYTES_VAL), kind | (wire << 6), -1).astype(np.int16)
+
+
+_VALUE_TAGS = _value_tags()
+_LOW16, _TOP7 = np.uint64(0xFFFF), np.uint64(0x80)
+
+
 def _lean_attributes(b: np.ndarray, words: np.ndarray, a_start: np.ndarray, a_end: np.ndarray) -> _LeanAttrs:
     """Decode attributes that are exactly a name (one-byte length) and at most one scalar or string value,
     in one pass; :class:`_Unusual` if any is not."""
@@ -1014,18 +1032,17 @@ def _lean_attributes(b: np.ndarray, words: np.ndarray, a_start: np.ndarray, a_en
     if not ((head & _FF) == tags.ATTR_NAME).all() or int(name_len.max()) >= 0x80 or (q > a_end).any():
         raise _Unusual("an attribute that is not a short name and a value")
     w = words[q]
-    low = (w & _FF).view(np.int64)
-    two = low >= 0x80  # oneof members 16..33 have two-byte tags
-    second = ((w >> _EIGHT) & _FF).view(np.int64)
-    tag = np.where(two, (low & 0x7F) | (second << 7), low)
-    kind = np.minimum(tag >> 3, 33)
-    wire = tag & 7
+    code = _VALUE_TAGS[(w & _LOW16).view(np.int64)]  # the value's tag (its first two bytes): oneof member and wire
     alone = q == a_end  # a name alone
-    kind[alone] = 0
-    scalar = ((kind & 1) == 1) & (kind >= 3) & (ONEOF_WIRE_LUT[kind] == wire) & (~two | (second < 0x80))
-    if not (alone | scalar).all() or (kind == _BYTES_VAL).any():
+    if not ((code >= 0) | alone).all():
         raise _Unusual("an attribute with a list, doc string or bytes value, or another field")
-    high = int(two.sum())
+    # oneof members 16..33 have two-byte tags (after a name alone, ``w`` holds what follows the attribute: no tag
+    # of its own, so none of its bytes are counted; they were, and a cut-short count let a bad string be "proven")
+    two = ((w & _TOP7) != 0) & ~alone
+    kind = (code & 63).astype(np.int64)
+    kind[alone] = 0
+    wire = (code >> 6).astype(np.int64)
+    high = int(np.count_nonzero(two))
     off = q + 1 + two
     rest = w >> (_EIGHT + (two.view(np.uint8).astype(np.uint64) << np.uint64(3)))
     fixed_width = (wire == 1) | (wire == 5)
