@@ -238,8 +238,8 @@ def info(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
     """Summarise every rank of the job at ``spec`` (prefix, file or files)."""
     files, _ = discover(spec)
     executor = executor or default_executor()
-    # counts only: no name table, only the attributes it counts; a batch of files at a time
-    ranks = map_batches(executor, summarize_batch, files, desc="info", names=False, attrs=_INFO_ATTRS)
+    # counts only: no name table, no dependencies, only the attributes it counts; a batch of files at a time
+    ranks = map_batches(executor, summarize_batch, files, desc="info", names=False, attrs=_INFO_ATTRS, deps=False)
     job = JobInfo(ranks)
     by_type: Counter[str] = Counter()
     for r in ranks:

@@ -339,6 +339,7 @@ class _Hot:
     ints: tuple[str, ...]
     cpu: int
     pg: int
+    deps: bool  # the dependency lists decoded (False: checked only, the columns left empty)
     remap: np.ndarray
     identity: bool
     slot_mult: np.uint64
@@ -353,8 +354,8 @@ _SLOT_BITS = 8
 
 
 @lru_cache(maxsize=16)
-def _hot(attrs: frozenset[str] | None) -> _Hot:
-    """The :class:`_Hot` of the attribute names ``attrs`` (None: all of :data:`HOT_ATTRS`)."""
+def _hot(attrs: frozenset[str] | None, deps: bool = True) -> _Hot:
+    """The :class:`_Hot` of the attribute names ``attrs`` (None: all of :data:`HOT_ATTRS`) and ``deps``."""
     wanted = _HOT_NAMES if attrs is None else tuple(name for name in _HOT_NAMES if name in attrs)
     ints = tuple(name for name in wanted if name in HOT_INT_ATTRS)
     ids = {name: i for i, name in enumerate(ints)}
@@ -383,7 +384,7 @@ def _hot(attrs: frozenset[str] | None) -> _Hot:
     slot_id = np.full(size, -1, dtype=np.int64)
     for slot, (w0, w1, i) in zip(slots, keys):
         slot_w0[slot], slot_w1[slot], slot_id[slot] = w0, w1, i
-    return _Hot(ints, cpu, pg, remap, attrs is None, np.uint64(mult), np.uint64(shift), slot_w0, slot_w1, slot_id)
+    return _Hot(ints, cpu, pg, deps, remap, attrs is None, np.uint64(mult), np.uint64(shift), slot_w0, slot_w1, slot_id)
 
 
 def _keep_nothing(field: np.ndarray, wire: np.ndarray) -> np.ndarray:
@@ -682,7 +683,7 @@ _PADDED_COPY = 1 << 24
 
 def decode_columns(buf: bytes, frame_start: np.ndarray, rec_off: np.ndarray, rec_len: np.ndarray, *,
                    names: bool = True, spans: list[WalkSpans | None] | None = None,
-                   attrs: Collection[str] | None = None) -> Columns | None:
+                   attrs: Collection[str] | None = None, deps: bool = True) -> Columns | None:
     """Hot columns of the node records ``buf[rec_off:rec_off+rec_len]``; ``None`` = take the slow path.
 
     ``frame_start`` is where each record's length prefix begins (the records must be contiguous frames).
@@ -691,7 +692,8 @@ def decode_columns(buf: bytes, frame_start: np.ndarray, rec_off: np.ndarray, rec
     checked exactly as with names).
     ``attrs``: the attributes of :data:`HOT_ATTRS` to make columns of (default: all); ``ints`` then holds only
     the integer ones named, and ``is_cpu_op``/``pg_idx`` are -1 throughout unless named (the records are
-    checked the same).
+    checked the same). ``deps=False``: the dependency lists are checked as they are for decoding, but
+    ``data_deps``/``ctrl_deps`` are left empty (every list empty) where the lean walk takes the records.
     Records are decoded in chunks of ``_DECODE_CHUNK`` (the working arrays of one stay in the CPU
     caches) whose columns are then joined.
     ``spans``: a list that receives, per chunk in record order, the :class:`WalkSpans` the lean walk found
@@ -709,7 +711,7 @@ def decode_columns(buf: bytes, frame_start: np.ndarray, rec_off: np.ndarray, rec
             buf = buf + bytes(PAD)
             b = np.frombuffer(buf, dtype=np.uint8)
             body = n
-        hot = _hot(None if attrs is None else frozenset(attrs))
+        hot = _hot(None if attrs is None else frozenset(attrs), deps)
         int_rows = np.full((len(hot.ints), n), MISSING, dtype=np.int64)  # filled in place, never joined
         parts = []
         for i in range(0, body, _DECODE_CHUNK):
@@ -1127,6 +1129,27 @@ def _lean_deps(b: np.ndarray, packed: _Spans, single: _Spans, n: int) -> tuple[n
     return ptr, values, high
 
 
+def _checked_deps(b: np.ndarray, packed: _Spans, single: _Spans, n: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`_lean_deps` without the values (empty lists), for callers that read no dependencies: the packed
+    lists are checked as their decoding checks them (each ends with a varint's last byte, no varint longer than
+    ten bytes) and their top-bit bytes counted; lists of up to eight bytes from one word each."""
+    _, off, length = packed.cat()
+    keep = length > 0
+    off, length = off[keep], length[keep]
+    high = 0
+    if off.size:
+        if int(b[off + length - 1].max()) >= 0x80:
+            raise WireFault("packed varint crosses its list")
+        short = length <= 8
+        if short.all():
+            high = _high_bytes_of(word_view(b)[off] & LOW_BYTES[length])
+        else:
+            high = _high_bytes_of(word_view(b)[off[short]] & LOW_BYTES[length[short]])
+            values, _ = packed_varints(b, off[~short], length[~short])  # (raises what decoding raises)
+            high += int(length[~short].sum()) - values.size
+    return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.uint64), high
+
+
 def _record_high_bytes(b: np.ndarray, words: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray) -> int:
     """Bytes with the top bit set inside the records (what lies between them, frame headers, not counted)."""
     gap_at = rec_end[:-1]
@@ -1161,8 +1184,9 @@ def _lean_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndar
         io_texts.append(texts)
     owner, a_start, a_len = spans[_TAG_ATTR].cat()
     attrs = _lean_attributes(b, words, a_start, a_start + a_len) if owner.size else None
-    ctrl_ptr, ctrl_deps, ctrl_high = _lean_deps(b, spans[_TAG_CTRL], spans[_TAG_CTRL_ONE], n)
-    data_ptr, data_deps, data_high = _lean_deps(b, spans[_TAG_DATA], spans[_TAG_DATA_ONE], n)
+    dep_lists = _lean_deps if hot.deps else _checked_deps
+    ctrl_ptr, ctrl_deps, ctrl_high = dep_lists(b, spans[_TAG_CTRL], spans[_TAG_CTRL_ONE], n)
+    data_ptr, data_deps, data_high = dep_lists(b, spans[_TAG_DATA], spans[_TAG_DATA_ONE], n)
     high += ctrl_high + data_high
     record_high = _record_high_bytes(b, words, rec_off, rec_end) if n else 0
     ids, raw_type, start, duration = scalars

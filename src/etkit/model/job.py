@@ -79,11 +79,12 @@ def map_ranks(executor: Executor, per_rank: Callable[[Trace, int], R], files: Se
 
 
 def map_batches(executor: Executor, per_batch: Callable[[TraceBatch, list[int]], list[R]], files: Sequence[RankFile],
-                *, desc: str, allow_empty: bool = False, names: bool = True,
-                attrs: Collection[str] | None = None) -> list[R]:
+                *, desc: str, allow_empty: bool = False, names: bool = True, attrs: Collection[str] | None = None,
+                deps: bool = True) -> list[R]:
     """:func:`map_ranks` for work done on a batch of files at once: ``per_batch(batch, ranks)`` gives the results
-    of the ranks of one :class:`~etkit.model.trace.TraceBatch` (:func:`~etkit.model.trace.load_batches`), in order."""
-    task = functools.partial(_batch_results, per_batch, allow_empty, names, attrs)
+    of the ranks of one :class:`~etkit.model.trace.TraceBatch` (:func:`~etkit.model.trace.load_batches` with
+    ``deps`` too), in order."""
+    task = functools.partial(_batch_results, per_batch, allow_empty, names, attrs, deps)
     return [result for part in executor.map(task, rank_batches(files), desc=desc) for result in part]
 
 
@@ -92,11 +93,12 @@ def _per_rank(per_rank: Callable[[Trace, int], R], batch: TraceBatch, ranks: lis
 
 
 def _batch_results(per_batch: Callable[[TraceBatch, list[int]], list[R]], allow_empty: bool, names: bool,
-                   attrs: Collection[str] | None, batch: list[tuple[int, str]]) -> list[R]:
+                   attrs: Collection[str] | None, deps: bool, batch: list[tuple[int, str]]) -> list[R]:
     """Executor task of :func:`map_batches`: ``per_batch`` of each decoded batch of one task's ``(rank, path)``."""
     out: list[R] = []
     at = 0
-    for part in load_batches([path for _, path in batch], allow_empty=allow_empty, names=names, attrs=attrs):
+    for part in load_batches([path for _, path in batch], allow_empty=allow_empty, names=names, attrs=attrs,
+                             deps=deps):
         ranks = [rank for rank, _ in batch[at:at + len(part.paths)]]
         out.extend(per_batch(part, ranks))
         at += len(part.paths)

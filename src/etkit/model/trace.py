@@ -438,18 +438,20 @@ def load_traces(paths: Iterable[str | os.PathLike[str]], *, allow_empty: bool = 
 
 
 def load_batches(paths: Iterable[str | os.PathLike[str]], *, allow_empty: bool = False, names: bool = True,
-                 batch_bytes: int = BATCH_BYTES, attrs: Collection[str] | None = None) -> Iterator[TraceBatch]:
+                 batch_bytes: int = BATCH_BYTES, attrs: Collection[str] | None = None,
+                 deps: bool = True) -> Iterator[TraceBatch]:
     """The files of :func:`load_traces` as the batches it decodes together (:class:`TraceBatch`: their columns
     joined, for callers that work on a batch at once rather than per file); the same traces, the same errors
-    (the batches before a bad file's come first)."""
+    (the batches before a bad file's come first). ``deps=False``, for callers that read no dependencies: the
+    files are checked the same, but ``data_deps``/``ctrl_deps`` may be left empty."""
     for batch in _read_batches(paths, allow_empty, batch_bytes):
-        joint = _joint_batch(batch, allow_empty, names, attrs) if len(batch) > 1 else None
+        joint = _joint_batch(batch, allow_empty, names, attrs, deps) if len(batch) > 1 else None
         yield joint if joint is not None else _batch_of_traces(
-            [_trace_of(path, buf, allow_empty, names, None, attrs) for path, buf in batch])
+            [_trace_of(path, buf, allow_empty, names, None, attrs, deps) for path, buf in batch])
 
 
 def _joint_batch(batch: list[tuple[str, bytes]], allow_empty: bool, names: bool,
-                 attrs: Collection[str] | None) -> TraceBatch | None:
+                 attrs: Collection[str] | None, deps: bool = True) -> TraceBatch | None:
     """The traces of a batch from one framing and one decode of the files' bytes joined; ``None`` where
     anything is unusual (an error, an empty file, records the decoder leaves to protobuf one by one): the
     caller then loads the files one by one, which gives the precise error."""
@@ -479,7 +481,7 @@ def _joint_batch(batch: list[tuple[str, bytes]], allow_empty: bool, names: bool,
         except (DecodeError, ValueError, RuntimeError):
             return None
     cols = decode_columns(joined + bytes(PAD), frames.start[node], frames.offset[node], frames.length[node], names=names,
-                          attrs=attrs)
+                          attrs=attrs, deps=deps)
     if cols is None:
         return None
     rows = np.zeros(len(batch) + 1, dtype=np.int64)
@@ -504,7 +506,8 @@ def trace_from_bytes(buf: bytes, path: str = "<memory>") -> Trace:
 
 
 def _trace_of(path: str, buf: bytes, allow_empty: bool, names: bool,
-              spans: list[WalkSpans | None] | None = None, attrs: Collection[str] | None = None) -> Trace:
+              spans: list[WalkSpans | None] | None = None, attrs: Collection[str] | None = None,
+              deps: bool = True) -> Trace:
     """:func:`load_trace` of the file ``path`` whose content is ``buf``."""
     frames = frame_table(buf, path, allow_empty=allow_empty)
     if not len(frames):
@@ -517,7 +520,7 @@ def _trace_of(path: str, buf: bytes, allow_empty: bool, names: bool,
     except (DecodeError, ValueError, RuntimeError) as exc:
         raise TraceFormatError(path, f"corrupt GlobalMetadata message ({exc})", record=0, offset=0) from None
     frame_start, rec_off, rec_len = frames.start[1:], frames.offset[1:], frames.length[1:]
-    cols = decode_columns(buf, frame_start, rec_off, rec_len, names=names, spans=spans, attrs=attrs)
+    cols = decode_columns(buf, frame_start, rec_off, rec_len, names=names, spans=spans, attrs=attrs, deps=deps)
     if cols is None:
         records = ((i + 1, s, buf[o:o + n]) for i, (s, o, n) in
                    enumerate(zip(frame_start.tolist(), rec_off.tolist(), rec_len.tolist())))
