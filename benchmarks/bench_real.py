@@ -232,8 +232,10 @@ def bench_checks(prefix: Path, nodes: int, runs: int, tmp: Path) -> None:
     print(f"  fastest: {fastest} ({verdict(fastest == 'info')})")
 
 
-# What simulate does before it simulates: every rank's shape, process groups and communication (etkit.simulate._Ranks)
-_LOADER = "import sys\nfrom etkit.simulate import _Ranks\n_Ranks(sys.argv[1], None)\n"
+# What `etkit simulate` does before it simulates: every rank's shape, process groups and communication
+# (etkit.simulate._Ranks), in a process set up as the CLI sets up a verb's (etkit.cli.guard.reuse_freed_memory)
+_LOADER = ("import sys\nfrom etkit.cli.guard import reuse_freed_memory\nreuse_freed_memory()\n"
+           "from etkit.simulate import _Ranks\n_Ranks(sys.argv[1], None)\n")
 
 
 def bench_job(prefix: Path, nodes: int, runs: int, tmp: Path, label: str, *, targets: bool = True) -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from etkit.analyze.summary import summarize_trace
+from etkit.analyze.summary import _INFO_ATTRS, summarize_batch, summarize_trace
 from etkit.format.schema import NodeType
-from etkit.model.trace import MISSING, comm_type_name, load_trace, node_type_name
+from etkit.model.trace import MISSING, comm_type_name, load_batches, load_trace, load_traces, node_type_name
 
 
 def _plain(trace) -> tuple[dict, dict, dict]:  # type: ignore[no-untyped-def]
@@ -56,3 +56,31 @@ def test_summary_equals_a_plain_count_on_every_upstream_vector(upstream: Path) -
             assert list(got.by_type) == list(by_type) and list(got.duration_us_by_type) == list(durations)
             assert {k: (v.count, v.bytes) for k, v in got.comm.items()} == comm and list(got.comm) == list(comm)
             assert got.duration_us_total == sum(durations.values()) and got.nodes == len(trace)
+
+
+@pytest.mark.shared_data
+def test_batch_summary_equals_the_per_rank_summaries(upstream: Path) -> None:
+    """``summarize_batch`` (info's: a batch of files at once, only the columns it counts decoded) gives exactly
+    ``summarize_trace`` of each file's full trace, on jobs of several files loaded together and on a file alone;
+    also with durations near 2**64 and timestamps whose ends pass 2**64 (exact sums and spans)."""
+    jobs = sorted({p.parent for p in upstream.rglob("*.et")})
+    assert len(jobs) > 10
+    for job in jobs[::2]:
+        paths = sorted(str(p) for p in job.glob("*.et"))[:8]
+        for big in (False, True):
+            for batch in load_batches(paths, names=False, attrs=_INFO_ATTRS, deps=False):
+                if big:
+                    cols = batch.columns
+                    cols.duration |= np.uint64(1 << 63)
+                    cols.start[cols.start > 0] |= np.uint64(1 << 63)
+                want = []
+                for trace in load_traces(batch.paths):
+                    if big:
+                        trace.duration = trace.duration | np.uint64(1 << 63)
+                        trace.start = np.where(trace.start > 0, trace.start | np.uint64(1 << 63), trace.start)
+                    want.append(summarize_trace(trace, len(want) + 3))
+                got = summarize_batch(batch, list(range(3, 3 + len(batch.paths))))
+                assert repr(got) == repr(want), (job, big)
+    alone = load_trace(paths[0])
+    batch = next(load_batches(paths[:1], names=False, attrs=_INFO_ATTRS, deps=False))
+    assert repr(summarize_batch(batch, [0])) == repr([summarize_trace(alone, 0)])

@@ -35,17 +35,23 @@ def _protobuf_accepts(record: bytes) -> bool:
     return True
 
 
-def _proven(records: list[bytes]) -> bool:
-    """Whether the walk proves the records (a chunk of them); False where it gives up (``WireFault`` etc.)."""
+def _proven(records: list[bytes], deps: bool = True) -> bool:
+    """Whether the walk proves the records (a chunk of them); False where it gives up (``WireFault`` etc.).
+    ``deps=False``: as a caller that reads no dependencies decodes them (``decode_columns(deps=False)``)."""
+    return _outcome(records, deps) is True
+
+
+def _outcome(records: list[bytes], deps: bool = True) -> bool | str:
+    """The walk's proof of the records, or the name of the exception it gave up with."""
     lengths = np.array([len(r) for r in records], dtype=np.int64)
     rec_end = np.cumsum(lengths)
     buf = b"".join(records)
     b = np.frombuffer(buf + bytes(PAD), dtype=np.uint8)
     int_rows = np.full((len(HOT_INT_ATTRS), len(records)), MISSING, dtype=np.int64)
     try:
-        _, proven = columnar._decode_chunk(buf, b, rec_end - lengths, rec_end, int_rows)
-    except (WireFault, ValueError, IndexError, UnicodeDecodeError):
-        return False
+        _, proven = columnar._decode_chunk(buf, b, rec_end - lengths, rec_end, int_rows, hot=columnar._hot(None, deps))
+    except (WireFault, ValueError, IndexError, UnicodeDecodeError) as exc:
+        return type(exc).__name__
     return proven
 
 
@@ -112,6 +118,16 @@ def test_every_mutation_of_a_rich_record_is_proven_only_if_protobuf_accepts_it()
     assert proven > len(record)  # many mutations (other values, ids, lengths) stay valid and are proven
 
 
+def test_records_are_checked_the_same_when_their_deps_are_not_decoded() -> None:
+    """``deps=False`` (info reads no dependencies) proves, or gives up on, exactly the records decoding does:
+    every mutation of records with short and long (over eight bytes) dependency lists."""
+    long_deps = Node(id=7, data_deps=[1 << 40, 3, 1 << 62], ctrl_deps=list(range(200, 212)), duration_micros=1)
+    rich = _rich_node().SerializeToString()
+    deps_end = rich.index(_key(6, 0))  # the rich node's fields up to its deps (the rest is checked above)
+    for mutated in _mutations(long_deps.SerializeToString()) + _mutations(rich[:deps_end]):
+        assert _outcome([mutated], deps=False) == _outcome([mutated]), mutated
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(nodes(), min_size=1, max_size=4), st.data())
 def test_random_and_mutated_records_are_proven_only_if_protobuf_accepts_them(node_list, data) -> None:  # type: ignore[no-untyped-def]
@@ -150,6 +166,25 @@ def test_files_with_invalid_strings_are_rejected(tmp_path: Path, names: bool, ba
             writer.write_record(payload)
     with pytest.raises(TraceFormatError, match="record 3"):
         load_trace(path, names=names)
+
+
+@pytest.mark.parametrize("names", [True, False])
+@pytest.mark.parametrize("name_len", [0x01, 0x09, 0x80, 0xa0, 0xff])  # of the next record: its length prefix varies
+def test_a_bad_string_before_a_name_alone_is_rejected(tmp_path: Path, names: bool, name_len: int) -> None:
+    """A record whose last attribute is a name alone is followed by the next frame's length prefix: the walk
+    must not count that byte as the attribute's value tag (a prefix of 128 or more starts with a byte above
+    0x7f, which once made up for a bad byte in a string, so that validation "proved" a record protobuf
+    rejects)."""
+    bad = _varint_field(1, 1) + _len_field(2, b"a" * 150 + b"\xff") + _len_field(10, _len_field(1, b"x"))
+    assert not _protobuf_accepts(bad)
+    after = _varint_field(1, 2) + _len_field(2, b"b" * name_len)
+    assert not _proven([bad, bad])
+    path = tmp_path / "bad.et"
+    with TraceWriter(path, GlobalMetadata(version="v")) as writer:
+        for payload in (bad, after):
+            writer.write_record(payload)
+    with pytest.raises(TraceFormatError, match="record 1"):
+        load_trace(path, names=names, allow_empty=True)
 
 
 def test_unproven_chunks_still_load_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,9 +15,10 @@ returns ``None`` and the caller takes the record-by-record path, which produces 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, fields
 from dataclasses import field as _field_default
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -37,13 +38,14 @@ from .attrwire import (
 from .schema import NodeBatch
 from .wire import LOW_BYTES, MSBS, WireFault, bitwise_count, fixed, packed_varints, varints, word_varints, word_view
 
-__all__ = ["NodeColumns", "Columns", "decode_columns", "join_columns", "split_columns", "rows_with_repeated_deps", "field_numbers", "WalkSpans", "HOT_INT_ATTRS", "MISSING", "PAD"]
+__all__ = ["NodeColumns", "Columns", "decode_columns", "join_columns", "split_columns", "rows_with_repeated_deps", "field_numbers", "WalkSpans", "HOT_INT_ATTRS", "HOT_ATTRS", "MISSING", "PAD"]
 
 #: Integer attributes kept as columns (any integer or bool kind accepted).
 HOT_INT_ATTRS = ("comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag", "comm_priority", "num_ops",
                  "tensor_size", "tid", "stream", "ts_ns", "dur_ns", "cat")
 _HOT_NAMES = HOT_INT_ATTRS + ("is_cpu_op", "pg_name")
-_CPU_NAME, _PG_NAME = len(HOT_INT_ATTRS), len(HOT_INT_ATTRS) + 1  # their indices in _HOT_NAMES
+#: Every attribute the decoder can make a column of (``decode_columns``' ``attrs`` names some of them).
+HOT_ATTRS = _HOT_NAMES
 #: Spare bytes the lock-step walk may read past the last record (word-wide reads).
 PAD = 32
 _CHECK_CHUNK = 1 << 16
@@ -326,12 +328,71 @@ def _hot_name_ids(keys: np.ndarray, length: np.ndarray) -> np.ndarray:
     return np.where(exact, ids, -1)
 
 
+@dataclass(frozen=True, eq=False)
+class _Hot:
+    """The hot attributes one decode makes columns of (:func:`_hot`): the integer ones, in
+    :data:`HOT_INT_ATTRS` order, are rows ``0..len(ints)-1`` of ``int_rows``; ``cpu`` and ``pg`` are the ids
+    of ``is_cpu_op`` and ``pg_name`` (-1: not decoded). ``remap[i]`` is the id of ``_HOT_NAMES[i]`` (-1: not
+    decoded; ``remap[-1]`` is -1, for names that are not hot). ``slot_*``: the lean walk's lookup table of
+    the decoded names (:func:`_lean_hot_ids`)."""
+
+    ints: tuple[str, ...]
+    cpu: int
+    pg: int
+    deps: bool  # the dependency lists decoded (False: checked only, the columns left empty)
+    remap: np.ndarray
+    identity: bool
+    slot_mult: np.uint64
+    slot_shift: np.uint64
+    slot_w0: np.ndarray
+    slot_w1: np.ndarray
+    slot_id: np.ndarray
+
+
+#: The lean lookup table has ``1 << _SLOT_BITS`` slots.
+_SLOT_BITS = 8
+
+
+@lru_cache(maxsize=16)
+def _hot(attrs: frozenset[str] | None, deps: bool = True) -> _Hot:
+    """The :class:`_Hot` of the attribute names ``attrs`` (None: all of :data:`HOT_ATTRS`) and ``deps``."""
+    wanted = _HOT_NAMES if attrs is None else tuple(name for name in _HOT_NAMES if name in attrs)
+    ints = tuple(name for name in wanted if name in HOT_INT_ATTRS)
+    ids = {name: i for i, name in enumerate(ints)}
+    cpu = len(ints) if "is_cpu_op" in wanted else -1
+    pg = len(ints) + 1 if "pg_name" in wanted else -1
+    ids.update({name: i for name, i in (("is_cpu_op", cpu), ("pg_name", pg)) if i >= 0})
+    remap = np.array([ids.get(name, -1) for name in _HOT_NAMES] + [-1], dtype=np.int64)
+    keys = []
+    for name in wanted:  # the attribute's first two words as the lean walk reads them: tag 0a, length, name
+        raw = bytes([tags.ATTR_NAME, len(name)]) + name.encode()
+        keys.append((int.from_bytes(raw[:8].ljust(8, b"\0"), "little"), int.from_bytes(raw[8:16].ljust(8, b"\0"), "little"),
+                     ids[name]))
+    if max(len(n) for n in _HOT_NAMES) > 14:
+        raise AssertionError("hot attribute names must fit the lean walk's first two words")
+    size = 1 << _SLOT_BITS
+    shift = 64 - _SLOT_BITS
+    for k in range(1, 1 << 16):  # a multiplier that gives each decoded name a slot of its own (the first odd one that does)
+        mult = (0x9E3779B97F4A7C15 * k) & 0xFFFFFFFFFFFFFFFF | 1
+        slots = [((w0 * mult) & 0xFFFFFFFFFFFFFFFF) >> shift for w0, _, _ in keys]
+        if len(set(slots)) == len(slots):
+            break
+    else:
+        raise AssertionError("no multiplier separates the hot attribute names")
+    slot_w0 = np.zeros(size, dtype=np.uint64)  # 0: no name (every attribute's first byte is its tag 0a)
+    slot_w1 = np.zeros(size, dtype=np.uint64)
+    slot_id = np.full(size, -1, dtype=np.int64)
+    for slot, (w0, w1, i) in zip(slots, keys):
+        slot_w0[slot], slot_w1[slot], slot_id[slot] = w0, w1, i
+    return _Hot(ints, cpu, pg, deps, remap, attrs is None, np.uint64(mult), np.uint64(shift), slot_w0, slot_w1, slot_id)
+
+
 def _keep_nothing(field: np.ndarray, wire: np.ndarray) -> np.ndarray:
     return np.zeros(field.size, dtype=bool)
 
 
 def _attributes(buf: bytes, b: np.ndarray, f: _Fields, n: int, int_rows: np.ndarray,
-                proof: _Proof) -> tuple[np.ndarray, np.ndarray, list[str]]:
+                proof: _Proof, hot: _Hot) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """``is_cpu_op``, ``pg_name`` (index into the returned strings) per node; fills ``int_rows``.
 
     ``int_rows[k, row]`` receives the integer attribute ``HOT_INT_ATTRS[k]`` of node ``row`` (it holds
@@ -371,26 +432,31 @@ def _attributes(buf: bytes, b: np.ndarray, f: _Fields, n: int, int_rows: np.ndar
 
         _scan(b, a_start[rest], a_end[rest], _keep_nothing, store)
     name_id = _hot_name_ids(_window_keys(word_view(b), name_off, np.minimum(name_len, 16), 16), name_len)
-    return _hot_columns(buf, b, owner, name_id, kind, value, v_off, int_rows)
+    if not hot.identity:
+        name_id = hot.remap[name_id]
+    return _hot_columns(buf, b, owner, name_id, kind, value, v_off, int_rows, hot)
 
 
 def _hot_columns(buf: bytes, b: np.ndarray, owner: np.ndarray, name_id: np.ndarray, kind: np.ndarray,
-                 value: np.ndarray, v_off: np.ndarray, int_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
+                 value: np.ndarray, v_off: np.ndarray, int_rows: np.ndarray, hot: _Hot
+                 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """``is_cpu_op`` and ``pg_name`` (index into the returned strings) per node from its attributes (in wire
-    order: node ``owner``, index into ``_HOT_NAMES`` or -1, oneof member, raw value, value offset); fills
-    ``int_rows`` with the integer ones. Both walks decode their attributes into these arrays."""
+    order: node ``owner``, the name's id in ``hot`` or -1, oneof member, raw value, value offset); fills
+    ``int_rows`` (a row per integer attribute of ``hot``) with the integer ones. Both walks decode their
+    attributes into these arrays."""
     n = int_rows.shape[1]
     cpu = np.full(n, -1, dtype=np.int8)
     pg = np.full(n, -1, dtype=np.int32)
-    hot = np.flatnonzero(name_id >= 0)
-    owner, name_id, kind, value, v_off = owner[hot], name_id[hot], kind[hot], value[hot], v_off[hot]
+    kept = np.flatnonzero(name_id >= 0)
+    owner, name_id, kind, value, v_off = owner[kept], name_id[kept], kind[kept], value[kept], v_off[kept]
     is_int = INT_KIND[kind]
     int_val = int_values(kind, value)
-    m = is_int & (name_id < _CPU_NAME)  # integer columns: one scatter into the rows of int_rows (last wins)
+    m = is_int & (name_id < len(hot.ints))  # integer columns: one scatter into the rows of int_rows (last wins)
     int_rows[name_id[m], owner[m]] = int_val[m]
-    m = is_int & (name_id == _CPU_NAME)
-    cpu[owner[m]] = (int_val[m] != 0).astype(np.int8)
-    pg_rows = np.flatnonzero(name_id == _PG_NAME)
+    if hot.cpu >= 0:
+        m = is_int & (name_id == hot.cpu)
+        cpu[owner[m]] = (int_val[m] != 0).astype(np.int8)
+    pg_rows = np.flatnonzero(name_id == hot.pg) if hot.pg >= 0 else np.zeros(0, dtype=np.int64)
     strings = _pg_column(buf, b, pg_rows, owner, kind, value, v_off, is_int, pg) if pg_rows.size else []
     return cpu, pg, strings
 
@@ -616,13 +682,18 @@ _PADDED_COPY = 1 << 24
 
 
 def decode_columns(buf: bytes, frame_start: np.ndarray, rec_off: np.ndarray, rec_len: np.ndarray, *,
-                   names: bool = True, spans: list[WalkSpans | None] | None = None) -> Columns | None:
+                   names: bool = True, spans: list[WalkSpans | None] | None = None,
+                   attrs: Collection[str] | None = None, deps: bool = True) -> Columns | None:
     """Hot columns of the node records ``buf[rec_off:rec_off+rec_len]``; ``None`` = take the slow path.
 
     ``frame_start`` is where each record's length prefix begins (the records must be contiguous frames).
     ``names=False`` skips the name table, the costliest column that validation never reads: every
     ``name_idx`` is then -1 and ``strings`` holds only the ``pg_name`` values (the records are still
     checked exactly as with names).
+    ``attrs``: the attributes of :data:`HOT_ATTRS` to make columns of (default: all); ``ints`` then holds only
+    the integer ones named, and ``is_cpu_op``/``pg_idx`` are -1 throughout unless named (the records are
+    checked the same). ``deps=False``: the dependency lists are checked as they are for decoding, but
+    ``data_deps``/``ctrl_deps`` are left empty (every list empty) where the lean walk takes the records.
     Records are decoded in chunks of ``_DECODE_CHUNK`` (the working arrays of one stay in the CPU
     caches) whose columns are then joined.
     ``spans``: a list that receives, per chunk in record order, the :class:`WalkSpans` the lean walk found
@@ -640,11 +711,12 @@ def decode_columns(buf: bytes, frame_start: np.ndarray, rec_off: np.ndarray, rec
             buf = buf + bytes(PAD)
             b = np.frombuffer(buf, dtype=np.uint8)
             body = n
-        int_rows = np.full((len(HOT_INT_ATTRS), n), MISSING, dtype=np.int64)  # filled in place, never joined
+        hot = _hot(None if attrs is None else frozenset(attrs), deps)
+        int_rows = np.full((len(hot.ints), n), MISSING, dtype=np.int64)  # filled in place, never joined
         parts = []
         for i in range(0, body, _DECODE_CHUNK):
             j = min(i + _DECODE_CHUNK, body)
-            part, proven = _decode_chunk(buf, b, rec_off[i:j], rec_end[i:j], int_rows[:, i:j], names, spans)
+            part, proven = _decode_chunk(buf, b, rec_off[i:j], rec_end[i:j], int_rows[:, i:j], names, spans, hot)
             _shift_spans(spans, i, 0)
             if not proven:
                 _check_with_protobuf(buf, frame_start[i:j], rec_end[i:j])
@@ -653,7 +725,7 @@ def decode_columns(buf: bytes, frame_start: np.ndarray, rec_off: np.ndarray, rec
             base = int(rec_off[body]) if body < n else 0
             tail = buf[base:]
             part, proven = _decode_chunk(tail, np.frombuffer(tail + bytes(PAD), dtype=np.uint8), rec_off[body:] - base,
-                                         rec_end[body:] - base, int_rows[:, body:], names, spans)
+                                         rec_end[body:] - base, int_rows[:, body:], names, spans, hot)
             _shift_spans(spans, body, base)
             if not proven and body < n:
                 _check_with_protobuf(buf, frame_start[body:], rec_end[body:])
@@ -662,11 +734,12 @@ def decode_columns(buf: bytes, frame_start: np.ndarray, rec_off: np.ndarray, rec
         if spans is not None:
             spans.append(None)
         return None
-    return parts[0] if len(parts) == 1 else join_columns(parts, dict(zip(HOT_INT_ATTRS, int_rows)))
+    return parts[0] if len(parts) == 1 else join_columns(parts, dict(zip(hot.ints, int_rows)))
 
 
 def _decode_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray, int_rows: np.ndarray,
-                  names: bool = True, spans: list[WalkSpans | None] | None = None) -> tuple[Columns, bool]:
+                  names: bool = True, spans: list[WalkSpans | None] | None = None, hot: _Hot | None = None
+                  ) -> tuple[Columns, bool]:
     """Columns of the records ``b[rec_off:rec_end]`` (offsets into the whole file; raises WireFault).
 
     Also whether the walk proved that protobuf accepts these records. The lean walk (:func:`_lean_chunk`)
@@ -674,17 +747,18 @@ def _decode_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.nd
     ``spans``: the lean walk's :class:`WalkSpans` of the chunk is appended (None after the generic walk).
     """
     try:
-        return _lean_chunk(buf, b, rec_off, rec_end, int_rows, names, spans)
+        return _lean_chunk(buf, b, rec_off, rec_end, int_rows, names, spans, hot)
     except _Unusual:
         if spans is not None:
             spans.append(None)
-        return _generic_chunk(buf, b, rec_off, rec_end, int_rows, names)
+        return _generic_chunk(buf, b, rec_off, rec_end, int_rows, names, hot)
 
 
 def _generic_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray, int_rows: np.ndarray,
-                   names: bool = True) -> tuple[Columns, bool]:
+                   names: bool = True, hot: _Hot | None = None) -> tuple[Columns, bool]:
     """:func:`_decode_chunk` by the generic walk: any field order, unknown fields, list attributes."""
     n = rec_off.size
+    hot = hot or _hot(None)
     proof = _Proof()
     scalars = np.zeros((len(_SCALAR_FIELDS), n), dtype=np.uint64)  # raw varints of id, type, start, duration
     name_off = np.zeros(n, dtype=np.int64)
@@ -718,11 +792,11 @@ def _generic_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.n
         name_idx, strings = np.full(n, -1, dtype=np.int32), []
     ctrl_ptr, ctrl_deps = _packed(b, f, 4, n)
     data_ptr, data_deps = _packed(b, f, 5, n)
-    cpu, pg, pg_strings = _attributes(buf, b, f, n, int_rows, proof)
+    cpu, pg, pg_strings = _attributes(buf, b, f, n, int_rows, proof, hot)
     if pg_strings:
         pg = _remapped(pg, _merged(strings, pg_strings))
     columns = Columns(ids, types, name_idx, strings, start, duration, data_ptr, data_deps, ctrl_ptr, ctrl_deps,
-                      cpu, pg, dict(zip(HOT_INT_ATTRS, int_rows)))
+                      cpu, pg, dict(zip(hot.ints, int_rows)))
     return columns, proof.holds(b)
 
 
@@ -933,6 +1007,24 @@ class _LeanAttrs:
     high: int  # top-bit bytes of the tags, lengths and values
 
 
+def _value_tags() -> np.ndarray:
+    """``table[u]`` for the first two bytes ``u`` (little-endian) of an attribute's value field: its oneof member
+    ``k`` and wire type as ``k | wire << 6`` where the field is a scalar or string member with the wire type
+    protobuf parses it from (a one- or two-byte tag; not ``bytes_val``), else -1 (the lean walk does not take it)."""
+    u = np.arange(1 << 16, dtype=np.int64)
+    low, second = u & 0xFF, u >> 8
+    two = low >= 0x80  # oneof members 16..33 have two-byte tags
+    tag = np.where(two, (low & 0x7F) | (second << 7), low)
+    kind = np.minimum(tag >> 3, 33)
+    wire = tag & 7
+    scalar = ((kind & 1) == 1) & (kind >= 3) & (ONEOF_WIRE_LUT[kind] == wire) & (~two | (second < 0x80))
+    return np.where(scalar & (kind != _BYTES_VAL), kind | (wire << 6), -1).astype(np.int16)
+
+
+_VALUE_TAGS = _value_tags()
+_LOW16, _TOP7 = np.uint64(0xFFFF), np.uint64(0x80)
+
+
 def _lean_attributes(b: np.ndarray, words: np.ndarray, a_start: np.ndarray, a_end: np.ndarray) -> _LeanAttrs:
     """Decode attributes that are exactly a name (one-byte length) and at most one scalar or string value,
     in one pass; :class:`_Unusual` if any is not."""
@@ -942,18 +1034,17 @@ def _lean_attributes(b: np.ndarray, words: np.ndarray, a_start: np.ndarray, a_en
     if not ((head & _FF) == tags.ATTR_NAME).all() or int(name_len.max()) >= 0x80 or (q > a_end).any():
         raise _Unusual("an attribute that is not a short name and a value")
     w = words[q]
-    low = (w & _FF).view(np.int64)
-    two = low >= 0x80  # oneof members 16..33 have two-byte tags
-    second = ((w >> _EIGHT) & _FF).view(np.int64)
-    tag = np.where(two, (low & 0x7F) | (second << 7), low)
-    kind = np.minimum(tag >> 3, 33)
-    wire = tag & 7
+    code = _VALUE_TAGS[(w & _LOW16).view(np.int64)]  # the value's tag (its first two bytes): oneof member and wire
     alone = q == a_end  # a name alone
-    kind[alone] = 0
-    scalar = ((kind & 1) == 1) & (kind >= 3) & (ONEOF_WIRE_LUT[kind] == wire) & (~two | (second < 0x80))
-    if not (alone | scalar).all() or (kind == _BYTES_VAL).any():
+    if not ((code >= 0) | alone).all():
         raise _Unusual("an attribute with a list, doc string or bytes value, or another field")
-    high = int(two.sum())
+    # oneof members 16..33 have two-byte tags (after a name alone, ``w`` holds what follows the attribute: no tag
+    # of its own, so none of its bytes are counted; they were, and a cut-short count let a bad string be "proven")
+    two = ((w & _TOP7) != 0) & ~alone
+    kind = (code & 63).astype(np.int64)
+    kind[alone] = 0
+    wire = (code >> 6).astype(np.int64)
+    high = int(np.count_nonzero(two))
     off = q + 1 + two
     rest = w >> (_EIGHT + (two.view(np.uint8).astype(np.uint64) << np.uint64(3)))
     fixed_width = (wire == 1) | (wire == 5)
@@ -978,35 +1069,27 @@ def _lean_attributes(b: np.ndarray, words: np.ndarray, a_start: np.ndarray, a_en
     return _LeanAttrs(head, name_len, kind, value, v_off, high)
 
 
-def _lean_hot_table() -> tuple[np.ndarray, ...]:
-    """The hot attribute names as the lean walk sees them: the first and second words of the attribute
-    (tag 0a, length, name), sorted by the first."""
-    keys = []
-    for i, name in enumerate(_HOT_NAMES):
-        raw = bytes([tags.ATTR_NAME, len(name)]) + name.encode()
-        keys.append((int.from_bytes(raw[:8].ljust(8, b"\0"), "little"), int.from_bytes(raw[8:16].ljust(8, b"\0"),
-                                                                                        "little"), i))
-    keys.sort()
-    if len({k[0] for k in keys}) != len(keys) or max(len(n) for n in _HOT_NAMES) > 14:
-        raise AssertionError("hot attribute names must differ in their first six bytes or length")
-    return tuple(np.array(column, dtype=dtype) for column, dtype in zip(zip(*keys), (np.uint64, np.uint64, np.int64)))
+#: Per name length (below 0x80, as the lean walk requires): the masks of an attribute's first and second words that
+#: keep its tag, length and name bytes.
+_NAME_MASK0 = LOW_BYTES[np.minimum(np.arange(0x80) + 2, 8)]
+_NAME_MASK1 = LOW_BYTES[np.clip(np.arange(0x80) - 6, 0, 8)]
 
 
-_LEAN_W0, _LEAN_W1, _LEAN_ID = _lean_hot_table()
-
-
-def _lean_hot_ids(words: np.ndarray, a_start: np.ndarray, attrs: _LeanAttrs) -> np.ndarray:
-    """Index into ``_HOT_NAMES`` of each attribute's name (-1: not one of them)."""
+def _lean_hot_ids(words: np.ndarray, a_start: np.ndarray, attrs: _LeanAttrs, hot: _Hot) -> np.ndarray:
+    """Id (:class:`_Hot`) of each attribute's name (-1: not one that ``hot`` decodes): its first word (masked to
+    the name) picks a slot of ``hot``'s table by a multiplicative hash, and the slot's name must be it, first and
+    second word alike."""
     name_len = attrs.name_len
-    w0 = attrs.head & LOW_BYTES[np.minimum(name_len + 2, 8)]
-    pos = np.minimum(np.searchsorted(_LEAN_W0, w0), _LEAN_W0.size - 1)
-    hit = np.flatnonzero((_LEAN_W0[pos] == w0) & (name_len <= 14))
+    w0 = attrs.head & _NAME_MASK0[name_len]
+    with np.errstate(over="ignore"):
+        slot = (w0 * hot.slot_mult) >> hot.slot_shift
+    hit = np.flatnonzero(hot.slot_w0[slot] == w0)  # the length byte matched too: a name of at most 14 bytes
     ids = np.full(a_start.size, -1, dtype=np.int64)
     if hit.size:
-        pos = pos[hit]
-        w1 = words[a_start[hit] + 8] & LOW_BYTES[np.clip(name_len[hit] - 6, 0, 8)]
-        good = w1 == _LEAN_W1[pos]
-        ids[hit[good]] = _LEAN_ID[pos[good]]
+        slot = slot[hit]
+        w1 = words[a_start[hit] + 8] & _NAME_MASK1[name_len[hit]]
+        good = w1 == hot.slot_w1[slot]
+        ids[hit[good]] = hot.slot_id[slot[good]]
     return ids
 
 
@@ -1046,6 +1129,27 @@ def _lean_deps(b: np.ndarray, packed: _Spans, single: _Spans, n: int) -> tuple[n
     return ptr, values, high
 
 
+def _checked_deps(b: np.ndarray, packed: _Spans, single: _Spans, n: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`_lean_deps` without the values (empty lists), for callers that read no dependencies: the packed
+    lists are checked as their decoding checks them (each ends with a varint's last byte, no varint longer than
+    ten bytes) and their top-bit bytes counted; lists of up to eight bytes from one word each."""
+    _, off, length = packed.cat()
+    keep = length > 0
+    off, length = off[keep], length[keep]
+    high = 0
+    if off.size:
+        if int(b[off + length - 1].max()) >= 0x80:
+            raise WireFault("packed varint crosses its list")
+        short = length <= 8
+        if short.all():
+            high = _high_bytes_of(word_view(b)[off] & LOW_BYTES[length])
+        else:
+            high = _high_bytes_of(word_view(b)[off[short]] & LOW_BYTES[length[short]])
+            values, _ = packed_varints(b, off[~short], length[~short])  # (raises what decoding raises)
+            high += int(length[~short].sum()) - values.size
+    return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.uint64), high
+
+
 def _record_high_bytes(b: np.ndarray, words: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray) -> int:
     """Bytes with the top bit set inside the records (what lies between them, frame headers, not counted)."""
     gap_at = rec_end[:-1]
@@ -1062,10 +1166,12 @@ def _record_high_bytes(b: np.ndarray, words: np.ndarray, rec_off: np.ndarray, re
 
 
 def _lean_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray, int_rows: np.ndarray,
-                names: bool = True, keep: list[WalkSpans | None] | None = None) -> tuple[Columns, bool]:
+                names: bool = True, keep: list[WalkSpans | None] | None = None, hot: _Hot | None = None
+                ) -> tuple[Columns, bool]:
     """:func:`_decode_chunk` by the lean walk; :class:`_Unusual` (before anything is written to
     ``int_rows``) when the records are not of its shape. ``keep``: the chunk's :class:`WalkSpans` is appended."""
     n = rec_off.size
+    hot = hot or _hot(None)
     words = word_view(b)
     scalars, spans, high = _lean_nodes(b, words, rec_off, rec_end)
     io_spans, io_texts = [], []
@@ -1078,8 +1184,9 @@ def _lean_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndar
         io_texts.append(texts)
     owner, a_start, a_len = spans[_TAG_ATTR].cat()
     attrs = _lean_attributes(b, words, a_start, a_start + a_len) if owner.size else None
-    ctrl_ptr, ctrl_deps, ctrl_high = _lean_deps(b, spans[_TAG_CTRL], spans[_TAG_CTRL_ONE], n)
-    data_ptr, data_deps, data_high = _lean_deps(b, spans[_TAG_DATA], spans[_TAG_DATA_ONE], n)
+    dep_lists = _lean_deps if hot.deps else _checked_deps
+    ctrl_ptr, ctrl_deps, ctrl_high = dep_lists(b, spans[_TAG_CTRL], spans[_TAG_CTRL_ONE], n)
+    data_ptr, data_deps, data_high = dep_lists(b, spans[_TAG_DATA], spans[_TAG_DATA_ONE], n)
     high += ctrl_high + data_high
     record_high = _record_high_bytes(b, words, rec_off, rec_end) if n else 0
     ids, raw_type, start, duration = scalars
@@ -1093,15 +1200,15 @@ def _lean_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndar
         name_idx, strings = np.full(n, -1, dtype=np.int32), []
     if attrs is not None:
         high += attrs.high
-        cpu, pg, pg_strings = _hot_columns(buf, b, owner, _lean_hot_ids(words, a_start, attrs), attrs.kind, attrs.value,
-                                           attrs.v_off, int_rows)
+        cpu, pg, pg_strings = _hot_columns(buf, b, owner, _lean_hot_ids(words, a_start, attrs, hot), attrs.kind,
+                                           attrs.value, attrs.v_off, int_rows, hot)
         if pg_strings:
             pg = _remapped(pg, _merged(strings, pg_strings))
     else:
         cpu, pg = np.full(n, -1, dtype=np.int8), np.full(n, -1, dtype=np.int32)
     proven = record_high == high
     columns = Columns(ids, types, name_idx, strings, start, duration, data_ptr, data_deps, ctrl_ptr, ctrl_deps,
-                      cpu, pg, dict(zip(HOT_INT_ATTRS, int_rows)))
+                      cpu, pg, dict(zip(hot.ints, int_rows)))
     if keep is not None:
         keep.append(WalkSpans(io_spans, [_joined_texts(side or []) for side in io_texts], owner, a_start, a_len,
                               spans[_TAG_ATTR].steps(), attrs))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -19,9 +19,9 @@ from ..executor import Executor, in_client
 from ..fileio import RANK_FILE, comm_groups_path, job_output, rank_file_path, rank_files
 from ..format.schema import NodeType
 from .groups import ProcessGroups, parse_process_group_init
-from .trace import BATCH_BYTES, Trace, load_traces
+from .trace import BATCH_BYTES, Trace, TraceBatch, load_batches
 
-__all__ = ["Job", "RankFile", "discover", "rank_batches", "map_ranks", "jobs_in", "require_whole_job", "load_job", "groups_from_trace",
+__all__ = ["Job", "RankFile", "discover", "rank_batches", "map_ranks", "map_batches", "jobs_in", "require_whole_job", "load_job", "groups_from_trace",
            "groups_from_traces", "comm_groups_path", "groups_file", "load_groups", "remove_stale_files"]
 
 R = TypeVar("R")
@@ -69,20 +69,42 @@ def rank_batches(files: Sequence[RankFile], *, batch_bytes: int | None = None,
 
 
 def map_ranks(executor: Executor, per_rank: Callable[[Trace, int], R], files: Sequence[RankFile], *, desc: str,
-              allow_empty: bool = False, names: bool = True) -> list[R]:
+              allow_empty: bool = False, names: bool = True, attrs: Collection[str] | None = None) -> list[R]:
     """``per_rank(trace, rank)`` of every rank file, in ``files`` order, through ``executor``: one task per
     :func:`rank_batches` batch, whose files are loaded together (:func:`~etkit.model.trace.load_traces` with
-    ``allow_empty`` and ``names``). ``per_rank`` must be picklable (a module-level function) for a pool; the
-    first unreadable file's error is raised."""
-    task = functools.partial(_batch_results, per_rank, allow_empty, names)
+    ``allow_empty``, ``names`` and ``attrs``). ``per_rank`` must be picklable (a module-level function) for a
+    pool; the first unreadable file's error is raised."""
+    return map_batches(executor, functools.partial(_per_rank, per_rank), files, desc=desc, allow_empty=allow_empty,
+                       names=names, attrs=attrs)
+
+
+def map_batches(executor: Executor, per_batch: Callable[[TraceBatch, list[int]], list[R]], files: Sequence[RankFile],
+                *, desc: str, allow_empty: bool = False, names: bool = True, attrs: Collection[str] | None = None,
+                deps: bool = True) -> list[R]:
+    """:func:`map_ranks` for work done on a batch of files at once: ``per_batch(batch, ranks)`` gives the results
+    of the ranks of one :class:`~etkit.model.trace.TraceBatch` (:func:`~etkit.model.trace.load_batches` with
+    ``deps`` too), in order."""
+    task = functools.partial(_batch_results, per_batch, allow_empty, names, attrs, deps)
     return [result for part in executor.map(task, rank_batches(files), desc=desc) for result in part]
 
 
-def _batch_results(per_rank: Callable[[Trace, int], R], allow_empty: bool, names: bool,
-                   batch: list[tuple[int, str]]) -> list[R]:
-    """Executor task of :func:`map_ranks`: ``per_rank`` of each ``(rank, path)`` of one batch."""
-    traces = load_traces([path for _, path in batch], allow_empty=allow_empty, names=names)
-    return [per_rank(trace, rank) for (rank, _), trace in zip(batch, traces, strict=True)]
+def _per_rank(per_rank: Callable[[Trace, int], R], batch: TraceBatch, ranks: list[int]) -> list[R]:
+    return [per_rank(trace, rank) for rank, trace in zip(ranks, batch.traces(), strict=True)]
+
+
+def _batch_results(per_batch: Callable[[TraceBatch, list[int]], list[R]], allow_empty: bool, names: bool,
+                   attrs: Collection[str] | None, deps: bool, batch: list[tuple[int, str]]) -> list[R]:
+    """Executor task of :func:`map_batches`: ``per_batch`` of each decoded batch of one task's ``(rank, path)``."""
+    out: list[R] = []
+    at = 0
+    for part in load_batches([path for _, path in batch], allow_empty=allow_empty, names=names, attrs=attrs,
+                             deps=deps):
+        ranks = [rank for rank, _ in batch[at:at + len(part.paths)]]
+        out.extend(per_batch(part, ranks))
+        at += len(part.paths)
+    if at != len(batch):
+        raise AssertionError("a batch's files and their traces do not match")
+    return out
 
 
 def discover(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> tuple[list[RankFile], str | None]:

@@ -13,7 +13,7 @@ import gzip
 import os
 import zlib
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -31,12 +31,14 @@ from ..format.columnar import (
     NodeColumns,
     WalkSpans,
     decode_columns,
+    join_columns,
     split_columns,
 )
 from ..format.schema import CommType, GlobalMetadata, Node, NodeType
 from ..format.stream import HEAD_BYTES, TraceWriter, check_head, frame_table
 
-__all__ = ["Trace", "load_trace", "load_traces", "trace_from_bytes", "MISSING", "COMM_NODE_TYPES"]
+__all__ = ["Trace", "TraceBatch", "load_trace", "load_traces", "load_batches", "trace_from_bytes", "MISSING",
+           "COMM_NODE_TYPES"]
 
 COMM_NODE_TYPES = (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, NodeType.COMM_COLL_NODE)
 
@@ -317,12 +319,18 @@ class _TraceBuilder:
 
 def _from_columns(cols: Columns, metadata: GlobalMetadata, blob: bytes, rec_off: np.ndarray, rec_len: np.ndarray,
                   path: str) -> Trace:
-    return Trace(**cols.node_columns(), metadata=metadata, **cast("dict[str, Any]", cols.ints), blob=blob,
+    """A :class:`Trace` of decoded columns; integer columns the decoder left out (``attrs``) are a read-only
+    view of :data:`MISSING`."""
+    ints = cols.ints
+    if len(ints) < len(_INT_COLUMNS):
+        missing = np.broadcast_to(np.asarray(MISSING, dtype=np.int64), cols.ids.shape)
+        ints = {k: ints.get(k, missing) for k in _INT_COLUMNS}
+    return Trace(**cols.node_columns(), metadata=metadata, **cast("dict[str, Any]", ints), blob=blob,
                  rec_off=rec_off, rec_len=rec_len, path=path)
 
 
 def load_trace(path: str | os.PathLike[str], *, allow_empty: bool = False, names: bool = True,
-               spans: list[WalkSpans | None] | None = None) -> Trace:
+               spans: list[WalkSpans | None] | None = None, attrs: Collection[str] | None = None) -> Trace:
     """Read a whole ``.et`` file (gzip sniffed) into a columnar :class:`Trace`.
 
     The columns are decoded vectorised over the whole file (:mod:`etkit.format.columnar`); files that
@@ -333,8 +341,11 @@ def load_trace(path: str | os.PathLike[str], *, allow_empty: bool = False, names
     are accepted and rejected, and every other column is the same. Many files: :func:`load_traces`.
     ``spans``: a list that receives what the decoder's walk found of the rest of the records
     (:func:`etkit.format.columnar.decode_columns`' ``spans``; a None in it: not all of them were walked).
+    ``attrs``: for callers that read only some attribute columns (names among
+    :data:`~etkit.format.columnar.HOT_ATTRS`): the others may be left undecoded (integer columns
+    :data:`MISSING`, read-only; ``is_cpu_op``/``pg_idx`` -1); the same files are accepted and rejected.
     """
-    return _trace_of(str(path), read_trace_bytes(path, allow_empty=allow_empty), allow_empty, names, spans)
+    return _trace_of(str(path), read_trace_bytes(path, allow_empty=allow_empty), allow_empty, names, spans, attrs)
 
 
 #: :func:`load_traces` decodes the files of about this many bytes together (the decoder needs about ten times
@@ -343,8 +354,71 @@ def load_trace(path: str | os.PathLike[str], *, allow_empty: bool = False, names
 BATCH_BYTES = 1 << 22
 
 
+@dataclass(eq=False)
+class TraceBatch:
+    """Consecutive rank files decoded together (:func:`load_batches`): ``paths[i]``'s rows are
+    ``bounds[i]:bounds[i + 1]`` of :attr:`columns` (the files' columns joined, one string table), its
+    GlobalMetadata ``metadata[i]``; :meth:`traces` gives each file's :class:`Trace`, as :func:`load_traces` does."""
+
+    paths: list[str]
+    metadata: list[GlobalMetadata]
+    bounds: np.ndarray
+    _joined: Columns | None = field(default=None, repr=False)
+    _split: Callable[[], list[Trace]] | None = field(default=None, repr=False)
+    _traces: list[Trace] | None = field(default=None, repr=False)
+
+    @property
+    def columns(self) -> Columns:
+        if self._joined is None:  # a batch loaded file by file: its traces' columns joined
+            traces = self._traces or []
+            self._joined = join_columns([Columns(**t.node_columns(), ints={k: getattr(t, k) for k in _INT_COLUMNS})
+                                         for t in traces]) if traces else _no_columns()
+        return self._joined
+
+    def traces(self) -> list[Trace]:
+        if self._traces is None:
+            self._traces = self._split() if self._split is not None else []
+        return self._traces
+
+
+def _no_columns() -> Columns:
+    empty = np.zeros(0, dtype=np.int64)
+    return Columns(empty.astype(np.uint64), empty.astype(np.int32), empty.astype(np.int32), [], empty.astype(np.uint64),
+                   empty.astype(np.uint64), np.zeros(1, dtype=np.int64), empty.astype(np.uint64),
+                   np.zeros(1, dtype=np.int64), empty.astype(np.uint64), empty.astype(np.int8), empty.astype(np.int32),
+                   {k: empty for k in _INT_COLUMNS})
+
+
+def _batch_of_traces(traces: list[Trace]) -> TraceBatch:
+    bounds = np.zeros(len(traces) + 1, dtype=np.int64)
+    np.cumsum([len(t) for t in traces], out=bounds[1:])
+    return TraceBatch([t.path for t in traces], [t.metadata for t in traces], bounds, _traces=traces)
+
+
+def _read_batches(paths: Iterable[str | os.PathLike[str]], allow_empty: bool,
+                  batch_bytes: int) -> Iterator[list[tuple[str, bytes]]]:
+    """The files' (path, content), in batches of about ``batch_bytes``; an unreadable file's error is raised
+    after the batch of the files before it."""
+    batch: list[tuple[str, bytes]] = []
+    size = 0
+    for path in paths:
+        try:
+            buf = read_trace_bytes(path, allow_empty=allow_empty)
+        except TraceFormatError:
+            if batch:
+                yield batch  # the files before it first
+            raise
+        if batch and size + len(buf) > batch_bytes:
+            yield batch
+            batch, size = [], 0
+        batch.append((str(path), buf))
+        size += len(buf)
+    if batch:
+        yield batch
+
+
 def load_traces(paths: Iterable[str | os.PathLike[str]], *, allow_empty: bool = False, names: bool = True,
-                batch_bytes: int = BATCH_BYTES) -> Iterator[Trace]:
+                batch_bytes: int = BATCH_BYTES, attrs: Collection[str] | None = None) -> Iterator[Trace]:
     """:func:`load_trace` of each of ``paths``, in order, the node records of several files decoded together.
 
     The files are read in batches of about ``batch_bytes``; the records of a batch are framed and decoded
@@ -352,36 +426,32 @@ def load_traces(paths: Iterable[str | os.PathLike[str]], *, allow_empty: bool = 
     rather than one decoder set-up per file. Every trace, and every error (the first bad file's, as
     :func:`load_trace` words it), is what :func:`load_trace` gives; only the order of each trace's string
     table may differ (first use in row order). At most one batch is held at a time besides the traces
-    the caller keeps.
+    the caller keeps. ``names`` and ``attrs`` as :func:`load_trace` has them.
     """
-    batch: list[tuple[str, bytes]] = []
-    size = 0
-    for path in paths:
-        try:
-            buf = read_trace_bytes(path, allow_empty=allow_empty)
-        except TraceFormatError:
-            yield from _load_batch(batch, allow_empty, names)  # the files before it first
-            raise
-        if batch and size + len(buf) > batch_bytes:
-            yield from _load_batch(batch, allow_empty, names)
-            batch, size = [], 0
-        batch.append((str(path), buf))
-        size += len(buf)
-    yield from _load_batch(batch, allow_empty, names)
+    for batch in _read_batches(paths, allow_empty, batch_bytes):
+        joint = _joint_batch(batch, allow_empty, names, attrs) if len(batch) > 1 else None
+        if joint is not None:
+            yield from joint.traces()
+        else:  # file by file (so the traces before a bad file come before its error)
+            for path, buf in batch:
+                yield _trace_of(path, buf, allow_empty, names, None, attrs)
 
 
-def _load_batch(batch: list[tuple[str, bytes]], allow_empty: bool, names: bool) -> Iterator[Trace]:
-    """The traces of the files of one batch (path, content); file by file where the joint pass cannot take them
-    (so the traces before a bad file come before its error)."""
-    traces = _joint_batch(batch, allow_empty, names) if len(batch) > 1 else None
-    if traces is not None:
-        yield from traces
-    else:
-        for path, buf in batch:
-            yield _trace_of(path, buf, allow_empty, names)
+def load_batches(paths: Iterable[str | os.PathLike[str]], *, allow_empty: bool = False, names: bool = True,
+                 batch_bytes: int = BATCH_BYTES, attrs: Collection[str] | None = None,
+                 deps: bool = True) -> Iterator[TraceBatch]:
+    """The files of :func:`load_traces` as the batches it decodes together (:class:`TraceBatch`: their columns
+    joined, for callers that work on a batch at once rather than per file); the same traces, the same errors
+    (the batches before a bad file's come first). ``deps=False``, for callers that read no dependencies: the
+    files are checked the same, but ``data_deps``/``ctrl_deps`` may be left empty."""
+    for batch in _read_batches(paths, allow_empty, batch_bytes):
+        joint = _joint_batch(batch, allow_empty, names, attrs, deps) if len(batch) > 1 else None
+        yield joint if joint is not None else _batch_of_traces(
+            [_trace_of(path, buf, allow_empty, names, None, attrs, deps) for path, buf in batch])
 
 
-def _joint_batch(batch: list[tuple[str, bytes]], allow_empty: bool, names: bool) -> list[Trace] | None:
+def _joint_batch(batch: list[tuple[str, bytes]], allow_empty: bool, names: bool,
+                 attrs: Collection[str] | None, deps: bool = True) -> TraceBatch | None:
     """The traces of a batch from one framing and one decode of the files' bytes joined; ``None`` where
     anything is unusual (an error, an empty file, records the decoder leaves to protobuf one by one): the
     caller then loads the files one by one, which gives the precise error."""
@@ -410,19 +480,24 @@ def _joint_batch(batch: list[tuple[str, bytes]], allow_empty: bool, names: bool)
             metadata.append((GlobalMetadata.FromString(record), record))
         except (DecodeError, ValueError, RuntimeError):
             return None
-    cols = decode_columns(joined + bytes(PAD), frames.start[node], frames.offset[node], frames.length[node], names=names)
+    cols = decode_columns(joined + bytes(PAD), frames.start[node], frames.offset[node], frames.length[node], names=names,
+                          attrs=attrs, deps=deps)
     if cols is None:
         return None
     rows = np.zeros(len(batch) + 1, dtype=np.int64)
     np.cumsum(np.diff(np.append(first, len(frames))) - 1, out=rows[1:])
-    traces = []
-    for (path, buf), part, (meta, record), lo, hi, base in zip(batch, split_columns(cols, rows), metadata,
-                                                                first.tolist(), [*first[1:].tolist(), len(frames)],
-                                                                bases.tolist()):
-        trace = _from_columns(part, meta, buf, frames.offset[lo + 1:hi] - base, frames.length[lo + 1:hi], path)
-        trace.metadata_record = record
-        traces.append(trace)
-    return traces
+
+    def split() -> list[Trace]:
+        traces = []
+        for (path, buf), part, (meta, record), lo, hi, base in zip(batch, split_columns(cols, rows), metadata,
+                                                                    first.tolist(), [*first[1:].tolist(), len(frames)],
+                                                                    bases.tolist()):
+            trace = _from_columns(part, meta, buf, frames.offset[lo + 1:hi] - base, frames.length[lo + 1:hi], path)
+            trace.metadata_record = record
+            traces.append(trace)
+        return traces
+
+    return TraceBatch([path for path, _ in batch], [meta for meta, _ in metadata], rows, cols, split)
 
 
 def trace_from_bytes(buf: bytes, path: str = "<memory>") -> Trace:
@@ -431,7 +506,8 @@ def trace_from_bytes(buf: bytes, path: str = "<memory>") -> Trace:
 
 
 def _trace_of(path: str, buf: bytes, allow_empty: bool, names: bool,
-              spans: list[WalkSpans | None] | None = None) -> Trace:
+              spans: list[WalkSpans | None] | None = None, attrs: Collection[str] | None = None,
+              deps: bool = True) -> Trace:
     """:func:`load_trace` of the file ``path`` whose content is ``buf``."""
     frames = frame_table(buf, path, allow_empty=allow_empty)
     if not len(frames):
@@ -444,7 +520,7 @@ def _trace_of(path: str, buf: bytes, allow_empty: bool, names: bool,
     except (DecodeError, ValueError, RuntimeError) as exc:
         raise TraceFormatError(path, f"corrupt GlobalMetadata message ({exc})", record=0, offset=0) from None
     frame_start, rec_off, rec_len = frames.start[1:], frames.offset[1:], frames.length[1:]
-    cols = decode_columns(buf, frame_start, rec_off, rec_len, names=names, spans=spans)
+    cols = decode_columns(buf, frame_start, rec_off, rec_len, names=names, spans=spans, attrs=attrs, deps=deps)
     if cols is None:
         records = ((i + 1, s, buf[o:o + n]) for i, (s, o, n) in
                    enumerate(zip(frame_start.tolist(), rec_off.tolist(), rec_len.tolist())))

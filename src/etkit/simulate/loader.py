@@ -37,6 +37,8 @@ CHUNK_RECORDS = 1 << 12
 SMALL_CHUNK = 256
 #: Integer attribute columns the simulator reads (the others are dropped while loading).
 _KEPT_INTS = ("comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag", "num_ops", "tensor_size", "tid")
+#: The attributes decoded (the others are never made columns).
+_KEPT_ATTRS = (*_KEPT_INTS, "is_cpu_op", "pg_name")
 _EMPTY = np.empty(0, dtype=np.int64)
 
 
@@ -60,7 +62,7 @@ def load_columns(path: str | os.PathLike[str], chunk: int | None = None, *, name
     ``names=False``: the node names may be left undecoded (as :func:`~etkit.model.trace.load_trace` says:
     ``name_idx`` -1, ``strings`` the ``pg_name`` values), for callers that read none (a rank's shape)."""
     if chunk is None and _small_plain_file(path):
-        return _kept(load_trace(path, names=names))
+        return _kept(load_trace(path, names=names, attrs=_KEPT_ATTRS))
     chunk = chunk or CHUNK_RECORDS
     parts: list[Columns] = []
     groups = ProcessGroups()
@@ -95,10 +97,10 @@ def load_columns_many(paths: Sequence[str | os.PathLike[str]], *, names: bool = 
         if _small_plain_file(path):
             run.append(path)
             continue
-        yield from map(_kept, load_traces(run, names=names))
+        yield from map(_kept, load_traces(run, names=names, attrs=_KEPT_ATTRS))
         run = []
         yield load_columns(path, names=names)
-    yield from map(_kept, load_traces(run, names=names))
+    yield from map(_kept, load_traces(run, names=names, attrs=_KEPT_ATTRS))
 
 
 def _kept(whole: Trace) -> RankColumns:
@@ -122,7 +124,8 @@ def _add_chunk(parts: list[Columns], batch: list[tuple[int, int, bytes]], meta_r
     rec_off = frame_start + head_len
     buf = b"".join(h + p for h, (_, _, p) in zip(heads, batch))
     # the vectorised decoder's fixed cost outweighs its speed on a few records: parse those one by one
-    cols = decode_columns(buf, frame_start, rec_off, lengths, names=names) if len(batch) >= SMALL_CHUNK else None
+    cols = (decode_columns(buf, frame_start, rec_off, lengths, names=names, attrs=_KEPT_ATTRS)
+            if len(batch) >= SMALL_CHUNK else None)
     if cols is None:  # few records, or something the vectorised decoder does not take: per-record parsing
         whole = Trace.from_records(meta_record, batch, path=path)
         cols = Columns(**whole.node_columns(), ints={k: getattr(whole, k) for k in _KEPT_INTS})

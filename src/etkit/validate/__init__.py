@@ -23,6 +23,10 @@ from .rank_rules import check_trace
 __all__ = ["validate", "validate_job", "validate_trace", "Finding", "ValidationReport", "ERROR", "WARNING"]
 
 
+#: The attribute columns the rules and the cross-rank matcher read (``validate`` decodes only these).
+RULE_ATTRS = ("comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag", "is_cpu_op", "pg_name")
+
+
 def validate_trace(trace: Trace, rank: int = 0) -> list[Finding]:
     """Single-file findings of ``trace`` (as rank ``rank``)."""
     sink = FindingSink(rank)
@@ -58,7 +62,8 @@ def validate(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
     """
     files, prefix = discover(spec)
     executor = executor or default_executor()
-    out = map_ranks(executor, _rank_result, files, desc="validate", allow_empty=True, names=False)  # rules read no names
+    # the rules read no names, and of the attributes only those of communication (and is_cpu_op)
+    out = map_ranks(executor, _rank_result, files, desc="validate", allow_empty=True, names=False, attrs=RULE_ATTRS)
     results = {f.rank: res for f, res in zip(files, out, strict=True)}
     return _assemble(results, None, prefix, comm_groups, [str(Path(f.path)) for f in files])
 
