@@ -128,3 +128,35 @@ def test_ctrl_c_inside_a_c_extensions_start_up_waits_for_it_to_load() -> None:
     guarded = subprocess.run([sys.executable, "-c", _SIGNAL_IN_ORJSON_START_UP, "guarded"],
                              capture_output=True, text=True)
     assert (guarded.returncode, guarded.stdout.strip()) == (0, "interrupted True"), guarded.stderr
+
+
+_STOP_IN_FINALIZER = """
+import os, signal, sys
+from etkit.cli import guard
+
+class SignalsInFinalizer:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+with (guard.signals_raise() if sys.argv[1] == "guarded" else open(os.devnull)) as stops:
+    if sys.argv[1] != "guarded":
+        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
+    SignalsInFinalizer()
+    print(stops if sys.argv[1] == "guarded" else "bare")
+    class Other:
+        def __del__(self):
+            raise ValueError("a finalizer's own error")
+    Other()
+"""
+
+
+def test_a_swallowed_stop_prints_no_traceback_but_other_unraisable_errors_still_show() -> None:
+    """A signal landing in an at-fork callback or a finalizer (the CI failure in logging's ``_releaseLock``):
+    the stop is recorded and reported in one line by the verb, not printed as "Exception ignored"."""
+    bare = subprocess.run([sys.executable, "-c", _STOP_IN_FINALIZER, "bare"], capture_output=True, text=True)
+    assert "KeyboardInterrupt" in bare.stderr  # Python's own report, which the guard leaves out
+    guarded = subprocess.run([sys.executable, "-c", _STOP_IN_FINALIZER, "guarded"], capture_output=True,
+                             text=True)
+    assert guarded.stdout.strip() == f"[{int(signal.SIGTERM)}]"
+    assert "Interrupted" not in guarded.stderr and "KeyboardInterrupt" not in guarded.stderr, guarded.stderr
+    assert "a finalizer's own error" in guarded.stderr

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import argparse
     import types
+    from sys import UnraisableHookArgs
 
 #: argparse ``dest`` names that are outputs of a verb (everything else that names a file is an input).
 OUTPUT_DESTS = frozenset({"output", "json", "report", "timeline", "plot", "out", "out_dir"})
@@ -84,7 +85,9 @@ def signals_raise() -> Iterator[list[int]]:
 
     Yields the signals received (:func:`etkit.fileio.stop_requests`): Python swallows an exception raised
     where a signal can land (an at-fork callback, ``__del__``), so every writer checks the list before it
-    installs an output, and the caller reports an interruption whose exception never reached it."""
+    installs an output, and the caller reports an interruption whose exception never reached it. Python
+    would also print that swallowed exception with its traceback ("Exception ignored in ..."): within the
+    block it says nothing, since the one line that reports the interruption follows."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
@@ -94,7 +97,7 @@ def signals_raise() -> Iterator[list[int]]:
 
     previous = {sig: signal.getsignal(sig) for sig in _SIGNALS}
     owner = os.getpid()
-    with stop_requests() as fired, _whole_extension_loads() as loads:
+    with stop_requests() as fired, _whole_extension_loads() as loads, _quiet_swallowed_stops(fired):
 
         def handler(signum: int, _frame: object) -> None:
             if fired or os.getpid() != owner:  # a forked worker inherits this: its parent unwinds the job
@@ -112,6 +115,23 @@ def signals_raise() -> Iterator[list[int]]:
         finally:
             for sig, old in previous.items():
                 signal.signal(sig, old if old is not None else signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def _quiet_swallowed_stops(fired: list[int]) -> Iterator[None]:
+    """Within the block, an exception a stop signal raised where Python cannot raise it (an at-fork callback,
+    ``__del__``) is not printed as unraisable; every other unraisable exception is, as before."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: UnraisableHookArgs) -> None:
+        if not (fired and isinstance(unraisable.exc_value, KeyboardInterrupt)):
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
 
 
 def _raise_for(signum: int) -> None:
