@@ -5,12 +5,17 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from etkit.format.assemble import AttrPieces, varint
+from etkit.format.assemble import INPUTS, OUTPUTS, AttrPieces, IoPieces, id_varints, node_record, varint
 from etkit.format.attrs import make_attr
-from etkit.format.schema import Node
+from etkit.format.schema import IOInfo, Node
 
 U64 = (1 << 64) - 1
+IDS = 300  # ids index a varint table in node_record, as in the converter
+ids = st.integers(0, IDS - 1)
+# small and large values: 1..4-byte varints, 8-byte timestamps, the 64-bit edge
+big = st.one_of(st.integers(0, 1 << 30), st.integers(1 << 40, 1 << 52), st.integers((1 << 63) - 5, (1 << 63) - 1))
 text = st.text(max_size=200)
+io_strings = st.tuples(text, st.sampled_from(["", "[]", "[[17, 2]]", "[[]]" * 40]), st.sampled_from(["", "['Int']", "[]"]))
 # (name, value) pairs whose canonical kinds cover int64 (negatives too), int32, bool, string attributes
 attrs = st.lists(st.one_of(
     st.tuples(st.sampled_from(["rf_id", "seq_id", "scope", "tid", "fw_parent", "stream"]),
@@ -21,17 +26,31 @@ attrs = st.lists(st.one_of(
 
 
 @settings(max_examples=300, deadline=None)
-@given(attr_values=attrs)
-def test_attribute_pieces_equal_protobuf(attr_values):
-    """A Node holding only attributes serializes to its attribute fields, framed one by one in order."""
-    pieces = AttrPieces()
-    expected = Node()
-    encoded = b""
+@given(node_id=ids, name=text, node_type=st.integers(0, 7), ctrl=st.one_of(st.none(), ids),
+       deps=st.lists(ids, max_size=12, unique=True), start=big, duration=big,
+       inputs=st.one_of(st.none(), io_strings), outputs=st.one_of(st.none(), io_strings), attr_values=attrs)
+def test_node_record_equals_protobuf(node_id, name, node_type, ctrl, deps, start, duration, inputs, outputs,
+                                     attr_values):
+    pieces, attr_pieces = IoPieces(), AttrPieces()
+    io = b""
+    expected = Node(id=node_id, name=name, type=node_type, start_time_micros=start, duration_micros=duration)
+    if ctrl is not None:
+        expected.ctrl_deps.append(ctrl)
+    expected.data_deps.extend(deps)
+    if inputs is not None:
+        expected.inputs.CopyFrom(IOInfo(values=inputs[0], shapes=inputs[1], types=inputs[2]))
+        io += pieces.field(INPUTS, *inputs)
+    if outputs is not None:
+        expected.outputs.CopyFrom(IOInfo(values=outputs[0], shapes=outputs[1], types=outputs[2]))
+        io += pieces.field(OUTPUTS, *outputs)
+    encoded_attrs = b""
     for attr_name, value in attr_values:
         expected.attr.append(make_attr(attr_name, value))
         int64_kind = attr_name in ("rf_id", "seq_id", "scope", "tid", "fw_parent", "stream")
-        encoded += pieces.int64(attr_name, value) if int64_kind else pieces.framed(attr_name, value)
-    assert encoded == expected.SerializeToString()
+        encoded_attrs += attr_pieces.int64(attr_name, value) if int64_kind else attr_pieces.framed(attr_name, value)
+    got = node_record(node_id, pieces.name(name), node_type, ctrl, deps, start, duration, io, encoded_attrs,
+                      id_varints(IDS))
+    assert got == expected.SerializeToString()
 
 
 @given(st.one_of(st.integers(1, 1 << 35), st.integers(1 << 35, U64 >> 1), st.integers(-(1 << 63), -1)))

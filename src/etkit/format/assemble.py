@@ -1,9 +1,14 @@
-"""Pre-encoded pieces of Chakra ``Node`` records: varints and attribute fields, each distinct one encoded
-once (the converter's attributes, such as ``tid``, ``scope``, ``op_schema``, repeat from op to op).
+"""Assembling Chakra ``Node`` records from pre-encoded pieces: the converter's hot path.
 
-The records themselves are assembled in bulk from columns by :mod:`etkit.format.encode`; an attribute
-field made here is exactly what protobuf writes for that ``AttributeProto`` in a ``Node``
-(``tests/format/test_assemble.py`` checks it byte for byte against protobuf).
+Building a protobuf ``Node`` message per host op, filling it field by field and serializing it costs
+more than everything else the converter does per op. Most of a node's bytes repeat from op to op
+(names, shape and type strings, attributes such as ``tid``, ``scope``, ``op_schema``), so this module
+encodes each distinct piece once and joins pieces into the payload.
+
+The payload is exactly what protobuf writes for the same message (``Node.SerializeToString()``): fields
+in field-number order (et-format.md §1.1), proto3 scalars omitted when zero or empty, a set sub-message
+(``inputs``/``outputs``) written even when empty, packed repeated ids, attributes framed one by one in
+the order given. ``tests/format/test_assemble.py`` checks this byte for byte against protobuf.
 """
 
 from __future__ import annotations
@@ -17,13 +22,16 @@ from .attrs import make_attr
 from .stream import encode_varint
 from .tags import key_byte
 
-__all__ = ["varint", "varints_column", "AttrPieces"]
+__all__ = ["varint", "varints_column", "AttrPieces", "IoPieces", "node_record", "id_varints", "INPUTS", "OUTPUTS"]
 
 _U64 = (1 << 64) - 1
 _SMALL = [bytes((n,)) for n in range(0x80)]
 
-# the Node attribute field key (field number << 3 | wire type), from its one home, format.tags
-_ATTR = key_byte(tags.NODE_ATTR)
+# Node field keys (field number << 3 | wire type), from their one home, format.tags
+_ID, _NAME, _TYPE, _CTRL, _DATA, _START, _DUR, _INPUTS, _OUTPUTS, _ATTR = (key_byte(k) for k in (
+    tags.NODE_ID, tags.NODE_NAME, tags.NODE_TYPE, tags.NODE_CTRL, tags.NODE_DATA, tags.NODE_START, tags.NODE_DURATION,
+    tags.NODE_INPUTS, tags.NODE_OUTPUTS, tags.NODE_ATTR))
+_IO_VALUES, _IO_SHAPES, _IO_TYPES = (key_byte(k) for k in (tags.IO_VALUES, tags.IO_SHAPES, tags.IO_TYPES))
 
 
 def varint(value: int) -> bytes:
@@ -116,3 +124,72 @@ class AttrPieces:
         prefix = zero[:-1]
         heads = self._int_heads[name] = [_ATTR + varint(len(prefix) + k) + prefix for k in range(11)]
         return heads
+
+
+class IoPieces:
+    """Encoded ``name`` and ``inputs``/``outputs`` fields; repeated parts (names, the shapes and types of
+    an IOInfo) are encoded once."""
+
+    def __init__(self) -> None:
+        self._tail: dict[tuple[str, str], bytes] = {}
+        self._names: dict[str, bytes] = {}
+
+    def name(self, name: str) -> bytes:
+        """The encoded ``name`` field (names repeat: cached)."""
+        found = self._names.get(name)
+        if found is None:
+            found = self._names[name] = _length_delimited(_NAME, name.encode()) if name else b""
+        return found
+
+    def _new_tail(self, shapes: str, types: str) -> bytes:
+        tail = self._tail[(shapes, types)] = (
+            (_length_delimited(_IO_SHAPES, shapes.encode()) if shapes else b"")
+            + (_length_delimited(_IO_TYPES, types.encode()) if types else b""))
+        return tail
+
+    def field(self, key: bytes, values: str, shapes: str, types: str) -> bytes:
+        """A set IOInfo field (``INPUTS`` or ``OUTPUTS``): key, length, then values, shapes, types."""
+        tail = self._tail.get((shapes, types))
+        if tail is None:
+            tail = self._new_tail(shapes, types)
+        if not values:
+            return _length_delimited(key, tail)
+        encoded = values.encode()
+        n = len(encoded)
+        n_bytes = _SMALL[n] if n < 0x80 else varint(n)
+        size = 1 + len(n_bytes) + n + len(tail)
+        return b"".join((key, _SMALL[size] if size < 0x80 else varint(size), _IO_VALUES, n_bytes, encoded, tail))
+
+
+#: Keys of the Node fields ``inputs`` and ``outputs`` (for :meth:`IoPieces.field`).
+INPUTS, OUTPUTS = _INPUTS, _OUTPUTS
+
+
+_TYPE_FIELD = [b""] + [_TYPE + _SMALL[t] for t in range(1, 0x80)]
+
+
+def id_varints(count: int) -> list[bytes]:
+    """``varint(i)`` for every node id ``0 <= i < count``: ids are dense and each one is written several times
+    (as the node's id, then in the deps of the nodes after it), so they are encoded once."""
+    return [varint(i) for i in range(count)]
+
+
+def node_record(node_id: int, name_field: bytes, node_type: int, ctrl: int | None, deps: list[int],
+                start: int, duration: int, io: bytes, attrs: bytes, ids: list[bytes]) -> bytes:
+    """One Node payload. ``name_field`` comes from :meth:`IoPieces.name`; ``io`` is the encoded inputs and
+    outputs fields (or empty); ``attrs`` the framed attributes in order; ``ctrl`` the single ctrl dep or None;
+    ``ids`` the :func:`id_varints` of every id the node names."""
+    if ctrl is not None:
+        one = ids[ctrl]
+        ctrl_field = _CTRL + _SMALL[len(one)] + one
+    else:
+        ctrl_field = b""
+    if deps:
+        body = ids[deps[0]] if len(deps) == 1 else b"".join([ids[v] for v in deps])
+        n = len(body)
+        data_field = _DATA + (_SMALL[n] if n < 0x80 else varint(n)) + body
+    else:
+        data_field = b""
+    return b"".join((_ID + ids[node_id] if node_id else b"", name_field, _TYPE_FIELD[node_type], ctrl_field,
+                     data_field, _START + varint(start) if start else b"",
+                     _DUR + varint(duration) if duration else b"", io, attrs))
