@@ -13,7 +13,7 @@ numpy for all records at once, so the cost per node is a few array passes, not a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,8 +22,7 @@ from . import tags
 from .columnar import MISSING
 from .tags import key_byte
 
-__all__ = ["AttrColumn", "NodeTable", "Packed", "encode_nodes", "encode_node_chunks", "encode_strings", "copy_spans",
-           "INT_ATTR_FIELDS"]
+__all__ = ["AttrColumn", "NodeTable", "Packed", "encode_nodes", "encode_strings", "copy_spans", "INT_ATTR_FIELDS"]
 
 #: AttributeProto oneof field number of each integer kind etkit writes from a column.
 INT_ATTR_FIELDS = {"int32_val": 7, "int64_val": 9, "uint32_val": 11, "uint64_val": 13, "bool_val": 27}
@@ -48,17 +47,13 @@ Table = Sequence[bytes] | Packed
 @dataclass
 class AttrColumn:
     """One attribute of the nodes: ``values`` per row (``MISSING`` = the node has none) of an integer
-    ``kind``, or ``index`` per row into ``table`` (-1 = none), the encoded AttributeProto messages.
-
-    ``framed``: the entries of ``table`` are whole ``attr`` fields, key and length included (one or
-    several attributes each: a run that repeats from node to node), written as they are."""
+    ``kind``, or ``index`` per row into ``table`` (-1 = none), the encoded AttributeProto messages."""
 
     name: str = ""
     kind: str = "int64_val"
     values: np.ndarray | None = None
     table: Table = ()
     index: np.ndarray | None = None
-    framed: bool = False
 
 
 @dataclass
@@ -210,33 +205,6 @@ def _table_field(tag: bytes, table: Table, index: np.ndarray) -> _Piece:
     return _Piece(length, put)
 
 
-def _raw_field(table: Table, index: np.ndarray) -> _Piece:
-    """The entry of ``table`` as it is, for rows whose index is >= 0."""
-    blob, starts, sizes = _table_blob(table)
-    present = index >= 0
-    idx = np.where(present, index, 0)
-    size = np.where(present, sizes[idx], 0) if sizes.size else np.zeros(index.size, dtype=np.int64)
-
-    def put(out: np.ndarray, pos: np.ndarray) -> None:
-        rows = np.flatnonzero(present)
-        used, inverse, counts = np.unique(idx[rows], return_inverse=True, return_counts=True)
-        if used.size > _FEW_ENTRIES and used.size * _FEW_ENTRIES > rows.size:
-            copy_spans(out, pos[rows], blob, starts[idx[rows]], size[rows])
-            return
-        # few distinct entries, each on many rows (runs of attributes): one broadcast copy per entry
-        at = pos[rows][np.argsort(inverse, kind="stable")]
-        ends = np.cumsum(counts).tolist()
-        for e, end, count in zip(used.tolist(), ends, counts.tolist()):
-            length = int(sizes[e])
-            if length:
-                out[at[end - count:end, None] + np.arange(length)] = blob[int(starts[e]):int(starts[e]) + length]
-    return _Piece(size, put)
-
-
-#: A table of at most this many entries used (or used by this many rows each) is copied entry by entry.
-_FEW_ENTRIES = 64
-
-
 def _packed_field(tag: bytes, ptr: np.ndarray, values: np.ndarray) -> _Piece:
     v = values.astype(np.uint64)
     nb = _varint_len(v)
@@ -347,39 +315,8 @@ def encode_nodes(table: NodeTable, *, framed: bool = False) -> tuple[bytes, np.n
             if (np.asarray(column.values) != MISSING).any():
                 pieces.append(_int_attr(column))
         elif column.index is not None and (column.index >= 0).any():
-            pieces.append(_raw_field(column.table, column.index) if column.framed
-                          else _table_field(key_byte(tags.NODE_ATTR), column.table, column.index))
+            pieces.append(_table_field(key_byte(tags.NODE_ATTR), column.table, column.index))
     return _assemble(n, pieces, framed)
-
-
-def encode_node_chunks(table: NodeTable, rows: int = 1 << 16) -> Iterator[bytes]:
-    """The framed records of ``table`` (as :func:`encode_nodes` with ``framed``), ``rows`` nodes at a time:
-    the bytes of one chunk are held at once, not the whole file's. Give tables as :class:`Packed` (a list
-    is joined again for every chunk). An empty record is refused, as :class:`~etkit.format.stream.TraceWriter`
-    refuses it."""
-    n = int(table.ids.size)
-    for a in range(0, n, rows):
-        b = min(n, a + rows)
-        framed, _, lengths = encode_nodes(_rows_of(table, a, b), framed=True)
-        if not lengths.min():
-            raise ValueError("refusing to write an empty node record")
-        yield framed
-
-
-def _rows_of(table: NodeTable, a: int, b: int) -> NodeTable:
-    """Rows ``a:b`` of ``table`` (dependency lists rebased, tables shared)."""
-    def csr(ptr: np.ndarray, deps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return ptr[a:b + 1] - ptr[a], deps[ptr[a]:ptr[b]]
-
-    def part(column: np.ndarray | None) -> np.ndarray | None:
-        return None if column is None else np.asarray(column)[a:b]
-
-    ctrl_ptr, ctrl_deps = csr(table.ctrl_ptr, table.ctrl_deps)
-    data_ptr, data_deps = csr(table.data_ptr, table.data_deps)
-    attrs = [AttrColumn(c.name, c.kind, part(c.values), c.table, part(c.index), c.framed) for c in table.attrs]
-    return NodeTable(table.ids[a:b], table.types[a:b], table.names, table.name_idx[a:b], ctrl_ptr, ctrl_deps,
-                     data_ptr, data_deps, table.start[a:b], table.duration[a:b], table.io, part(table.inputs),
-                     part(table.outputs), attrs)
 
 
 def _non_empty(names: Sequence[bytes], idx: np.ndarray) -> np.ndarray:

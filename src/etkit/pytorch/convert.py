@@ -24,24 +24,19 @@ parent op (never a COMM node, which would make feeder v3 wait for the collective
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import chain, repeat
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
 import orjson
 
-from ..fileio import atomic_output
-from ..format.assemble import AttrPieces
+from ..format.assemble import INPUTS, OUTPUTS, AttrPieces, IoPieces, id_varints, node_record
 from ..format.attrs import PROFILER_CATEGORIES, make_attr
-from ..format.encode import AttrColumn, NodeTable, Packed, encode_node_chunks
 from ..format.schema import SCHEMA_VERSION, CommType, GlobalMetadata, NodeType
-from ..format.stream import frame
+from ..format.stream import TraceWriter
 from .comm import (
     CommArgumentError,
     CommKind,
@@ -58,7 +53,6 @@ from .device import DeviceWaits, device_waits, gpu_node_type
 from .host import KNOWN_SCHEMAS, HostOp, HostTraceError
 from .kineto import us_to_ns
 from .link import LinkedRank
-from .records import Interned, csr_lists, int_attr_columns, io_table, packed
 
 __all__ = ["RankReport", "P2PCall", "convert_linked", "convert_linked_bytes", "GroupInfo", "groups_of_rank"]
 
@@ -224,6 +218,19 @@ class _Walk:
     gloo_groups: dict[int, str]  # gloo worker thread -> its group
 
 
+@dataclass
+class _WriteState:
+    """What the dependencies of the next node depend on, updated as nodes are written in id order."""
+    new_id: dict[int, int]  # ref (op index, -(GPU activity + 1)) -> node id
+    waits: DeviceWaits
+    ts: list[float]  # the ops' Kineto start (us; NaN: unknown)
+    excl: list[float]  # the ops' exclusive time (us)
+    last_on_lane: dict[Any, int] = field(default_factory=dict)  # lane -> its last node
+    last_comm_of_group: dict[str, int] = field(default_factory=dict)  # pg_name -> its last COMM node
+    pending_wait: dict[tuple[int, int], int] = field(default_factory=dict)  # tensor -> COMM node not waited on
+    writer_of: dict[tuple[int, int], tuple[int, Any]] = field(default_factory=dict)  # tensor -> (node, lane)
+
+
 class _Converter:
     def __init__(self, linked: LinkedRank, rank: int | None, out_path: str,
                  p2p_matched: dict[int, tuple[str, int]] | None = None) -> None:
@@ -233,17 +240,32 @@ class _Converter:
         self.ops = linked.host.ops
         self.rank = rank
         self.report = RankReport(rank if rank is not None else 0, out_path, schema=linked.host.schema)
-        self._stream_prev = np.zeros(0, dtype=np.int64)  # per GPU activity: the node before it on its stream
+        self._stream_prev: dict[int, int | None] = {}  # GPU activity -> the node before it on its stream
         self.attr_pieces = AttrPieces()
+        self.io_pieces = IoPieces()
+        self.templates: dict[tuple[Any, ...], bytes] = {}
+        self.ids: list[bytes] = []  # varint of every node id (wire.id_varints)
         self.counts: Counter[str] = Counter()  # COMM nodes written, by kind
         self.groups = GroupInfo()
         self.kernel_chain: dict[int, int] = {}  # GPU activity -> the COMM chain head whose interval it is
         self.framed = b""  # the ET's bytes, when converted in memory (run(None))
 
-    # Attributes are mostly repeated values (scope 0, tid 1, the same op_schema): each distinct one, and each
-    # distinct run of them, is encoded once (etkit.format.assemble.AttrPieces, _Rows).
+    # Nodes are assembled from encoded pieces (etkit.format.assemble). Attributes are mostly repeated values
+    # (scope 0, tid 1, the same op_schema): each distinct run of them is encoded once as a template.
     def attr(self, name: str, value: Any) -> bytes:
         return self.attr_pieces.framed(name, value)
+
+    def _std_attrs(self, op: HostOp, is_cpu_op: bool) -> bytes:
+        """rf_id, seq_id (per op), then fw_parent, scope, tid, fw_tid, op_schema, is_cpu_op (templated)."""
+        int64 = self.attr_pieces.int64
+        key = (op.fw_parent, op.scope, op.tid, op.fw_tid, op.op_schema, is_cpu_op)
+        template = self.templates.get(key)
+        if template is None:
+            a = self.attr
+            template = self.templates[key] = b"".join([
+                a("fw_parent", op.fw_parent), a("scope", op.scope), a("tid", op.tid), a("fw_tid", op.fw_tid),
+                a("op_schema", op.op_schema), a("is_cpu_op", is_cpu_op)])
+        return b"".join((int64("rf_id", op.rf_id), int64("seq_id", op.seq_id), template))
 
     def run(self, writer_path: str | None) -> RankReport:
         """Convert the rank: write ``writer_path``, or (``None``) keep the framed records in :attr:`framed`."""
@@ -280,7 +302,6 @@ class _Converter:
         lanes: dict[int, tuple[str, int]] = {}
         stack: list[tuple[int, float, int, int, int, Any, int]] = [(r, -math.inf, -1, -1, -1, None, -1) for r in reversed(sorted(roots, key=lambda i: ops[i].id))]
         order: list[int] = []
-        visit_key = [(t if t == t else math.inf, op.id) for t, op in zip(ts, ops)]
         while stack:
             i, parent_key, h, own, ctrl, parent_lane, chain_level = stack.pop()
             t = ts[i]
@@ -307,12 +328,10 @@ class _Converter:
             order.append(i)
             next_ctrl = ctrl if kind is not None else i
             kids = children[i]
-            if kids:
-                if len(kids) > 1:  # visit in start order (unknown times last, then call order)
-                    kids.sort(key=visit_key.__getitem__, reverse=True)
-                    stack.extend([(c, k, h, own, next_ctrl, lane, level) for c in kids])
-                else:
-                    stack.append((kids[0], k, h, own, next_ctrl, lane, level))
+            if len(kids) > 1:  # visit in start order (unknown times last, then call order)
+                kids.sort(key=lambda c: (ts[c] if ts[c] == ts[c] else math.inf, ops[c].id), reverse=True)
+            for c in kids:
+                stack.append((c, k, h, own, next_ctrl, lane, level))
         if len(order) != n:
             seen = set(order)
             for i in range(n):  # ops outside every root's tree (cannot happen after link's cycle check)
@@ -381,44 +400,26 @@ class _Converter:
         report.device_waits = waits.count
         for i, producers in waits.host.items():
             key[i] = max([key[i]] + [linked.gpu[g].ts for g in producers])
+        refs: list[int] = []  # in depth-first position order
+        keys: list[float] = []
         for g, h in self.kernel_chain.items():
             launch = linked.gpu[g].op
             if launch >= 0:  # (strictly after: on a tie the head would sort first, being earlier in the tree)
                 key[h] = max(key[h], float(np.nextafter(key[launch], math.inf)))
-        # in depth-first position order: each op not folded into its chain's COMM node, then the GPU activity
-        # it launched that is a node of its own
-        order = np.asarray(walk.order, dtype=np.int64)
-        heads = np.asarray(head, dtype=np.int64)[order]
-        kept = order[(heads < 0) | (heads == order)]
-        report.folded_ops += int(order.size - kept.size)
-        launched = np.zeros(len(self.ops), dtype=np.int64)
-        for i, acts in gpu_by_op.items():
-            if i >= 0:
-                launched[i] = len(acts)
-        at = np.zeros(kept.size, dtype=np.int64)  # where each kept op goes
-        np.cumsum(1 + launched[kept][:-1], out=at[1:])
-        tail = gpu_by_op.get(-1, [])
-        total = int(at[-1] + 1 + launched[kept[-1]]) if kept.size else 0
-        refs = np.empty(total + len(tail), dtype=np.int64)
-        keys = np.empty(total + len(tail), dtype=np.float64)
-        refs[at] = kept
-        keys[at] = np.asarray(key, dtype=np.float64)[kept]
-        place = np.full(len(self.ops), -1, dtype=np.int64)
-        place[kept] = at
-        gpu = linked.gpu
-        for i, acts in gpu_by_op.items():
-            p = int(place[i]) if i >= 0 else -1
-            if p >= 0:
-                k = key[i]
-                for j, g in enumerate(acts, p + 1):
-                    refs[j] = -(g + 1)
-                    keys[j] = max(gpu[g].ts, k)
-        for j, g in enumerate(tail, total):  # activity whose launch is not in the trace: by its own start
-            refs[j] = -(g + 1)
-            keys[j] = gpu[g].ts
-        # a stable sort by key keeps depth-first position order among equal keys
-        ordered: list[int] = refs[np.argsort(keys, kind="stable")].tolist()
-        return ordered
+        for i in walk.order:
+            if head[i] >= 0 and head[i] != i:
+                report.folded_ops += 1
+                continue  # folded into its chain's COMM node
+            refs.append(i)
+            keys.append(key[i])
+            for g in gpu_by_op.get(i, ()):
+                refs.append(-(g + 1))
+                keys.append(max(linked.gpu[g].ts, key[i]))
+        for g in gpu_by_op.get(-1, ()):  # activity whose launch is not in the trace: by its own start
+            refs.append(-(g + 1))
+            keys.append(linked.gpu[g].ts)
+        # a stable sort by key keeps depth-first position order among equal keys (numpy: 20x faster than tuples)
+        return [refs[k] for k in np.argsort(np.array(keys, dtype=np.float64), kind="stable").tolist()]
 
     def _metadata(self) -> Any:
         """The rank's GlobalMetadata: the schema version and the host trace's header."""
@@ -431,28 +432,104 @@ class _Converter:
 
     def _write_nodes(self, path: str | None, walk: _Walk, chains: dict[int, list[int]], items: list[int],
                      kernel_kind: dict[int, CommKind | None], waits: DeviceWaits) -> None:
-        """Write the metadata node (when the host trace has none) and every node in id order: the nodes are
-        decided as columns (:class:`_Rows`), then encoded together (etkit.format.encode)."""
-        metadata = frame(self._metadata().SerializeToString())
-        with contextlib.nullcontext(None) if path is None else atomic_output(path) as out:
-            table = _Rows(self, walk, chains, items, kernel_kind, waits).table()
-            # about _CHUNK_BYTES of records at a time: the encoder's working arrays are several times their bytes
-            io = table.io
-            row_bytes = 120 + (io.data.size if isinstance(io, Packed) else 0) // max(1, table.ids.size)
-            rows = min(max(_CHUNK_BYTES // row_bytes, 1 << 10), 1 << 14)
-            chunks = chain([metadata], encode_node_chunks(table, rows))
-            if out is None:
-                self.framed = b"".join(chunks)
-            else:
-                for chunk in chunks:
-                    out.write(chunk)
+        """Write the metadata node (when the host trace has none) and every node in id order."""
+        linked, report = self.linked, self.report
+        st = _WriteState({ref: n for n, ref in enumerate(items, 1)}, waits, linked.ts.tolist(), linked.excl.tolist())
+        self._stream_prev = self._stream_predecessors(st.new_id)
+        self.ids = id_varints(len(items) + 1)
+        head = walk.head
+        with TraceWriter(path, self._metadata()) as writer:
+            write = writer.write_record
+            if walk.pg_init is None and walk.pg_entries:
+                write(self._metadata_node(0, "## process_group:init ##", walk.pg_entries))
+            for nid, ref in enumerate(items, 1):
+                if ref < 0:
+                    write(self._gpu_node(nid, -ref - 1, st.new_id, st.last_on_lane, kernel_kind, waits))
+                    report.gpu_nodes += 1
+                elif head[ref] == ref:
+                    write(self._comm_record(nid, ref, walk, chains[ref], st))
+                else:
+                    write(self._host_record(nid, ref, walk, st))
+        if path is None:
+            self.framed = writer.getvalue()
+
+    def _comm_record(self, nid: int, i: int, walk: _Walk, members: list[int], st: _WriteState) -> bytes:
+        """The COMM node of chain head ``i``: after the op before it on its thread, the previous collective of
+        its group and (when it ran as a kernel) its stream's previous node and the kernel's launch; the next op
+        that touches its tensors waits for it."""
+        op = self.ops[i]
+        ctrl_id, lane, deps = self._issued(i, walk, st)
+        node_type, start, duration, attrs, pg = self._comm_node(i, walk.kinds, members, walk.gloo_groups,
+                                                                self.linked.clock_offset_us, self.counts)
+        prev_comm = st.last_comm_of_group.get(pg)
+        if prev_comm is not None and prev_comm not in deps:
+            deps.append(prev_comm)
+        st.last_comm_of_group[pg] = nid
+        for m in members:  # it ran as this kernel: it also holds the kernel's place on its stream
+            if m < 0:
+                self._on_stream(nid, -m - 1, deps, st.new_id, st.last_on_lane, st.waits)
+                launch = st.new_id.get(self.linked.gpu[-m - 1].op)  # and comes after its launch
+                if launch is not None and launch not in deps and launch < nid:
+                    deps.append(launch)
+        for k in op.reads + op.writes:
+            st.pending_wait[k] = nid
+        return node_record(nid, self.io_pieces.name(op.name), node_type, ctrl_id, deps, start, duration,
+                           self._io(op), attrs, self.ids)
+
+    def _host_record(self, nid: int, i: int, walk: _Walk, st: _WriteState) -> bytes:
+        """The COMP (or process_group:init METADATA) node of host op ``i``: after the op before it on its thread
+        and the device work it waited for; outside a collective's subtree, after the collective whose tensors
+        it touches first and after the other thread's op that wrote a tensor it reads."""
+        op = self.ops[i]
+        ctrl_id, lane, deps = self._issued(i, walk, st)
+        if i == walk.pg_init:
+            node_type = int(NodeType.METADATA_NODE)
+            entries = walk.pg_entries or _pg_init_entries(op)
+            io = self.io_pieces.field(INPUTS, str([orjson.dumps(entries).decode()]), op.io[1], op.io[2])
+        else:
+            node_type, io = int(NodeType.COMP_NODE), self._io(op)
+        start = duration = 0
+        t = st.ts[i]
+        timing = b""
+        if t == t:
+            start = max(0, int(t + self.linked.clock_offset_us + 0.5))
+            duration = max(0, int(st.excl[i] + 0.5))
+            timing = self.op_timing[i]
+        for g in st.waits.host.get(i, ()):  # the device work this host call waited for
+            waited = st.new_id.get(-(g + 1))
+            if waited is not None and waited not in deps and waited < nid:
+                deps.append(waited)
+        st.last_on_lane[lane] = nid
+        if walk.owner[i] < 0:
+            pending_wait, writer_of = st.pending_wait, st.writer_of
+            if pending_wait:
+                for k in op.reads + op.writes:
+                    waited = pending_wait.pop(k, None)
+                    if waited is not None and waited not in deps:
+                        deps.append(waited)
+            for k in op.reads:
+                w = writer_of.get(k)
+                if w is not None and w[1] != lane and w[0] not in deps:
+                    deps.append(w[0])
+            for k in op.writes:
+                writer_of[k] = (nid, lane)
+        # deps are unique by construction (each added only if not present)
+        return node_record(nid, self.io_pieces.name(op.name), node_type, ctrl_id, deps, start, duration, io,
+                           self._std_attrs(op, True) + timing, self.ids)
+
+    def _issued(self, i: int, walk: _Walk, st: _WriteState) -> tuple[int | None, Any, list[int]]:
+        """Op ``i``'s ctrl parent (node id), its thread lane, and its first dep: the lane's previous node."""
+        p = walk.ctrl[i]
+        lane = walk.lane_of[i]
+        prev = st.last_on_lane.get(lane)
+        return st.new_id.get(p) if p >= 0 else None, lane, [prev] if prev is not None else []
 
     def _finish_report(self, walk: _Walk, items: list[int]) -> RankReport:
         """The rank's figures and warnings, once its nodes are written."""
         linked, report = self.linked, self.report
         report.metadata_added = 0 if walk.pg_init is not None or not walk.pg_entries else 1
         report.gpu_events = len(linked.gpu)
-        report.gpu_time_kineto_ns = int(self.gpu_dur_ns.sum())
+        report.gpu_time_kineto_ns = sum(self.gpu_dur_ns)
         report.runtime_ops = linked.report.runtime_ops
         if report.gpu_time_et_ns != report.gpu_time_kineto_ns:
             report.warnings.append(f"GPU time in the ET ({report.gpu_time_et_ns} ns) differs from Kineto's "
@@ -493,48 +570,119 @@ class _Converter:
 
     # -- node parts --------------------------------------------------------------------------------------
 
+    def _io(self, op: HostOp) -> bytes:
+        """The encoded inputs/outputs fields of a host op (omitted when they hold no value and no type)."""
+        in_values, in_shapes, in_types, out_values, out_shapes, out_types = op.io
+        field = self.io_pieces.field
+        encoded = b""
+        if in_values != "[]" or in_types != "[]":
+            encoded = field(INPUTS, in_values, in_shapes, in_types)
+        if out_values != "[]" or out_types != "[]":
+            encoded += field(OUTPUTS, out_values, out_shapes, out_types)
+        return encoded
+
+    def _metadata_node(self, nid: int, name: str, entries: list[dict[str, Any]]) -> bytes:
+        io = self.io_pieces.field(INPUTS, str([orjson.dumps(entries).decode()]), "[[]]", "['String']")
+        return node_record(nid, self.io_pieces.name(name), int(NodeType.METADATA_NODE), None, [], 0, 0, io,
+                           self.attr("is_cpu_op", True), [])
+
     def _exact_times(self) -> None:
-        """Exact ns of every op's and GPU activity's Kineto start (Unix) and duration (0 where unknown), and the
-        GPU activities' ``cat`` codes, vectorised once."""
+        """Exact ns of every op's and GPU activity's Kineto start (Unix) and duration, and their encoded
+        ``ts_ns``/``dur_ns``/``cat`` attributes, vectorised once."""
         linked = self.linked
         known = ~np.isnan(linked.ts)
         op_ts = np.where(known, linked.base_ns + us_to_ns(np.where(known, linked.ts, 0.0)), 0)
         op_dur = us_to_ns(np.where(known, linked.dur, 0.0))
-        gpu = linked.gpu
-        self.gpu_ts_us = np.fromiter((a.ts for a in gpu), dtype=np.float64, count=len(gpu))
-        self.gpu_dur_us = np.fromiter((a.dur for a in gpu), dtype=np.float64, count=len(gpu))
-        self.gpu_stream = np.fromiter((a.stream for a in gpu), dtype=np.int64, count=len(gpu))
-        self.gpu_op = np.fromiter((a.op for a in gpu), dtype=np.int64, count=len(gpu))
-        gpu_ts = linked.base_ns + us_to_ns(self.gpu_ts_us)
-        gpu_dur = us_to_ns(self.gpu_dur_us)
-        self.op_ts_ns, self.op_dur_ns, self.gpu_ts_ns, self.gpu_dur_ns = op_ts, op_dur, gpu_ts, gpu_dur
-        self.gpu_cat = np.array([PROFILER_CATEGORIES.index(a.category) if a.category in PROFILER_CATEGORIES else -1
-                                 for a in linked.gpu], dtype=np.int64)
+        gpu_ts = linked.base_ns + us_to_ns(np.array([a.ts for a in linked.gpu], dtype=np.float64))
+        gpu_dur = us_to_ns(np.array([a.dur for a in linked.gpu], dtype=np.float64))
+        self.op_ts_ns, self.op_dur_ns = op_ts.tolist(), op_dur.tolist()
+        self.gpu_ts_ns, self.gpu_dur_ns = gpu_ts.tolist(), gpu_dur.tolist()
+        cats = linked.cat if linked.cat is not None else np.full(len(linked.ts), -1, dtype=np.int8)
+        gpu_cat = np.array([PROFILER_CATEGORIES.index(a.category) if a.category in PROFILER_CATEGORIES else -1
+                            for a in linked.gpu], dtype=np.int64)
+        self.op_timing = self._timing_column(op_ts, op_dur, cats)
+        self.gpu_timing = self._timing_column(gpu_ts, gpu_dur, gpu_cat)
 
-    def _stream_predecessors(self, nid_of_op: np.ndarray, nid_of_gpu: np.ndarray) -> np.ndarray:
-        """Per GPU activity, the node of the written activity before it on its stream (-1: the stream's first, or
-        the activity is not written), in the stream's own order (start, then duration, then node id). ``nid_of_op``
-        and ``nid_of_gpu``: the node id of each op and activity (-1: none). Nodes are written in host order,
-        where a COMM node that ran as a kernel comes at its call, possibly before kernels that ran ahead of it
-        on its stream."""
-        node = nid_of_gpu.copy()
-        chained = np.fromiter(self.kernel_chain, dtype=np.int64, count=len(self.kernel_chain))
-        node[chained] = nid_of_op[np.fromiter(self.kernel_chain.values(), dtype=np.int64, count=chained.size)]
-        acts = np.flatnonzero(node >= 0)
-        out = np.full(node.size, -1, dtype=np.int64)
-        if not acts.size:
-            return out
-        nids, stream = node[acts], self.gpu_stream[acts]
-        order = np.lexsort((nids, self.gpu_dur_us[acts], self.gpu_ts_us[acts], stream))
-        acts, nids, stream = acts[order], nids[order], stream[order]
-        out[acts[1:]] = np.where(stream[1:] == stream[:-1], nids[:-1], -1)
-        return out
+    def _timing_column(self, ts: np.ndarray, dur: np.ndarray, cat: np.ndarray) -> list[bytes]:
+        """The encoded ``ts_ns``, ``dur_ns`` (and ``cat`` where known) attributes of each row."""
+        column = self.attr_pieces.int64_column
+        cats = column("cat", np.maximum(cat, 0))
+        return [t + d + (c if k >= 0 else b"") for t, d, c, k in
+                zip(column("ts_ns", np.maximum(ts, 0)), column("dur_ns", np.maximum(dur, 0)), cats, cat.tolist())]
+
+    def _ns_attrs(self, ts_ns: int, dur_ns: int, cat: int) -> bytes:
+        """``ts_ns``/``dur_ns`` (the measured start in Unix ns and inclusive duration) and ``cat``."""
+        int64 = self.attr_pieces.int64
+        out = int64("ts_ns", ts_ns) + int64("dur_ns", dur_ns)
+        return out + int64("cat", cat) if cat >= 0 else out
+
+    def _on_stream(self, nid: int, g: int, deps: list[int], new_id: dict[int, int], last_on_lane: dict[Any, int],
+                   waits: DeviceWaits) -> None:
+        """Node ``nid`` runs GPU activity ``g``: it follows the previous node of the activity's stream and the
+        work of other streams it waited for, and becomes the stream's last node."""
+        act = self.linked.gpu[g]
+        lane = ("gpu", act.stream)
+        prev = self._stream_prev[g] if g in self._stream_prev else last_on_lane.get(lane)
+        if prev is not None and prev not in deps:
+            deps.append(prev)
+        for producer in waits.gpu.get(g, ()):
+            waited = new_id.get(-(producer + 1))
+            if waited is not None and waited not in deps and waited < nid:
+                deps.append(waited)
+        last_on_lane[lane] = nid
+        self.report.gpu_time_et_ns += self.gpu_dur_ns[g]
+
+    def _stream_predecessors(self, new_id: dict[int, int]) -> dict[int, int | None]:
+        """Per written GPU activity, the node of the activity before it on its stream (None: the stream's first),
+        in the stream's own order (start, then duration, then node id). Nodes are written in host order, where a COMM node that ran as a
+        kernel comes at its call, possibly before kernels that ran ahead of it on its stream."""
+        node_of = {-ref - 1: nid for ref, nid in new_id.items() if ref < 0}
+        node_of.update((g, new_id[h]) for g, h in self.kernel_chain.items() if h in new_id)
+        if not node_of:
+            return {}
+        acts = np.fromiter(node_of, dtype=np.int64, count=len(node_of))
+        nids = np.fromiter(node_of.values(), dtype=np.int64, count=len(node_of))
+        gpu = self.linked.gpu
+        stream = np.array([gpu[g].stream for g in acts.tolist()], dtype=np.int64)
+        ts = np.array([gpu[g].ts for g in acts.tolist()], dtype=np.float64)
+        dur = np.array([gpu[g].dur for g in acts.tolist()], dtype=np.float64)
+        order = np.lexsort((nids, dur, ts, stream))
+        acts, nids, stream = acts[order].tolist(), nids[order].tolist(), stream[order].tolist()
+        return {g: (nids[k - 1] if k and stream[k - 1] == stream[k] else None) for k, g in enumerate(acts)}
+
+    def _gpu_node(self, nid: int, g: int, new_id: dict[int, int], last_on_lane: dict[Any, int],
+                  kernel_kind: dict[int, CommKind | None], waits: DeviceWaits) -> bytes:
+        act = self.linked.gpu[g]
+        launcher = new_id.get(act.op) if act.op >= 0 else None
+        deps: list[int] = []
+        self._on_stream(nid, g, deps, new_id, last_on_lane, waits)
+        if launcher is not None and launcher not in deps:
+            deps.append(launcher)
+        start = max(0, int(round(act.ts + self.linked.clock_offset_us)))
+        duration = max(0, int(round(act.dur)))
+        kind = kernel_kind.get(g)
+        a = self.attr
+        attrs = [a("is_cpu_op", False), a("stream", act.stream),
+                 self.gpu_timing[g]]
+        node_type = gpu_node_type(act.category, act.name)
+        if node_type != NodeType.COMP_NODE:
+            self.report.gpu_memory_nodes += 1
+            if act.nbytes >= 0:
+                attrs.append(a("tensor_size", act.nbytes))
+        elif kind is not None:
+            node_type = int(kind.node_type)
+            if kind.comm_type is not None:
+                attrs.append(a("comm_type", int(kind.comm_type)))
+            attrs.append(a("comm_size", 0))
+            attrs.append(a("pg_name", act.pg_name or "0"))
+            self.report.link["orphan_comm_kernels"] = self.report.link.get("orphan_comm_kernels", 0) + 1
+            self.counts[_kind_label(kind)] += 1
+        return node_record(nid, self.io_pieces.name(act.name), node_type, launcher, deps, start, duration, b"",
+                           b"".join(attrs), self.ids)
 
     def _comm_node(self, h: int, kinds: list[CommKind | None], members: list[int], gloo_groups: dict[int, str],
-                   offset: float) -> tuple[int, int, int, bytes, tuple[int, int, int] | None, bytes, str, str]:
-        """The COMM node of chain head ``h``: (node type, start, duration, its encoded COMM attributes, the
-        exact ns start, duration and category of its execution (None: unknown), the encoded stream and
-        kernel_name of the kernel it ran as (or empty), pg_name, its label in the report)."""
+                   offset: float, counts: Counter[str]) -> tuple[int, int, int, bytes, str]:
+        """The COMM node of chain head ``h``: (node type, start, duration, encoded attributes, pg_name)."""
         ops, linked = self.ops, self.linked
         op = ops[h]
         kind = kinds[h]
@@ -549,12 +697,12 @@ class _Converter:
             if m < 0:
                 act = linked.gpu[-m - 1]
                 depth, t, d, cat = 5, act.ts, act.dur, PROFILER_CATEGORIES.index("kernel")
-                ns, stream, name = (int(self.gpu_ts_ns[-m - 1]), int(self.gpu_dur_ns[-m - 1])), act.stream, act.name
+                ns, stream, name = (self.gpu_ts_ns[-m - 1], self.gpu_dur_ns[-m - 1]), act.stream, act.name
                 if act.pg_name:
                     pg = pg or act.pg_name
             else:
                 cat = int(linked.cat[m]) if linked.cat is not None else -1
-                ns, stream, name = (int(self.op_ts_ns[m]), int(self.op_dur_ns[m])), -1, ""
+                ns, stream, name = (self.op_ts_ns[m], self.op_dur_ns[m]), -1, ""
                 mk = kinds[m]
                 depth = _FAMILY_DEPTH.get(mk.family, 0) if mk is not None else -1
                 t, d = linked.ts[m], linked.dur[m]
@@ -570,14 +718,13 @@ class _Converter:
             if t == t and depth > best_depth:
                 exec_ts, exec_dur, best_depth, exec_cat, exec_ns, exec_stream, exec_name = t, d, depth, cat, ns, stream, name
         start = duration = 0
-        timing: tuple[int, int, int] | None = None
-        tail = b""
+        timing = b""
         if exec_ts == exec_ts:
             start = max(0, int(round(exec_ts + offset)))
             duration = max(0, int(round(exec_dur)))
-            timing = (*exec_ns, exec_cat)
+            timing = self._ns_attrs(*exec_ns, exec_cat)
             if exec_stream >= 0:  # it ran as a kernel on this stream, named so
-                tail = self.attr("stream", exec_stream) + self.attr("kernel_name", exec_name)
+                timing += self.attr("stream", exec_stream) + self.attr("kernel_name", exec_name)
         if pg is None:
             pg = thread_pg
             if pg is not None:
@@ -621,8 +768,9 @@ class _Converter:
             src_rank, dst_rank = (me, other) if kind.node_type == NodeType.COMM_SEND_NODE else (other, me)
             attrs = [a("comm_src", src_rank), a("comm_dst", dst_rank), a("comm_tag", tag or 0),
                      a("comm_size", size), a("pg_name", pg)]
+        counts[_kind_label(kind)] += 1
         self.report.comm_bytes += size
-        return int(kind.node_type), start, duration, b"".join(attrs), timing, tail, pg, _kind_label(kind)
+        return int(kind.node_type), start, duration, self._std_attrs(op, False) + b"".join(attrs) + timing, pg
 
 
     def _message_size(self, size_src: int, backend: int, members: list[int], kinds: list[CommKind | None],
@@ -676,395 +824,7 @@ class _Converter:
         return pg, other, {glob: names[0] for glob, names in candidates.items()}
 
 
-class _Rows:
-    """The rank's nodes as columns, row ``k`` being node ``k + 1`` (``items[k]``), after a METADATA node 0
-    when the host trace has no ``process_group:init`` of its own but its groups are known.
-
-    Host ops, GPU activity and COMM nodes differ in which fields they have and in the order of their
-    attributes; the attributes are written in columns of one order that fits every kind: ``rf_id``,
-    ``seq_id`` (or, where they take few values, as in Kineto traces, in the run that follows), a run (the
-    op's ``fw_parent`` .. ``is_cpu_op``, each distinct one encoded once; a GPU node's ``is_cpu_op`` and ``stream``),
-    the COMM attributes, ``ts_ns``, ``dur_ns``, ``cat``, and a tail (a COMM kernel's ``stream`` and
-    ``kernel_name``; a copy's ``tensor_size``; an orphan NCCL kernel's COMM attributes).
-
-    Dependencies: an op's first is the previous host node of its thread (vectorised); GPU activity follows
-    its stream, then the work it waited for, then its launch. What depends on the order the nodes are
-    written in (the tensors of collectives and of other threads, the previous collective of a group, the
-    device work a host call waited for) is walked in id order over the rows that have any."""
-
-    def __init__(self, conv: _Converter, walk: _Walk, chains: dict[int, list[int]], items: list[int],
-                 kernel_kind: dict[int, CommKind | None], waits: DeviceWaits) -> None:
-        self.conv, self.walk, self.chains, self.waits = conv, walk, chains, waits
-        self.kernel_kind = kernel_kind
-        linked = conv.linked
-        m = self.m = len(items)
-        refs = self.refs = np.asarray(items, dtype=np.int64).reshape(m)
-        self.op_rows = np.flatnonzero(refs >= 0)
-        self.op_idx = refs[self.op_rows]
-        self.gpu_rows = np.flatnonzero(refs < 0)
-        self.gpu_idx = -refs[self.gpu_rows] - 1
-        head = np.asarray(walk.head, dtype=np.int64).reshape(len(conv.ops))
-        comm = head[self.op_idx] == self.op_idx
-        self.comm_rows, self.host_rows = self.op_rows[comm], self.op_rows[~comm]
-        self.nid_of_op = np.full(len(conv.ops), -1, dtype=np.int64)
-        self.nid_of_op[self.op_idx] = self.op_rows + 1
-        self.nid_of_gpu = np.full(len(linked.gpu), -1, dtype=np.int64)
-        self.nid_of_gpu[self.gpu_idx] = self.gpu_rows + 1
-        conv._stream_prev = conv._stream_predecessors(self.nid_of_op, self.nid_of_gpu)
-        self.types = np.full(m, int(NodeType.COMP_NODE), dtype=np.int64)
-        self.start = np.zeros(m, dtype=np.int64)
-        self.duration = np.zeros(m, dtype=np.int64)
-        self.ctrl = np.full(m, -1, dtype=np.int64)
-        self.names: list[str] = [""] * m
-        # rows with inputs (outputs) and their ops' io (the op's own tuple: values, shapes, types of both)
-        self.in_rows: list[int] = []
-        self.in_io: list[tuple[str, ...]] = []
-        self.out_rows: list[int] = []
-        self.out_io: list[tuple[str, ...]] = []
-        self.pg_init_io: tuple[int, tuple[str, str, str]] | None = None  # the process_group:init op's inputs
-        self.run = np.full(m, -1, dtype=np.int64)  # index into self.runs (framed attributes)
-        self.comm_attrs = np.full(m, -1, dtype=np.int64)
-        self.tail = np.full(m, -1, dtype=np.int64)
-        self.runs = _Framed()
-        self.ts_ns = np.zeros(m, dtype=np.int64)
-        self.dur_ns = np.zeros(m, dtype=np.int64)
-        self.cat = np.full(m, -1, dtype=np.int64)
-        self.timed = np.zeros(m, dtype=bool)
-        self.has_std = np.zeros(m, dtype=bool)  # rows with rf_id and seq_id columns (else in their template)
-        self.lists: dict[int, list[int]] = {}  # row -> its deps, where not [first, second]
-        self.first = np.full(m, -1, dtype=np.int64)
-        self.second = np.full(m, -1, dtype=np.int64)
-        self.labels: list[tuple[int, str]] = []  # (node id, label) of every COMM node and NCCL kernel, counted
-
-    # -- the three kinds of rows ----------------------------------------------------------------------
-
-    def _ops(self) -> None:
-        """What host ops and COMM nodes share: name, ctrl dep, first dep (the thread's previous host node),
-        inputs and outputs, rf_id .. is_cpu_op."""
-        conv, walk, ops = self.conv, self.walk, self.conv.ops
-        rows, idx = self.op_rows, self.op_idx
-        chosen = [ops[i] for i in idx.tolist()]
-        row_list = rows.tolist()
-        names = self.names
-        in_rows, in_io, out_rows, out_io = self.in_rows, self.in_io, self.out_rows, self.out_io
-        for row, op in zip(row_list, chosen):
-            names[row] = op.name
-            io = op.io
-            if io[0] != "[]" or io[2] != "[]":
-                in_rows.append(row)
-                in_io.append(io)
-            if io[3] != "[]" or io[5] != "[]":
-                out_rows.append(row)
-                out_io.append(io)
-        ctrl = np.asarray(walk.ctrl, dtype=np.int64).reshape(len(ops))[idx]
-        self.ctrl[rows] = np.where(ctrl >= 0, self.nid_of_op[np.maximum(ctrl, 0)], -1)
-        comm = np.zeros(self.m, dtype=bool)
-        comm[self.comm_rows] = True
-        rf_id = np.fromiter((op.rf_id for op in chosen), dtype=np.int64, count=len(chosen))
-        seq_id = np.fromiter((op.seq_id for op in chosen), dtype=np.int64, count=len(chosen))
-        # rf_id and seq_id: in the template where they take few values (Kineto: none, -1), else columns of their own
-        fold = np.unique(rf_id).size * np.unique(seq_id).size <= _FOLDED_IDS
-        self.rf_id = np.zeros(self.m, dtype=np.int64)
-        self.seq_id = np.zeros(self.m, dtype=np.int64)
-        if not fold:
-            self.has_std[rows] = True
-            self.rf_id[rows], self.seq_id[rows] = rf_id, seq_id
-        templates: dict[tuple[Any, ...], int] = {}
-        a, int64 = conv.attr, conv.attr_pieces.int64
-        run = []
-        keys = zip(rf_id.tolist(), seq_id.tolist()) if fold else repeat(None)
-        for std, is_comm, ids in zip(map(_STD_ATTRS, chosen), comm[rows].tolist(), keys):
-            key = (std, is_comm, ids)
-            found = templates.get(key)
-            if found is None:
-                fw_parent, scope, tid, fw_tid, op_schema = std
-                found = templates[key] = self.runs.add(b"".join([
-                    *((int64("rf_id", ids[0]), int64("seq_id", ids[1])) if ids is not None else ()),
-                    a("fw_parent", fw_parent), a("scope", scope), a("tid", tid), a("fw_tid", fw_tid),
-                    a("op_schema", op_schema), a("is_cpu_op", not is_comm)]))
-            run.append(found)
-        self.run[rows] = run
-        # the previous host node of the op's lane (a COMM node is issued there but is not the lane's last)
-        codes: dict[Any, int] = {}
-        lane_code = [codes[lane] if lane in codes else codes.setdefault(lane, len(codes)) for lane in walk.lane_of]
-        self.lane = np.full(self.m, -1, dtype=np.int64)
-        self.lane[rows] = np.asarray(lane_code, dtype=np.int64)[idx]
-        nid = rows + 1
-        lane = self.lane[rows]
-        order = np.lexsort((nid, lane))
-        group = np.zeros(rows.size, dtype=np.int64)
-        if rows.size:
-            group[1:] = np.cumsum(lane[order][1:] != lane[order][:-1])
-        span = self.m + 2
-        last = np.maximum.accumulate(group * span + np.where(comm[rows][order], 0, nid[order] + 1))
-        last = last - group * span - 1  # the group's last host node so far, this row included (-1: none)
-        prev = np.full(rows.size, -1, dtype=np.int64)
-        same = group[1:] == group[:-1]
-        prev[1:] = np.where(same, last[:-1], -1)
-        self.first[rows[order]] = prev
-
-    def _host(self) -> None:
-        """Host ops: start and duration where timed (their exclusive time), ts_ns, dur_ns, cat."""
-        conv, linked = self.conv, self.conv.linked
-        rows, idx = self.host_rows, self.refs[self.host_rows]
-        ts = linked.ts[idx]
-        timed = ~np.isnan(ts)
-        t_rows, t_idx = rows[timed], idx[timed]
-        start = np.floor(linked.ts[t_idx] + linked.clock_offset_us + 0.5)
-        duration = np.floor(linked.excl[t_idx] + 0.5)
-        self.start[t_rows] = np.maximum(0, start).astype(np.int64)
-        self.duration[t_rows] = np.maximum(0, duration).astype(np.int64)
-        self.timed[t_rows] = True
-        self.ts_ns[t_rows] = np.maximum(conv.op_ts_ns[t_idx], 0)
-        self.dur_ns[t_rows] = np.maximum(conv.op_dur_ns[t_idx], 0)
-        cats = linked.cat if linked.cat is not None else np.full(len(conv.ops), -1, dtype=np.int8)
-        self.cat[t_rows] = cats[t_idx]
-
-    def _gpu(self) -> None:
-        """GPU activity: type, its stream's run, times, the stream / waits / launch deps, and the tail."""
-        conv, linked, report = self.conv, self.conv.linked, self.conv.report
-        rows, idx = self.gpu_rows, self.gpu_idx
-        gpu = linked.gpu
-        a = conv.attr
-        streams, at = np.unique(conv.gpu_stream[idx], return_inverse=True)
-        runs = np.asarray([self.runs.add(a("is_cpu_op", False) + a("stream", s)) for s in streams.tolist()] or [0],
-                          dtype=np.int64)
-        self.run[rows] = runs[at.reshape(-1)]
-        names = self.names
-        for row, g in zip(rows.tolist(), idx.tolist()):
-            names[row] = gpu[g].name
-        prev = conv._stream_prev[idx]
-        launch = conv.gpu_op[idx]
-        launcher = np.where(launch >= 0, self.nid_of_op[np.maximum(launch, 0)], -1)
-        self.ctrl[rows] = launcher
-        self.first[rows] = prev
-        self.second[rows] = np.where(launcher != prev, launcher, -1)
-        waits_gpu = self.waits.gpu
-        nid_of_gpu = self.nid_of_gpu
-        for k in np.flatnonzero(np.isin(idx, np.fromiter(waits_gpu, dtype=np.int64, count=len(waits_gpu)))).tolist():
-            row, g, p, lnode = int(rows[k]), int(idx[k]), int(prev[k]), int(launcher[k])
-            nid = row + 1
-            deps = [p] if p >= 0 else []
-            for producer in waits_gpu[g]:  # the work of other streams it waited for
-                waited = int(nid_of_gpu[producer])
-                if waited >= 0 and waited not in deps and waited < nid:
-                    deps.append(waited)
-            if lnode >= 0 and lnode not in deps:
-                deps.append(lnode)
-            self.lists[row] = deps
-        # copies and sets, and NCCL kernels without a host collective
-        memory = np.isin(conv.gpu_cat[idx], _GPU_MEMORY_CATS)
-        kernels = np.fromiter(self.kernel_kind, dtype=np.int64, count=len(self.kernel_kind))
-        for k in np.flatnonzero(memory | np.isin(idx, kernels)).tolist():
-            row, g = int(rows[k]), int(idx[k])
-            act = gpu[g]
-            node_type = gpu_node_type(act.category, act.name)
-            if node_type != NodeType.COMP_NODE:
-                self.types[row] = node_type
-                report.gpu_memory_nodes += 1
-                if act.nbytes >= 0:
-                    self.tail[row] = self.runs.add(a("tensor_size", act.nbytes))
-                continue
-            kind = self.kernel_kind.get(g)
-            if kind is not None:
-                self.types[row] = int(kind.node_type)
-                attrs = [a("comm_type", int(kind.comm_type))] if kind.comm_type is not None else []
-                attrs += [a("comm_size", 0), a("pg_name", act.pg_name or "0")]
-                self.tail[row] = self.runs.add(b"".join(attrs))
-                report.link["orphan_comm_kernels"] = report.link.get("orphan_comm_kernels", 0) + 1
-                self.labels.append((row + 1, _kind_label(kind)))
-        self.start[rows] = np.maximum(0, np.rint(conv.gpu_ts_us[idx] + linked.clock_offset_us)).astype(np.int64)
-        self.duration[rows] = np.maximum(0, np.rint(conv.gpu_dur_us[idx])).astype(np.int64)
-        self.timed[rows] = True
-        self.ts_ns[rows] = np.maximum(conv.gpu_ts_ns[idx], 0)
-        self.dur_ns[rows] = np.maximum(conv.gpu_dur_ns[idx], 0)
-        self.cat[rows] = conv.gpu_cat[idx]
-        report.gpu_nodes += int(idx.size)
-        report.gpu_time_et_ns += int(conv.gpu_dur_ns[idx].sum())
-
-    def _in_order(self) -> None:
-        """The COMM nodes, and the deps that depend on the nodes written before: in id order."""
-        walk, ops, waits = self.walk, self.conv.ops, self.waits
-        owner = walk.owner
-        waits_host = waits.host
-        host = self.refs[self.host_rows].tolist()
-        special = [row for row, i in zip(self.host_rows.tolist(), host)
-                   if i in waits_host or i == walk.pg_init or (owner[i] < 0 and (ops[i].reads or ops[i].writes))]
-        rows = sorted(special + self.comm_rows.tolist())
-        comm = set(self.comm_rows.tolist())
-        refs, first, lane = self.refs.tolist(), self.first.tolist(), self.lane.tolist()
-        nid_of_gpu, lists, pg_init = self.nid_of_gpu, self.lists, walk.pg_init
-        pending_wait: dict[tuple[int, int], int] = {}  # tensor -> COMM node not waited on
-        writer_of: dict[tuple[int, int], tuple[int, int]] = {}  # tensor -> (node, lane)
-        last_comm_of_group: dict[str, int] = {}
-        for row in rows:
-            i = refs[row]
-            nid = row + 1
-            prev = first[row]
-            deps = [prev] if prev >= 0 else []
-            op = ops[i]
-            if row in comm:
-                self._comm(row, i, deps, last_comm_of_group)
-                for k in op.reads + op.writes:
-                    pending_wait[k] = nid
-                lists[row] = deps
-                continue
-            if i == pg_init:
-                self.types[row] = int(NodeType.METADATA_NODE)
-                entries = walk.pg_entries or _pg_init_entries(op)
-                self.pg_init_io = (row, (str([orjson.dumps(entries).decode()]), op.io[1], op.io[2]))
-            if i in waits_host:
-                for g in waits_host[i]:  # the device work this host call waited for
-                    waited = int(nid_of_gpu[g])
-                    if waited >= 0 and waited not in deps and waited < nid:
-                        deps.append(waited)
-            if owner[i] < 0:
-                if pending_wait:
-                    for k in op.reads + op.writes:
-                        waited = pending_wait.pop(k, -1)
-                        if waited >= 0 and waited not in deps:
-                            deps.append(waited)
-                my_lane = lane[row]
-                for k in op.reads:
-                    w = writer_of.get(k)
-                    if w is not None and w[1] != my_lane and w[0] not in deps:
-                        deps.append(w[0])
-                for k in op.writes:
-                    writer_of[k] = (nid, my_lane)
-            if len(deps) > 1 or (deps and deps[0] != prev):
-                lists[row] = deps  # unique by construction (each added only if not present)
-
-    def _comm(self, row: int, i: int, deps: list[int], last_comm_of_group: dict[str, int]) -> None:
-        """The COMM node of chain head ``i``: after the op before it on its thread, the previous collective of
-        its group and (when it ran as a kernel) its stream's previous node and the kernel's launch; the next op
-        that touches its tensors waits for it."""
-        conv, walk = self.conv, self.walk
-        nid = row + 1
-        members = self.chains[i]
-        node_type, start, duration, attrs, timing, tail, pg, label = conv._comm_node(
-            i, walk.kinds, members, walk.gloo_groups, conv.linked.clock_offset_us)
-        self.labels.append((nid, label))
-        self.types[row], self.start[row], self.duration[row] = node_type, start, duration
-        self.comm_attrs[row] = self.runs.add(attrs)
-        if tail:
-            self.tail[row] = self.runs.add(tail)
-        if timing is not None:
-            self.timed[row] = True
-            self.ts_ns[row], self.dur_ns[row], self.cat[row] = timing
-        prev_comm = last_comm_of_group.get(pg)
-        if prev_comm is not None and prev_comm not in deps:
-            deps.append(prev_comm)
-        last_comm_of_group[pg] = nid
-        gpu = conv.linked.gpu
-        for m in members:  # it ran as this kernel: it also holds the kernel's place on its stream
-            if m < 0:
-                g = -m - 1
-                prev = int(conv._stream_prev[g])
-                if prev >= 0 and prev not in deps:
-                    deps.append(prev)
-                for producer in self.waits.gpu.get(g, ()):
-                    waited = int(self.nid_of_gpu[producer])
-                    if waited >= 0 and waited not in deps and waited < nid:
-                        deps.append(waited)
-                conv.report.gpu_time_et_ns += int(conv.gpu_dur_ns[g])
-                launch = int(self.nid_of_op[gpu[g].op])  # and comes after its launch (op >= 0: it was folded)
-                if launch >= 0 and launch not in deps and launch < nid:
-                    deps.append(launch)
-
-    # -- the table ------------------------------------------------------------------------------------
-
-    def _io(self) -> tuple[np.ndarray, np.ndarray, list[list[str]]]:
-        """Each row's index into the IOInfo messages of its inputs and outputs (-1: none), and the messages'
-        values, shapes and types (three lists): inputs in row order, then outputs (each a run the encoder
-        copies at once)."""
-        inputs = np.full(self.m, -1, dtype=np.int64)
-        outputs = np.full(self.m, -1, dtype=np.int64)
-        in_rows, out_rows, in_io, out_io = self.in_rows, self.out_rows, self.in_io, self.out_io
-        if self.pg_init_io is not None:  # METADATA: the groups as its inputs, no outputs
-            row, triple = self.pg_init_io
-            if row in out_rows:
-                k = out_rows.index(row)
-                del out_rows[k], out_io[k]
-            if row in in_rows:
-                k = in_rows.index(row)
-                del in_rows[k], in_io[k]
-            in_rows.append(row)
-            in_io.append((*triple, "", "", ""))
-        inputs[in_rows] = np.arange(len(in_rows))
-        outputs[out_rows] = np.arange(len(in_rows), len(in_rows) + len(out_rows))
-        io = [[row[k] for row in in_io] + [row[k + 3] for row in out_io] for k in range(3)]
-        return inputs, outputs, io
-
-
-    def table(self) -> NodeTable:
-        """Every row decided, the metadata node added, as an encodable table."""
-        self._ops()
-        self._host()
-        self._gpu()
-        self._in_order()
-        conv, walk = self.conv, self.walk
-        for _, label in sorted(self.labels, key=lambda x: x[0]):  # counted in id order, as they are listed
-            conv.counts[label] += 1
-        ctrl_ptr, ctrl_deps = csr_lists(self.m, self.ctrl, np.full(self.m, -1, dtype=np.int64), {})
-        data_ptr, data_deps = csr_lists(self.m, self.first, self.second, self.lists)
-        names: Interned[str] = Interned()
-        name_idx = np.asarray(names.indices(self.names), dtype=np.int64).reshape(self.m)
-        inputs, outputs, io = self._io()
-        run = self.run
-        meta = walk.pg_init is None and bool(walk.pg_entries)
-        if meta:  # node 0: METADATA with the groups, before every other
-            for strings, text in zip(io, (str([orjson.dumps(walk.pg_entries).decode()]), "[[]]", "['String']")):
-                strings.append(text)
-            name0 = names.add("## process_group:init ##")
-            run0 = self.runs.add(conv.attr("is_cpu_op", True))
-
-            def pre(column: np.ndarray, value: int) -> np.ndarray:
-                return np.concatenate((np.asarray([value], dtype=column.dtype), column))
-            ids = np.arange(self.m + 1, dtype=np.int64)
-            types = pre(self.types, int(NodeType.METADATA_NODE))
-            name_idx, inputs, outputs, run = pre(name_idx, name0), pre(inputs, len(io[0]) - 1), pre(outputs, -1), pre(run, run0)
-            ctrl_ptr, data_ptr = pre(ctrl_ptr, 0), pre(data_ptr, 0)
-            start, duration = pre(self.start, 0), pre(self.duration, 0)
-            columns = [pre(c, v) for c, v in ((self.has_std, 0), (self.rf_id, 0), (self.seq_id, 0),
-                                              (self.comm_attrs, -1), (self.timed, 0), (self.ts_ns, 0),
-                                              (self.dur_ns, 0), (self.cat, -1), (self.tail, -1))]
-        else:
-            ids = np.arange(1, self.m + 1, dtype=np.int64)
-            types, start, duration = self.types, self.start, self.duration
-            columns = [self.has_std, self.rf_id, self.seq_id, self.comm_attrs, self.timed, self.ts_ns, self.dur_ns,
-                       self.cat, self.tail]
-        has_std, rf_id, seq_id, comm_attrs, timed, ts_ns, dur_ns, cat, tail = columns
-        runs = self.runs.table()
-        attrs = [*int_attr_columns("rf_id", rf_id, has_std.astype(bool)),
-                 *int_attr_columns("seq_id", seq_id, has_std.astype(bool)),
-                 AttrColumn("", table=runs, index=run, framed=True),
-                 AttrColumn("", table=runs, index=comm_attrs, framed=True),
-                 *int_attr_columns("ts_ns", ts_ns, timed.astype(bool)),
-                 *int_attr_columns("dur_ns", dur_ns, timed.astype(bool)),
-                 *int_attr_columns("cat", cat, timed.astype(bool) & (cat >= 0)),
-                 AttrColumn("", table=runs, index=tail, framed=True)]
-        return NodeTable(ids, types, [s.encode() for s in names.values], name_idx, ctrl_ptr, ctrl_deps,
-                         data_ptr, data_deps, start.astype(np.uint64), duration.astype(np.uint64), io_table(io[0], io[1], io[2]),
-                         inputs, outputs, attrs)
-
-
-class _Framed(Interned[bytes]):
-    """Distinct runs of framed attributes, each stored once."""
-
-    def table(self) -> Packed:
-        return packed(self.values)
-
-
 _NO_TIME = float("nan")
-#: ``cat`` codes of the GPU activity written as MEM_LOAD / MEM_STORE nodes (device.gpu_node_type).
-_GPU_MEMORY_CATS = np.array([PROFILER_CATEGORIES.index(c) for c in ("gpu_memcpy", "gpu_memset")])
-#: Bytes of records encoded at a time (about: from the size of their IOInfo messages): the encoder's working
-#: arrays are 10-20 times their bytes; bigger chunks are not faster.
-_CHUNK_BYTES = 1 << 18
-#: At most this many distinct (rf_id, seq_id) pairs are written as part of the ops' templates.
-_FOLDED_IDS = 64
-#: The attributes of a host op that its template holds (``_Rows._ops``), with ``is_cpu_op``.
-_STD_ATTRS = attrgetter("fw_parent", "scope", "tid", "fw_tid", "op_schema")
 
 
 def _kind_label(kind: CommKind) -> str:
