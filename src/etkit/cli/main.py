@@ -66,7 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    guard.reuse_freed_memory()
+    if args.verb in guard.HEAP_REUSE_VERBS:
+        guard.reuse_freed_memory()
     try:
         with guard.one_blas_thread(), guard.running(args), reported_warnings(f"etkit {args.verb}"):
             return int(args.func(args) or 0)
