@@ -5,6 +5,11 @@ decodes the ``k``-th field of every record that still has one. Nested attribute 
 the same way, and packed dependency lists are decoded byte-parallel. The result is the hot columns
 of :class:`etkit.model.trace.Trace`; everything else stays in the record bytes.
 
+Where the package was built with a C compiler, the lean walk (the records, their IOInfo messages and attributes),
+the string tables and the count of top-bit bytes run in C (``etkit.format._walk``, :data:`etkit.format.wire.KERNEL`):
+one pass over each record instead of a numpy pass per field position, with the same results, errors included
+(``tests/format/test_walk_kernel.py`` holds the two side by side).
+
 Correctness guard: a file that protobuf rejects is never accepted here. A chunk of records is
 either proven acceptable by the walk itself (every field, nested ones included, declared by the
 schema and walked, every proto3 string ASCII: see :class:`_Proof`) or parsed by protobuf's C
@@ -25,6 +30,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from . import tags
+from . import wire as _wire
 from .attrwire import (
     INT_KIND,
     MISSING,
@@ -49,6 +55,11 @@ HOT_ATTRS = _HOT_NAMES
 #: Spare bytes the lock-step walk may read past the last record (word-wide reads).
 PAD = 32
 _CHECK_CHUNK = 1 << 16
+
+
+def _int64s(a: np.ndarray) -> np.ndarray:
+    """``a`` as the contiguous int64 buffer the C kernel reads (no copy when it is one already)."""
+    return np.ascontiguousarray(a, dtype=np.int64)
 _U32 = np.uint64(0xFFFFFFFF)
 
 
@@ -270,6 +281,11 @@ def _string_table(buf: bytes, b: np.ndarray, off: np.ndarray, length: np.ndarray
     n = off.size
     if n == 0:
         return np.zeros(0, dtype=np.int32), []
+    if _wire.KERNEL is not None:  # exact in C: no hash collision to give up on
+        idx, first = _wire.KERNEL.strings(b, _int64s(off), _int64s(length))
+        rows = np.frombuffer(first, dtype=np.int64)
+        return (np.frombuffer(idx, dtype=np.int32),
+                [buf[o:o + k].decode("utf-8") for o, k in zip(off[rows].tolist(), length[rows].tolist())])
     if n >= 64 and 2 * int(np.count_nonzero(length > 24)) >= n:
         index: dict[bytes, int] = {}
         at = np.fromiter((index.setdefault(buf[o:e], len(index)) for o, e in zip(off.tolist(), (off + length).tolist())),
@@ -906,11 +922,100 @@ class _Spans:
         return np.repeat(np.asarray(self.step, dtype=np.int64), [r.size for r in self.rows])
 
 
+#: The lean walk takes messages of at most this many fields (a bound the C kernel's step table needs).
+_MAX_STEPS = 1 << 16
+#: Node tag -> the C kernel's code (:func:`_kernel_nodes`): 0-3 the scalar rows, 8 + k the length-delimited field
+#: kind ``k`` of ``_KERNEL_NODE_KINDS``, 16 + k its single (varint) dependency kinds; -1 elsewhere.
+_KERNEL_NODE_KINDS = (*_SPAN_TAGS, _TAG_CTRL_ONE, _TAG_DATA_ONE)
+_KERNEL_NODE_CODES = np.full(256, -1, dtype=np.int8)
+_KERNEL_NODE_CODES[list(_SCALAR_ROW)] = list(_SCALAR_ROW.values())
+_KERNEL_NODE_CODES[list(_SPAN_TAGS)] = 8 + np.arange(len(_SPAN_TAGS))
+_KERNEL_NODE_CODES[[_TAG_CTRL_ONE, _TAG_DATA_ONE]] = [16 + len(_SPAN_TAGS), 17 + len(_SPAN_TAGS)]
+#: IOInfo tag -> the C kernel's code: its three string fields, one kind.
+_KERNEL_IO_CODES = np.full(256, -1, dtype=np.int8)
+_KERNEL_IO_CODES[[tags.IO_VALUES, tags.IO_SHAPES, tags.IO_TYPES]] = 8
+_KERNEL_ERRORS = {1: _Unusual, 2: WireFault}
+
+
+def _raise_kernel(status: int, what: str) -> None:
+    if status:
+        raise _KERNEL_ERRORS[status](what)
+
+
+_LeanParts = tuple[np.ndarray, dict[int, "_Spans"], list[list[tuple[np.ndarray, ...]] | None], "_LeanAttrs | None",
+                   np.ndarray, int]
+
+
+def _lean_parts(b: np.ndarray, words: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray, texts: bool,
+                hot: _Hot) -> _LeanParts:
+    """The lean walk of the records, their IOInfo messages and their attributes: the scalars and spans
+    (:func:`_lean_nodes`), each side's IOInfo strings (:func:`_lean_io`; None unless ``texts``), the attributes
+    (:func:`_lean_attributes`; None without any), their names' ids in ``hot`` (:func:`_lean_hot_ids`) and the
+    top-bit bytes of everything walked. Raises what the first of those walks to fail raises. The C kernel, where
+    built, gives the same (:func:`_kernel_parts`)."""
+    if _wire.KERNEL is not None:
+        return _kernel_parts(b, rec_off, rec_end, texts, hot)
+    scalars, spans, high = _lean_nodes(b, words, rec_off, rec_end)
+    io_texts: list[list[tuple[np.ndarray, ...]] | None] = []
+    for tag in (_TAG_INPUTS, _TAG_OUTPUTS):
+        _, start, length = spans[tag].cat()
+        side: list[tuple[np.ndarray, ...]] | None = [] if texts else None
+        if start.size:
+            high += _lean_io(b, words, start, start + length, side)
+        io_texts.append(side)
+    _, a_start, a_len = spans[_TAG_ATTR].cat()
+    attrs = _lean_attributes(b, words, a_start, a_start + a_len) if a_start.size else None
+    ids = _lean_hot_ids(words, a_start, attrs, hot) if attrs is not None else np.zeros(0, dtype=np.int64)
+    return scalars, spans, io_texts, attrs, ids, high
+
+
+def _kernel_parts(b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray, texts: bool, hot: _Hot) -> _LeanParts:
+    """:func:`_lean_parts` by the C kernel (``_walk.lean``): one pass over the records. The spans have one entry
+    per tag and step, as the numpy walk's; each side's strings come as one entry (the numpy walk's joined)."""
+    nodes, inputs, outputs, attr = _wire.KERNEL.lean(b, _int64s(rec_off), _int64s(rec_end), _KERNEL_NODE_CODES,
+                                                _KERNEL_IO_CODES, _VALUE_TAGS, tags.ATTR_NAME,
+                                                (_KERNEL_NODE_KINDS.index(_TAG_INPUTS),
+                                                 _KERNEL_NODE_KINDS.index(_TAG_OUTPUTS)),
+                                                _KERNEL_NODE_KINDS.index(_TAG_ATTR), texts,
+                                                (hot.slot_w0, hot.slot_w1, hot.slot_id, int(hot.slot_mult),
+                                                 int(hot.slot_shift)))
+    status, high, scal, counts, rows, off, length = nodes
+    _raise_kernel(status, "a Node field the lean walk does not take")
+    kinds = len(_KERNEL_NODE_KINDS)
+    counts = np.frombuffer(counts, dtype=np.int64).reshape(-1, kinds)
+    rows, off, length = (np.frombuffer(x, dtype=np.int64) for x in (rows, off, length))
+    spans = {tag: _Spans() for tag in _KERNEL_NODE_KINDS}
+    at = 0
+    for k, tag in enumerate(_KERNEL_NODE_KINDS):
+        column = counts[:, k]
+        for step in np.flatnonzero(column).tolist():
+            size = int(column[step])
+            spans[tag].add(rows[at:at + size], off[at:at + size], length[at:at + size], step)
+            at += size
+    io_texts: list[list[tuple[np.ndarray, ...]] | None] = []
+    for side in (inputs, outputs):
+        side_status, side_high, msg, tag, t_off, t_len = side
+        _raise_kernel(side_status, "an IOInfo field the lean walk does not take")
+        high += side_high
+        found = [tuple(np.frombuffer(x, dtype=np.int64) for x in (msg, tag, t_off, t_len))] if len(msg) else []
+        io_texts.append(found if texts else None)
+    a_status, a_high, head, name_len, kind, value, v_off, ids = attr
+    attrs = None
+    if len(head):
+        _raise_kernel(a_status, "an attribute the lean walk does not take")
+        attrs = _LeanAttrs(np.frombuffer(head, dtype=np.uint64), np.frombuffer(name_len, dtype=np.int64),
+                           np.frombuffer(kind, dtype=np.int64), np.frombuffer(value, dtype=np.uint64),
+                           np.frombuffer(v_off, dtype=np.int64), a_high)
+    return (np.frombuffer(scal, dtype=np.uint64).reshape(len(_SCALAR_ROW), rec_off.size), spans, io_texts, attrs,
+            np.frombuffer(ids, dtype=np.int64), high)
+
+
 def _lean_nodes(b: np.ndarray, words: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray
                 ) -> tuple[np.ndarray, dict[int, _Spans], int]:
     """Walk the Node records' top-level fields in lock-step: the scalar columns (id, type, start,
     duration; last wins), the spans of every length-delimited (and single dep) field per tag, and the
-    top-bit bytes of the tags and varints walked."""
+    top-bit bytes of the tags and varints walked. Records of more than ``_MAX_STEPS`` fields are
+    :class:`_Unusual`."""
     n = rec_off.size
     scalars = np.zeros((len(_SCALAR_ROW), n), dtype=np.uint64)
     rows_of = [scalars[k] for k in range(len(_SCALAR_ROW))]
@@ -921,6 +1026,8 @@ def _lean_nodes(b: np.ndarray, words: np.ndarray, rec_off: np.ndarray, rec_end: 
     high = 0
     step = 0
     while act.size:
+        if step >= _MAX_STEPS:
+            raise _Unusual("a record of more fields than the lean walk takes")
         w = words[p]
         tag = (w & _FF).view(np.int64)
         counts = np.bincount(tag, minlength=256)
@@ -975,7 +1082,11 @@ def _lean_io(b: np.ndarray, words: np.ndarray, start: np.ndarray, end: np.ndarra
     going = start < end
     p, e = start[going], end[going]
     msg = np.flatnonzero(going)  # each message's index (kept in step with p only when texts are kept)
+    step = 0
     while p.size:
+        if step >= _MAX_STEPS:
+            raise _Unusual("an IOInfo of more fields than the lean walk takes")
+        step += 1
         w = words[p]
         tag = (w & _FF).view(np.int64)
         if not _LEAN_IO_TAGS[tag].all():
@@ -1047,7 +1158,8 @@ def _lean_attributes(b: np.ndarray, words: np.ndarray, a_start: np.ndarray, a_en
     high = int(np.count_nonzero(two))
     off = q + 1 + two
     rest = w >> (_EIGHT + (two.view(np.uint8).astype(np.uint64) << np.uint64(3)))
-    fixed_width = (wire == 1) | (wire == 5)
+    # (a name alone has no value: what its ``w`` holds is the next field's, whatever its tag reads as)
+    fixed_width = ~alone & ((wire == 1) | (wire == 5))
     varint = ~alone & ~fixed_width
     if varint.all():
         value, vlen, extra = _lean_varints(rest, b, off)
@@ -1152,6 +1264,13 @@ def _checked_deps(b: np.ndarray, packed: _Spans, single: _Spans, n: int) -> tupl
 
 def _record_high_bytes(b: np.ndarray, words: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray) -> int:
     """Bytes with the top bit set inside the records (what lies between them, frame headers, not counted)."""
+    if _wire.KERNEL is not None:
+        total = _wire.KERNEL.high_bytes(b, _int64s(rec_off), _int64s(rec_end))
+        if total == -1:
+            raise _Unusual("records out of order")
+        if total < 0:
+            raise WireFault("a record outside the buffer")
+        return int(total)
     gap_at = rec_end[:-1]
     gap = rec_off[1:] - gap_at
     if (gap < 0).any():
@@ -1173,17 +1292,9 @@ def _lean_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndar
     n = rec_off.size
     hot = hot or _hot(None)
     words = word_view(b)
-    scalars, spans, high = _lean_nodes(b, words, rec_off, rec_end)
-    io_spans, io_texts = [], []
-    for tag in (_TAG_INPUTS, _TAG_OUTPUTS):
-        rows, start, length = spans[tag].cat()
-        texts: list[tuple[np.ndarray, ...]] | None = [] if keep is not None else None
-        if start.size:
-            high += _lean_io(b, words, start, start + length, texts)
-        io_spans.append((rows, start, length))
-        io_texts.append(texts)
+    scalars, spans, io_texts, attrs, name_ids, high = _lean_parts(b, words, rec_off, rec_end, keep is not None, hot)
+    io_spans = [spans[tag].cat() for tag in (_TAG_INPUTS, _TAG_OUTPUTS)]
     owner, a_start, a_len = spans[_TAG_ATTR].cat()
-    attrs = _lean_attributes(b, words, a_start, a_start + a_len) if owner.size else None
     dep_lists = _lean_deps if hot.deps else _checked_deps
     ctrl_ptr, ctrl_deps, ctrl_high = dep_lists(b, spans[_TAG_CTRL], spans[_TAG_CTRL_ONE], n)
     data_ptr, data_deps, data_high = dep_lists(b, spans[_TAG_DATA], spans[_TAG_DATA_ONE], n)
@@ -1200,7 +1311,7 @@ def _lean_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndar
         name_idx, strings = np.full(n, -1, dtype=np.int32), []
     if attrs is not None:
         high += attrs.high
-        cpu, pg, pg_strings = _hot_columns(buf, b, owner, _lean_hot_ids(words, a_start, attrs, hot), attrs.kind,
+        cpu, pg, pg_strings = _hot_columns(buf, b, owner, name_ids, attrs.kind,
                                            attrs.value, attrs.v_off, int_rows, hot)
         if pg_strings:
             pg = _remapped(pg, _merged(strings, pg_strings))

@@ -24,6 +24,7 @@ from google.protobuf.message import DecodeError
 
 from ..errors import TraceFormatError
 from ..fileio import atomic_output, open_maybe_gzip
+from . import wire
 from .columnar import PAD, field_numbers, rows_with_repeated_deps
 from .schema import GlobalMetadata, Node
 
@@ -146,9 +147,13 @@ def _varint_or_none(buf: bytes, pos: int, end: int) -> tuple[int, int] | None:
 def _frame_starts(buf: bytes) -> np.ndarray | None:
     """Start of every frame, following the chain of length prefixes; ``None`` if a prefix is cut or over-long.
 
-    Only the last record can run past the end of the buffer; the caller checks that. Big buffers are
-    walked by many chains at once (:func:`_split_frame_starts`).
+    Only the last record can run past the end of the buffer; the caller checks that. The C kernel, where
+    built, follows the chain itself; otherwise big buffers are walked by many chains at once
+    (:func:`_split_frame_starts`).
     """
+    if wire.KERNEL is not None:
+        starts = wire.KERNEL.frames(buf)
+        return None if starts is None else np.frombuffer(starts, dtype=np.int64)
     if len(buf) >= _SPLIT_FRAMING:
         return _split_frame_starts(buf)
     walked = _chain(buf, 0, len(buf))

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["WireFault", "varints", "fixed", "packed_varints", "word_view", "word_varints", "LOW_BYTES", "MSBS",
+try:
+    from . import _walk as KERNEL
+except ImportError:  # pragma: no cover - a build without the extension
+    KERNEL = None
+#: KERNEL: the byte readers in C (``etkit.format._walk``: the lean walk of :mod:`etkit.format.columnar`, frame
+#: starts, packed lists, string tables), or None where the package was built without a C compiler. This is its
+#: one home: every reader asks ``wire.KERNEL`` when it runs, and gives the same results with its numpy path.
+
+__all__ = ["KERNEL", "WireFault", "varints", "fixed", "packed_varints", "word_view", "word_varints", "LOW_BYTES", "MSBS",
            "bitwise_count"]
 
 
@@ -51,6 +59,12 @@ def packed_varints(b: np.ndarray, off: np.ndarray, length: np.ndarray) -> tuple[
     total = int(length.sum())
     if not total:
         return np.zeros(0, dtype=np.uint64), np.zeros(length.size, dtype=np.int64)
+    if KERNEL is not None:
+        status, values, counts = KERNEL.packed(b, np.ascontiguousarray(off, dtype=np.int64),
+                                                np.ascontiguousarray(length, dtype=np.int64))
+        if status:
+            raise WireFault("packed varint crosses its list" if status == 1 else "packed varint too long")
+        return np.frombuffer(values, dtype=np.uint64), np.frombuffer(counts, dtype=np.int64)
     first = np.cumsum(length) - length
     raw = b[np.repeat(off - first, length) + np.arange(total)]
     ends = raw < 0x80
