@@ -206,3 +206,14 @@ def test_frame_starts_of_a_big_real_buffer_are_the_same(upstream: Path, monkeypa
     assert len(buf) > stream._SPLIT_FRAMING
     kernel, numpy_walk = _walks(monkeypatch, lambda: stream._frame_starts(buf).tolist())
     assert kernel == numpy_walk
+
+
+def test_top_bit_bytes_are_counted_as_numpy_counts_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The count the proof rests on, over records of every length around its word and 255-word boundaries."""
+    rng = np.random.default_rng(7)
+    lengths = np.array([0, 1, 7, 8, 9, 2039, 2040, 2041, 2048, 4087, 4096, 70_001], dtype=np.int64)
+    b = rng.integers(0, 256, int(lengths.sum()) + 3 * lengths.size + PAD, dtype=np.uint8)
+    rec_off = np.cumsum(lengths + 3) - lengths  # three bytes between records, not counted
+    rec_end = rec_off + lengths
+    kernel, numpy_walk = _walks(monkeypatch, lambda: columnar._record_high_bytes(b, word_view(b), rec_off, rec_end))
+    assert kernel == numpy_walk == sum(int(np.count_nonzero(b[o:e] >= 0x80)) for o, e in zip(rec_off, rec_end))

@@ -891,7 +891,12 @@ static PyObject *high_bytes(PyObject *self, PyObject *args) {
         }
         long long c = 0;
         Py_ssize_t k = start[i];
-        for (; k + 8 <= end[i]; k += 8) c += __builtin_popcountll(load64(b + k) & 0x8080808080808080ULL);
+        while (k + 8 <= end[i]) { /* eight byte lanes count the top bits of up to 255 words, then are summed */
+            uint64_t lanes = 0;
+            for (int w = 0; w < 255 && k + 8 <= end[i]; w++, k += 8) lanes += (load64(b + k) >> 7) & 0x0101010101010101ULL;
+            uint64_t pairs = (lanes & 0x00FF00FF00FF00FFULL) + ((lanes >> 8) & 0x00FF00FF00FF00FFULL); /* 16-bit lanes */
+            c += (long long)((pairs * 0x0001000100010001ULL) >> 48);
+        }
         for (; k < end[i]; k++) c += b[k] >> 7;
         total += c;
     }
