@@ -897,18 +897,31 @@ def _wide_varints(b: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 @dataclass
 class _Spans:
-    """Length-delimited fields of one Node tag found by the walk, in walk order (a record's in wire order)."""
+    """Length-delimited fields of one Node tag found by the walk, in walk order (a record's in wire order):
+    one entry per step (``add``), or all steps in one entry (``joined``, the C kernel's: ``step`` then holds
+    every field's step, and ``steps_per`` how many fields each of ``steps_at`` has)."""
 
     rows: list[np.ndarray] = _field_default(default_factory=list)
     offset: list[np.ndarray] = _field_default(default_factory=list)
     length: list[np.ndarray] = _field_default(default_factory=list)
     step: list[int] = _field_default(default_factory=list)
+    steps_at: np.ndarray | None = None
+    steps_per: np.ndarray | None = None
 
     def add(self, rows: np.ndarray, offset: np.ndarray, length: np.ndarray, step: int) -> None:
         self.rows.append(rows)
         self.offset.append(offset)
         self.length.append(length)
         self.step.append(step)
+
+    @classmethod
+    def joined(cls, rows: np.ndarray, offset: np.ndarray, length: np.ndarray, steps_at: np.ndarray,
+               steps_per: np.ndarray) -> _Spans:
+        spans = cls()
+        if rows.size:
+            spans.rows, spans.offset, spans.length = [rows], [offset], [length]
+            spans.steps_at, spans.steps_per = steps_at, steps_per
+        return spans
 
     def cat(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if not self.rows:
@@ -919,7 +932,16 @@ class _Spans:
         return np.concatenate(self.rows), np.concatenate(self.offset), np.concatenate(self.length)
 
     def steps(self) -> np.ndarray:
+        if self.steps_at is not None and self.steps_per is not None:
+            return np.repeat(self.steps_at, self.steps_per)
         return np.repeat(np.asarray(self.step, dtype=np.int64), [r.size for r in self.rows])
+
+    def per_step(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The entries one step at a time (of a joined one too)."""
+        if self.steps_at is None or self.steps_per is None:
+            return list(zip(self.rows, self.offset, self.length))
+        bounds = np.cumsum(self.steps_per)[:-1].tolist()
+        return list(zip(*(np.split(column[0], bounds) for column in (self.rows, self.offset, self.length))))
 
 
 #: The lean walk takes messages of at most this many fields (a bound the C kernel's step table needs).
@@ -970,8 +992,8 @@ def _lean_parts(b: np.ndarray, words: np.ndarray, rec_off: np.ndarray, rec_end: 
 
 
 def _kernel_parts(b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray, texts: bool, hot: _Hot) -> _LeanParts:
-    """:func:`_lean_parts` by the C kernel (``_walk.lean``): one pass over the records. The spans have one entry
-    per tag and step, as the numpy walk's; each side's strings come as one entry (the numpy walk's joined)."""
+    """:func:`_lean_parts` by the C kernel (``_walk.lean``): one pass over the records. The spans of a tag come as
+    one joined entry (:meth:`_Spans.joined`), and so do each side's strings: the numpy walk's entries joined."""
     nodes, inputs, outputs, attr = _wire.KERNEL.lean(b, _int64s(rec_off), _int64s(rec_end), _KERNEL_NODE_CODES,
                                                 _KERNEL_IO_CODES, _VALUE_TAGS, tags.ATTR_NAME,
                                                 (_KERNEL_NODE_KINDS.index(_TAG_INPUTS),
@@ -984,14 +1006,15 @@ def _kernel_parts(b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray, texts
     kinds = len(_KERNEL_NODE_KINDS)
     counts = np.frombuffer(counts, dtype=np.int64).reshape(-1, kinds)
     rows, off, length = (np.frombuffer(x, dtype=np.int64) for x in (rows, off, length))
-    spans = {tag: _Spans() for tag in _KERNEL_NODE_KINDS}
+    spans = {}
     at = 0
     for k, tag in enumerate(_KERNEL_NODE_KINDS):
         column = counts[:, k]
-        for step in np.flatnonzero(column).tolist():
-            size = int(column[step])
-            spans[tag].add(rows[at:at + size], off[at:at + size], length[at:at + size], step)
-            at += size
+        steps_at = np.flatnonzero(column)
+        size = int(column.sum())
+        spans[tag] = _Spans.joined(rows[at:at + size], off[at:at + size], length[at:at + size], steps_at,
+                                   column[steps_at])
+        at += size
     io_texts: list[list[tuple[np.ndarray, ...]] | None] = []
     for side in (inputs, outputs):
         side_status, side_high, msg, tag, t_off, t_len = side
@@ -1304,7 +1327,7 @@ def _lean_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndar
     types = (raw_type & _U32).astype(np.uint32).view(np.int32)
     if names:
         name_off, name_len = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-        for rows, off, length in zip(spans[_TAG_NAME].rows, spans[_TAG_NAME].offset, spans[_TAG_NAME].length):
+        for rows, off, length in spans[_TAG_NAME].per_step():
             name_off[rows], name_len[rows] = off, length  # a later name wins
         name_idx, strings = _string_table(buf, b, name_off, name_len)
     else:
