@@ -69,13 +69,16 @@ def _verdict(records: list[bytes], texts: bool = True) -> Any:
         ctrl = columnar._lean_deps(b, spans[columnar._TAG_CTRL], spans[columnar._TAG_CTRL_ONE], len(records))
         data = columnar._lean_deps(b, spans[columnar._TAG_DATA], spans[columnar._TAG_DATA_ONE], len(records))
         record_high = columnar._record_high_bytes(b, word_view(b), rec_end - lengths, rec_end)
+        checked = [columnar._checked_deps(b, spans[packed], spans[one], len(records))[2]
+                   for packed, one in ((columnar._TAG_CTRL, columnar._TAG_CTRL_ONE),
+                                       (columnar._TAG_DATA, columnar._TAG_DATA_ONE))]
     except columnar._Unusual:
         return "unusual"
     except (WireFault, IndexError, ValueError):
         return "fault"
     span_lists = {tag: (*s.cat(), s.steps()) for tag, s in spans.items()}
     return _plain((scalars, span_lists, [columnar._joined_texts(t or []) for t in io_texts], attrs, ids, high, ctrl,
-                   data, record_high))
+                   data, record_high, checked))
 
 
 def _lean_node() -> bytes:
@@ -217,3 +220,12 @@ def test_top_bit_bytes_are_counted_as_numpy_counts_them(monkeypatch: pytest.Monk
     rec_end = rec_off + lengths
     kernel, numpy_walk = _walks(monkeypatch, lambda: columnar._record_high_bytes(b, word_view(b), rec_off, rec_end))
     assert kernel == numpy_walk == sum(int(np.count_nonzero(b[o:e] >= 0x80)) for o, e in zip(rec_off, rec_end))
+
+
+def test_packed_lists_of_ten_and_eleven_byte_varints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A packed dep list's varints as protobuf reads them: ten bytes at most (decoded, or only checked)."""
+    for continuation, verdict in ((9, "parts"), (10, "fault")):
+        record = _varint_field(1, 1) + _len_field(5, b"\x01" + b"\xff" * continuation + b"\x01" + b"\x02" * 8)
+        kernel, numpy_walk = _walks(monkeypatch, lambda: _verdict([record]))  # noqa: B023
+        assert kernel == numpy_walk
+        assert (kernel if isinstance(kernel, str) else "parts") == verdict

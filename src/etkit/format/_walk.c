@@ -809,6 +809,56 @@ done:
     return result;
 }
 
+/* ---- checked(b, off, length) ----------------------------------------------------------------------- */
+
+PyDoc_STRVAR(checked_doc,
+"checked(b, off, length)\n\n"
+"The packed varint lists b[off[i]:off[i]+length[i]] checked as packed() decodes them, without the values:\n"
+"(status, top-bit bytes of all the lists); status as packed()'s.");
+
+static PyObject *checked(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *ob, *ooff, *olen;
+    if (!PyArg_ParseTuple(args, "OOO", &ob, &ooff, &olen)) return NULL;
+    Buf B = {0}, O = {0}, L = {0};
+    PyObject *result = NULL;
+    if (get_buf(ob, &B, 1, "b") < 0 || get_buf(ooff, &O, 8, "off") < 0 || get_buf(olen, &L, 8, "length") < 0) goto done;
+    if (O.view.len != L.view.len) {
+        PyErr_SetString(PyExc_ValueError, "checked: off and length differ in length");
+        goto done;
+    }
+    const uint8_t *b = B.view.buf;
+    Py_ssize_t size = B.view.len, n = O.view.len / 8;
+    const int64_t *off = O.view.buf, *len = L.view.buf;
+    int status = 0;
+    long long high = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (off[i] < 0 || len[i] <= 0 || off[i] > size - len[i]) {
+            PyErr_SetString(PyExc_ValueError, "checked: a list outside the buffer, or an empty one");
+            goto done;
+        }
+        if (b[off[i] + len[i] - 1] >= 0x80) status = 1;
+    }
+    for (Py_ssize_t i = 0; i < n && !status; i++) {
+        int run = 0; /* continuation bytes in a row: ten make a varint of eleven bytes */
+        for (Py_ssize_t k = off[i]; k < off[i] + len[i]; k++) {
+            int more = b[k] >> 7;
+            high += more;
+            run = more ? run + 1 : 0;
+            if (run == 10) {
+                status = 2;
+                break;
+            }
+        }
+    }
+    result = Py_BuildValue("iL", status, status ? 0LL : high);
+done:
+    release(&B);
+    release(&O);
+    release(&L);
+    return result;
+}
+
 /* ---- frames(buf) ----------------------------------------------------------------------------------- */
 
 PyDoc_STRVAR(frames_doc,
@@ -913,6 +963,7 @@ static PyMethodDef methods[] = {
     {"strings", strings, METH_VARARGS, strings_doc},
     {"packed", packed, METH_VARARGS, packed_doc},
     {"frames", frames, METH_VARARGS, frames_doc},
+    {"checked", checked, METH_VARARGS, checked_doc},
     {"high_bytes", high_bytes, METH_VARARGS, high_bytes_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -1272,7 +1272,11 @@ def _checked_deps(b: np.ndarray, packed: _Spans, single: _Spans, n: int) -> tupl
     keep = length > 0
     off, length = off[keep], length[keep]
     high = 0
-    if off.size:
+    if off.size and _wire.KERNEL is not None:
+        status, high = _wire.KERNEL.checked(b, _int64s(off), _int64s(length))
+        if status:
+            raise WireFault("packed varint crosses its list" if status == 1 else "packed varint too long")
+    elif off.size:
         if int(b[off + length - 1].max()) >= 0x80:
             raise WireFault("packed varint crosses its list")
         short = length <= 8
