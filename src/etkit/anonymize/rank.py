@@ -529,7 +529,8 @@ class _RankView:
         # only the names of the kept attributes that are not columns are told apart (all of them: other_attributes keep)
         wanted = None if policy.other_attributes == "keep" else \
             [a for a, action in policy.attributes.items() if action == "keep" and a not in _COLUMN_ATTRS]
-        parts = walked_parts(trace.blob, len(trace), spans, wanted) if spans else None
+        # the attributes in the loader's walk order: each record's in wire order, which is all the view needs
+        parts = walked_parts(trace.blob, len(trace), spans, wanted, ordered=False) if spans else None
         if parts is None:
             parts = record_parts(trace.blob, trace.rec_off, trace.rec_len, wanted)
         return cls._parsed(trace) if parts is None else cls._from_parts(trace.blob, parts)
