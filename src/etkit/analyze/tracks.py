@@ -129,6 +129,49 @@ def _track_sort_key(label: str) -> tuple[int, str]:
 _NEST_SCAN = 8  # open ops examined, latest first, for one that holds a new op
 
 
+def _nested_track(s: np.ndarray, e: np.ndarray, nestable: np.ndarray) -> tuple[np.ndarray, tuple] | None:
+    """:func:`_lanes` of one track whose nodes all fit in one lane, with arrays: every node either starts
+    when nothing is open (it takes lane 0) or is nestable and held by the innermost open node. Returns per
+    node (in the given order: by start, longer first) the index of the node it nests in (-1), and the
+    exclusive segments (start, end, index of the owner); ``None`` when the track needs more lanes.
+
+    It replays :func:`_lanes`' sweep: every node's start, its end before any later start at or after it
+    (an end at a start closes first; a zero-length node closes right after it opens), ends at one instant
+    inner first. With one lane the open nodes are a stack: a node's depth says where it goes, the node it
+    nests in is the last one started a level up, and that must hold it (else it is not one lane)."""
+    m = len(s)
+    if not m or bool((e < s).any()):
+        return None
+    k = np.arange(m, dtype=np.int64)
+    zero = e == s
+    # sweep order: time, then ends of nodes with length (inner first) before starts and zero-length ends
+    time = np.concatenate((s, e))
+    late = np.concatenate((np.ones(m, dtype=np.int8), zero.astype(np.int8)))
+    tie = np.concatenate((2 * k, np.where(zero, 2 * k + 1, -k)))
+    order = np.lexsort((tie, late, time))
+    opens = order < m
+    depth = np.cumsum(np.where(opens, 1, -1))
+    level = np.empty(m, dtype=np.int64)
+    level[order[opens]] = depth[opens] - 1
+    # the node it nests in: the last node started before it one level up
+    key = level * m + k
+    by_level = np.sort(key)
+    at = np.searchsorted(by_level, key - m) - 1
+    inner = np.full(m, -1, dtype=np.int64)
+    up = level > 0
+    cand = by_level[np.maximum(at, 0)]
+    if bool((up & ((at < 0) | (cand // m != level - 1))).any()):
+        return None
+    inner[up] = cand[up] % m
+    if not bool(nestable[up].all()) or bool((e[inner[up]] < e[up]).any()):
+        return None
+    # segments: between consecutive sweep events that are apart, owned by the innermost node open
+    owner = np.where(opens, order % m, inner[order % m])
+    times = time[order]
+    cut = np.flatnonzero((times[1:] > times[:-1]) & (owner[:-1] >= 0))
+    return inner, (times[cut], times[cut + 1], owner[cut])
+
+
 def _lanes(rows: np.ndarray, t: np.ndarray, s: np.ndarray, e: np.ndarray, nestable: np.ndarray):  # type: ignore[no-untyped-def]
     """Lanes where nodes nest, plus exclusive segments, in O(n log n) (heaps of lane end times).
 
@@ -153,6 +196,15 @@ def _lanes(rows: np.ndarray, t: np.ndarray, s: np.ndarray, e: np.ndarray, nestab
     i = 0
     while i < n:
         track = t_l[i]
+        stop = int(np.searchsorted(t, track, side="right"))
+        nested = _nested_track(s[i:stop], e[i:stop], nestable[i:stop])
+        if nested is not None:  # one lane: done with arrays
+            inner, segs = nested
+            holder[i:stop] = np.where(inner >= 0, rows[i:stop][inner], -1).tolist()
+            for out, seg in zip((seg_s, seg_e, seg_r), (segs[0], segs[1], rows[i:stop][segs[2]])):
+                out.extend(seg.tolist())
+            i = stop
+            continue
         stacks: list[list[int]] = []   # per lane: open sorted-row indices, innermost last
         cursor: list[int] = []         # per lane: how far its segments reach
         free: list[int] = []           # heap of empty lanes
