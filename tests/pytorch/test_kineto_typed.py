@@ -78,6 +78,8 @@ CORNERS = {
         {**_KERNEL, "args": {"stream": 9, "Process Group Name": None}}],
     "a kernel's bytes (not read)": [{**_KERNEL, "args": {"stream": 7, "bytes": "many"}}],
     "a GPU event without a stream (its tid)": [{**_KERNEL, "tid": "stream 7", "args": {"correlation": 3}}],
+    "new names, then an event for the dict path": [_event(name="first"), {**_KERNEL, "name": "second"},
+                                                   {**_KERNEL, "name": "third", "args": {"correlation": 3}}],
     "runtime and driver calls": [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 11, "tid": 12,
                                   "ts": 2.5, "dur": 1, "args": {"correlation": 40, "External id": 5}},
                                  {"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernel", "tid": 12, "ts": 3}],

@@ -18,6 +18,7 @@ through orjson's dicts, which report the fault. Both give the same columns.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from dataclasses import dataclass, field
@@ -568,7 +569,6 @@ class _TypedChunk:
 
     def __init__(self, cols: _Columns) -> None:
         self.cols = cols
-        self.new_names: dict[str, int] = {}
         self.cpu: list[tuple[int, float, float, int, int, int]] = []
         self.cpu_cat: list[int] = []
         self.cpu_args: dict[int, dict[str, Any]] = {}
@@ -581,19 +581,28 @@ class _TypedChunk:
         self.pids: list[int] = []
         self.ids: list[int] = []  # every id taken, for the 64-bit check
 
-    def index(self, name: str) -> int:
-        index = self.cols.names.get(name)
-        if index is None:
-            new = self.new_names
-            index = new.get(name)
-            if index is None:
-                index = new[name] = len(self.cols.names) + len(new)
-        return index
+    def take(self, events: list[_Event]) -> _TypedChunk | None:
+        """Gather what ``events`` add (names are added to the columns' table at once, and removed again
+        when the chunk is not taken)."""
+        names = self.cols.names
+        known = len(names)
+        taken = None
+        try:
+            taken = self._take(events)
+        finally:
+            if taken is None:
+                for name in list(itertools.islice(names, known, None)):
+                    del names[name]
+        return taken
 
-    def take(self, events: list[_Event]) -> _TypedChunk | None:  # noqa: C901 - one dispatch, as load_kineto's
-        kind_of, category_of, lim, index = _KIND_OF, _CATEGORY_OF_KIND, _EXACT_US, self.index
+    def _take(self, events: list[_Event]) -> _TypedChunk | None:  # noqa: C901 - one dispatch, as load_kineto's
+        kind_of, category_of, lim = _KIND_OF, _CATEGORY_OF_KIND, _EXACT_US
         cols = self.cols
+        names = cols.names
+        index = names.setdefault
         cpu, gpu, launch, ids = self.cpu, self.gpu, self.launches, self.ids
+        cpu_append, cat_append, pid_append = cpu.append, self.cpu_cat.append, self.pids.append
+        launch_appends = [column.append for column in launch]
         cpu_rows, gpu_rows = len(cols.cpu), len(cols.gpu[0])
         for ev in events:
             kind = kind_of.get(ev.cat)  # type: ignore[arg-type]
@@ -616,11 +625,11 @@ class _TypedChunk:
                     rf, ext = args.rf, args.ext
                     comm = len(args.raw_collective_name) > 0 or name.startswith(COMM_OP_PREFIXES)
                 ids += (tid, pid, rf, ext)
-                self.pids.append(pid)
+                pid_append(pid)
                 if comm:
                     self.cpu_args[cpu_rows + len(cpu)] = _kept(args, COMM_ARGS + INPUT_ARGS) if args is not None else {}
-                cpu.append((index(name), ts, dur, tid, rf, ext))
-                self.cpu_cat.append(kind)
+                cpu_append((index(name, len(names)), ts, dur, tid, rf, ext))
+                cat_append(kind)
             elif kind <= 4:
                 if args is None or args.stream is None or not (0.0 <= dur <= lim and -lim <= ts <= lim):
                     return None
@@ -633,7 +642,7 @@ class _TypedChunk:
                     pg = None if pg is _TAKEN or pg is None else str(pg)
                     if len(args.raw_collective_name):
                         self.gpu_args[gpu_rows + len(gpu[0])] = _kept(args, COMM_ARGS)
-                gpu[0].append(index(ev.name))
+                gpu[0].append(index(ev.name, len(names)))
                 gpu[1].append(ts)
                 gpu[2].append(dur)
                 gpu[3].append(args.stream)
@@ -648,18 +657,18 @@ class _TypedChunk:
                     return None
                 corr, ext = (args.correlation, args.ext) if args is not None else (_NO_ID, _NO_ID)
                 ids += (tid, corr, ext)
-                launch[0].append(ts)
-                launch[1].append(tid)
-                launch[2].append(corr)
-                launch[3].append(ext)
-                launch[4].append(index(ev.name))
-                launch[5].append(dur)
-                launch[6].append(kind == 6)
+                launch_appends[0](ts)
+                launch_appends[1](tid)
+                launch_appends[2](corr)
+                launch_appends[3](ext)
+                launch_appends[4](index(ev.name, len(names)))
+                launch_appends[5](dur)
+                launch_appends[6](kind == 6)
             else:
                 if args is None or args.stream is None or not (0.0 <= dur <= lim and -lim <= ts <= lim):
                     return None
                 cols_of = self.ann if kind == 7 else self.syncs
-                cols_of[0].append(index(ev.name))
+                cols_of[0].append(index(ev.name, len(names)))
                 cols_of[1].append(ts)
                 cols_of[2].append(dur)
                 cols_of[3].append(args.stream)
@@ -678,7 +687,6 @@ class _TypedChunk:
     def commit(self) -> None:
         """Add what was taken to the columns."""
         cols = self.cols
-        cols.names.update(self.new_names)
         cols.cpu += self.cpu
         cols.cpu_cat += self.cpu_cat
         cols.cpu_args.update(self.cpu_args)
