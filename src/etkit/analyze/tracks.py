@@ -149,10 +149,12 @@ def _nested_track(s: np.ndarray, e: np.ndarray, nestable: np.ndarray) -> tuple[n
     late = np.concatenate((np.ones(m, dtype=np.int8), zero.astype(np.int8)))
     tie = np.concatenate((2 * k, np.where(zero, 2 * k + 1, -k)))
     order = np.lexsort((tie, late, time))
+    del tie, late  # (a track may hold most of a rank's rows: keep the peak low)
     opens = order < m
     depth = np.cumsum(np.where(opens, 1, -1))
     level = np.empty(m, dtype=np.int64)
     level[order[opens]] = depth[opens] - 1
+    del depth
     # the node it nests in: the last node started before it one level up
     key = level * m + k
     by_level = np.sort(key)
@@ -166,8 +168,10 @@ def _nested_track(s: np.ndarray, e: np.ndarray, nestable: np.ndarray) -> tuple[n
     if not bool(nestable[up].all()) or bool((e[inner[up]] < e[up]).any()):
         return None
     # segments: between consecutive sweep events that are apart, owned by the innermost node open
+    del key, by_level, at, cand
     owner = np.where(opens, order % m, inner[order % m])
     times = time[order]
+    del time, order, opens
     cut = np.flatnonzero((times[1:] > times[:-1]) & (owner[:-1] >= 0))
     return inner, (times[cut], times[cut + 1], owner[cut])
 
@@ -193,16 +197,16 @@ def _lanes(rows: np.ndarray, t: np.ndarray, s: np.ndarray, e: np.ndarray, nestab
     # open ops in start order, a linked list over sorted-row indices (i -> previous / next open i, -1: none)
     prev = [-1] * n
     nxt = [-1] * n
+    done: list[tuple[int, int, np.ndarray, int, tuple[np.ndarray, np.ndarray, np.ndarray]]] = []  # array tracks
     i = 0
     while i < n:
         track = t_l[i]
         stop = int(np.searchsorted(t, track, side="right"))
         nested = _nested_track(s[i:stop], e[i:stop], nestable[i:stop])
-        if nested is not None:  # one lane: done with arrays
+        if nested is not None:  # one lane: done with arrays (kept as arrays: Python ints weigh 4x more)
             inner, segs = nested
-            holder[i:stop] = np.where(inner >= 0, rows[i:stop][inner], -1).tolist()
-            for out, seg in zip((seg_s, seg_e, seg_r), (segs[0], segs[1], rows[i:stop][segs[2]])):
-                out.extend(seg.tolist())
+            done.append((i, stop, np.where(inner >= 0, rows[i:stop][inner], -1), len(seg_s),
+                         (segs[0], segs[1], rows[i:stop][segs[2]])))
             i = stop
             continue
         stacks: list[list[int]] = []   # per lane: open sorted-row indices, innermost last
@@ -272,5 +276,14 @@ def _lanes(rows: np.ndarray, t: np.ndarray, s: np.ndarray, e: np.ndarray, nestab
             tail = i
             i += 1
         close(np.iinfo(np.int64).max)
-    seg = (np.asarray(seg_s, dtype=np.int64), np.asarray(seg_e, dtype=np.int64), np.asarray(seg_r, dtype=np.int64))
-    return np.asarray(lane_of, dtype=np.int64), np.asarray(holder, dtype=np.int64), seg
+    held = np.asarray(holder, dtype=np.int64)
+    walked = [np.asarray(x, dtype=np.int64) for x in (seg_s, seg_e, seg_r)]
+    pieces: list[list[np.ndarray]] = [[], [], []]  # every track's segments, in track order
+    at = 0
+    for first, stop, inner_rows, before, segs in done:
+        held[first:stop] = inner_rows
+        for k in range(3):
+            pieces[k] += [walked[k][at:before], segs[k]]
+        at = before
+    seg = tuple(np.concatenate(pieces[k] + [walked[k][at:]]) for k in range(3))
+    return np.asarray(lane_of, dtype=np.int64), held, seg
