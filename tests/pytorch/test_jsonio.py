@@ -38,3 +38,22 @@ def test_errors_name_the_file(tmp_path):
         list(read_array_document(path, "nodes").chunks())
     with pytest.raises(EtkitError, match="missing.json"):
         read_array_document(tmp_path / "missing.json", "nodes")
+
+
+@pytest.mark.parametrize("tail", ['"INFO": ["a ] b", ["c"]], "n": 1', '"INFO": [{"x": [1]}]'])
+def test_an_array_followed_by_another_is_read_without_parsing_the_whole_document(tmp_path, monkeypatch, tail):
+    # (Kineto writes its "INFO" logs after traceEvents: the document's last "]" is not the array's)
+    from etkit.pytorch import jsonio
+
+    text = json.dumps(DOC, indent=2)[:-2] + ",\n  " + tail + "\n}"
+    path = tmp_path / "doc.json"
+    path.write_text(text)
+    monkeypatch.setattr(jsonio, "_loads", lambda data, path: pytest.fail("the whole document was parsed"))
+    assert [n for c in read_array_document(path, "nodes").chunks(7) for n in c] == DOC["nodes"]
+
+
+def test_an_array_followed_by_malformed_json_is_still_an_error(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(DOC, indent=2)[:-2] + ',\n  "INFO": ["a"], "x": [1,]\n}')
+    with pytest.raises(EtkitError, match="bad.json: not valid JSON"):
+        list(read_array_document(path, "nodes").chunks())

@@ -92,9 +92,10 @@ class CriticalPath:
     def tables(self) -> list[Table]:
         return [Table("critical_path", ["rank", "node_id", "name", "kind", "start_ns", "end_ns", "on_path_ns",
                                         "wait_after_ns", "caller_ns"],
-                      [[int(self.rank[i]), int(self.node_id[i]), self.names[i], KIND_NAMES[int(self.kind[i])],
-                        int(self.start_ns[i]), int(self.end_ns[i]), int(self.on_path_ns[i]),
-                        int(self.wait_after_ns[i]), int(self.caller_ns[i])] for i in range(len(self))])]
+                      [list(row) for row in zip(
+                          self.rank.tolist(), self.node_id.tolist(), self.names[:len(self)],
+                          [KIND_NAMES[k] for k in self.kind.tolist()], self.start_ns.tolist(), self.end_ns.tolist(),
+                          self.on_path_ns.tolist(), self.wait_after_ns.tolist(), self.caller_ns.tolist())])]
 
     def to_json(self, max_nodes: int = 10_000) -> dict:
         keep = np.arange(len(self))[-max_nodes:] if len(self) > max_nodes else np.arange(len(self))

@@ -32,8 +32,11 @@ class Table:
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
         writer.writerow(self.columns)
-        writer.writerows(self.rows)
-        return buf.getvalue()
+        body = _csv_body(self.rows, len(self.columns), writer, buf)
+        if body is None:
+            writer.writerows(self.rows)
+            return buf.getvalue()
+        return buf.getvalue() + body
 
     def to_pandas(self):  # type: ignore[no-untyped-def]
         """The table as a ``pandas.DataFrame`` (pandas must be installed)."""
@@ -43,6 +46,35 @@ class Table:
             raise UsageError("to_pandas() needs pandas, which etkit does not install: pip install pandas "
                              "(or etkit[tables])") from None
         return pd.DataFrame([list(r) for r in self.rows], columns=self.columns)
+
+
+def _csv_body(rows: Sequence[Sequence[Any]], width: int, writer: Any, buf: io.StringIO) -> str | None:
+    """What ``writer.writerows(rows)`` writes, a column at a time: every field of a column of ints or floats
+    as the csv module writes a number (``str``, ``repr``), a column of strings through a table of each
+    distinct string as the csv module quotes it (written once, by ``writer``). ``None`` (nothing written)
+    for anything else: rows of other widths, other types, a single column (an empty field alone on its row
+    is written quoted)."""
+    if width < 2 or not rows or any(len(row) != width for row in rows):
+        return None
+    start = buf.tell()
+    texts = []
+    for column in zip(*rows):
+        kinds = set(map(type, column))
+        if kinds == {int}:
+            texts.append(map(str, column))
+        elif kinds == {float}:
+            texts.append(map(repr, column))
+        elif kinds == {str}:
+            quoted = {}
+            for value in set(column):
+                writer.writerow((value, ""))  # "<field>,\n": the field as written on any row
+                quoted[value] = buf.getvalue()[start:-2]
+                buf.seek(start)
+                buf.truncate()
+            texts.append(map(quoted.__getitem__, column))
+        else:
+            return None
+    return "\n".join(map(",".join, zip(*texts))) + "\n"
 
 
 def write_csv(tables: Iterable[Table], folder: str | os.PathLike[str]) -> list[Path]:

@@ -129,6 +129,53 @@ def _track_sort_key(label: str) -> tuple[int, str]:
 _NEST_SCAN = 8  # open ops examined, latest first, for one that holds a new op
 
 
+def _nested_track(s: np.ndarray, e: np.ndarray, nestable: np.ndarray) -> tuple[np.ndarray, tuple] | None:
+    """:func:`_lanes` of one track whose nodes all fit in one lane, with arrays: every node either starts
+    when nothing is open (it takes lane 0) or is nestable and held by the innermost open node. Returns per
+    node (in the given order: by start, longer first) the index of the node it nests in (-1), and the
+    exclusive segments (start, end, index of the owner); ``None`` when the track needs more lanes.
+
+    It replays :func:`_lanes`' sweep: every node's start, its end before any later start at or after it
+    (an end at a start closes first; a zero-length node closes right after it opens), ends at one instant
+    inner first. With one lane the open nodes are a stack: a node's depth says where it goes, the node it
+    nests in is the last one started a level up, and that must hold it (else it is not one lane)."""
+    m = len(s)
+    if not m or bool((e < s).any()):
+        return None
+    k = np.arange(m, dtype=np.int64)
+    zero = e == s
+    # sweep order: time, then ends of nodes with length (inner first) before starts and zero-length ends
+    time = np.concatenate((s, e))
+    late = np.concatenate((np.ones(m, dtype=np.int8), zero.astype(np.int8)))
+    tie = np.concatenate((2 * k, np.where(zero, 2 * k + 1, -k)))
+    order = np.lexsort((tie, late, time))
+    del tie, late  # (a track may hold most of a rank's rows: keep the peak low)
+    opens = order < m
+    depth = np.cumsum(np.where(opens, 1, -1))
+    level = np.empty(m, dtype=np.int64)
+    level[order[opens]] = depth[opens] - 1
+    del depth
+    # the node it nests in: the last node started before it one level up
+    key = level * m + k
+    by_level = np.sort(key)
+    at = np.searchsorted(by_level, key - m) - 1
+    inner = np.full(m, -1, dtype=np.int64)
+    up = level > 0
+    cand = by_level[np.maximum(at, 0)]
+    if bool((up & ((at < 0) | (cand // m != level - 1))).any()):
+        return None
+    inner[up] = cand[up] % m
+    if not bool(nestable[up].all()) or bool((e[inner[up]] < e[up]).any()):
+        return None
+    # segments: between consecutive sweep events that are apart, owned by the innermost node open
+    del key, by_level, at, cand
+    owner = np.where(opens, order % m, inner[order % m])
+    times = time[order]
+    del time, order, opens
+    cut = np.flatnonzero((times[1:] > times[:-1]) & (owner[:-1] >= 0))
+    return inner, (times[cut], times[cut + 1], owner[cut])
+
+
 def _lanes(rows: np.ndarray, t: np.ndarray, s: np.ndarray, e: np.ndarray, nestable: np.ndarray):  # type: ignore[no-untyped-def]
     """Lanes where nodes nest, plus exclusive segments, in O(n log n) (heaps of lane end times).
 
@@ -150,9 +197,18 @@ def _lanes(rows: np.ndarray, t: np.ndarray, s: np.ndarray, e: np.ndarray, nestab
     # open ops in start order, a linked list over sorted-row indices (i -> previous / next open i, -1: none)
     prev = [-1] * n
     nxt = [-1] * n
+    done: list[tuple[int, int, np.ndarray, int, tuple[np.ndarray, np.ndarray, np.ndarray]]] = []  # array tracks
     i = 0
     while i < n:
         track = t_l[i]
+        stop = int(np.searchsorted(t, track, side="right"))
+        nested = _nested_track(s[i:stop], e[i:stop], nestable[i:stop])
+        if nested is not None:  # one lane: done with arrays (kept as arrays: Python ints weigh 4x more)
+            inner, segs = nested
+            done.append((i, stop, np.where(inner >= 0, rows[i:stop][inner], -1), len(seg_s),
+                         (segs[0], segs[1], rows[i:stop][segs[2]])))
+            i = stop
+            continue
         stacks: list[list[int]] = []   # per lane: open sorted-row indices, innermost last
         cursor: list[int] = []         # per lane: how far its segments reach
         free: list[int] = []           # heap of empty lanes
@@ -220,5 +276,14 @@ def _lanes(rows: np.ndarray, t: np.ndarray, s: np.ndarray, e: np.ndarray, nestab
             tail = i
             i += 1
         close(np.iinfo(np.int64).max)
-    seg = (np.asarray(seg_s, dtype=np.int64), np.asarray(seg_e, dtype=np.int64), np.asarray(seg_r, dtype=np.int64))
-    return np.asarray(lane_of, dtype=np.int64), np.asarray(holder, dtype=np.int64), seg
+    held = np.asarray(holder, dtype=np.int64)
+    walked = [np.asarray(x, dtype=np.int64) for x in (seg_s, seg_e, seg_r)]
+    pieces: list[list[np.ndarray]] = [[], [], []]  # every track's segments, in track order
+    at = 0
+    for first, stop, inner_rows, before, segs in done:
+        held[first:stop] = inner_rows
+        for k in range(3):
+            pieces[k] += [walked[k][at:before], segs[k]]
+        at = before
+    seg = tuple(np.concatenate(pieces[k] + [walked[k][at:]]) for k in range(3))
+    return np.asarray(lane_of, dtype=np.int64), held, seg

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import os
 import re
 import zlib
@@ -49,9 +50,11 @@ class JsonArrayDocument:
     _parsed: list[Any] | None
     found: bool = True  # whether the document has the ``key`` array at all
 
-    def chunks(self, size: int = CHUNK_ELEMENTS) -> Iterator[list[Any]]:
-        """The array's elements, ``size`` at a time, in document order (single pass; frees as it goes)."""
-        return self.converted(_same, size=size)
+    def chunks(self, size: int = CHUNK_ELEMENTS, *,
+               fast: Callable[[bytes], list[Any] | None] | None = None) -> Iterator[list[Any]]:
+        """The array's elements, ``size`` at a time, in document order (single pass; frees as it goes);
+        ``fast`` as in :meth:`converted`."""
+        return self.converted(_same, fast=fast, size=size)
 
     def converted(self, convert: Callable[[Any], T], *, fast: Callable[[bytes], list[T] | None] | None = None,
                   size: int = CHUNK_ELEMENTS) -> Iterator[list[T]]:
@@ -76,21 +79,15 @@ class JsonArrayDocument:
             piece = data[a:b].strip().rstrip(b",")
             if not piece.strip():
                 continue
-            text = b"[" + piece + b"]"
-            if fast is not None:
-                results = fast(text)
-                if results is not None:
-                    done += len(results)
-                    for i in range(0, len(results), size):
-                        yield results[i:i + size]
-                    continue
-            try:
-                chunk = orjson.loads(text)
-            except orjson.JSONDecodeError:
+            got = _parse_piece(b"[" + piece + b"]", fast)
+            if got is None and b == stop and (last := _last_elements(data, start, a, stop)) is not None:
+                got = _parse_piece(last, fast)  # (the array ends before the document's last "]")
+            if got is None:
                 break
-            done += len(chunk)
-            for i in range(0, len(chunk), size):  # one piece when the writer put no newlines between elements
-                yield _apply(convert, chunk[i:i + size])
+            items, ready = got
+            done += len(items)
+            for i in range(0, len(items), size):  # one piece when the writer put no newlines between elements
+                yield items[i:i + size] if ready else _apply(convert, items[i:i + size])
         else:
             return
         # A boundary fell inside an element: a chunk that parses is always made of whole elements, so
@@ -99,6 +96,45 @@ class JsonArrayDocument:
         del data
         for i in range(done, len(items), size):
             yield _apply(convert, items[i:i + size])
+
+
+def _parse_piece(text: bytes, fast: Callable[[bytes], list[Any] | None] | None) -> tuple[list[Any], bool] | None:
+    """(``fast`` of a chunk's JSON text, True), else (its elements parsed by orjson, False); ``None`` when
+    the text does not parse."""
+    if fast is not None:
+        results = fast(text)
+        if results is not None:
+            return results, True
+    try:
+        return orjson.loads(text), False
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _last_elements(data: bytes, start: int, a: int, stop: int) -> bytes | None:
+    """The array's last elements (a JSON array's text) when its last chunk ``data[a:stop]`` does not parse
+    because the array ends inside it: another array follows it in the document (Kineto's ``"INFO": [...]``
+    logs), so ``stop``, the document's last ``]``, lies beyond its end. ``None`` when that end is not found
+    or the document around the array is not valid JSON (the whole document is then parsed, as for any
+    chunk that does not parse, and that reports the fault)."""
+    # the array's own "]" follows its last object's "}": the first such "]" before which the chunk parses
+    for m in itertools.islice(_OBJECT_END.finditer(data, a, stop), _MAX_END_TRIES):
+        end = m.end() - 1
+        text = b"[" + data[a:end].strip().rstrip(b",") + b"]"
+        try:
+            orjson.loads(text)
+        except orjson.JSONDecodeError:
+            continue
+        try:
+            rest = orjson.loads(data[:start - 1] + b"null" + data[end + 1:])
+        except orjson.JSONDecodeError:
+            return None
+        return text if isinstance(rest, dict) else None
+    return None
+
+
+_OBJECT_END = re.compile(rb"\}\s*\]")
+_MAX_END_TRIES = 64
 
 
 def _same(item: Any) -> Any:

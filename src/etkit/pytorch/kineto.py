@@ -9,16 +9,24 @@ waits (a stream waiting for an event another stream records, a host waiting for 
 
 Times: ``*_ts``/``*_dur`` are µs as written (float); ``*_ts_ns``/``*_dur_ns`` the same as exact integer
 nanoseconds (a µs value's fraction rounded to the ns it was written with; add ``base_time_ns`` for Unix time).
+
+A chunk of events is decoded by msgspec straight into typed records holding only the fields read here (no
+dict per event; the other fields are skipped unparsed); a chunk that path cannot take (a field of another
+type or out of range, an event the reader treats specially, non-ASCII text, anything malformed) goes
+through orjson's dicts, which report the fault. Both give the same columns.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
+import orjson
 
 from ..errors import EtkitError
 from .jsonio import read_array_document
@@ -278,7 +286,10 @@ def load_kineto(path: str | os.PathLike[str], *, rank: int | None = None) -> Kin
     cpu_op, gpu_op, launch, annotation, sync = cols.cpu_op, cols.gpu_op, cols.launch, cols.annotation, cols.sync
     kind_of = _KIND_OF
     first = 0  # index of the chunk's first event in traceEvents
-    for chunk in doc.chunks():
+    for chunk in doc.chunks(fast=cols.typed_chunk):
+        if chunk and chunk[0] is _TAKEN:  # the typed path took these events
+            first += len(chunk)
+            continue
         ev: Any = None
         try:
             for ev in chunk:
@@ -451,10 +462,28 @@ class _Columns:
         sync[5].append(_id(args.get("wait_on_cuda_event_record_corr_id"), "args.wait_on_cuda_event_record_corr_id"))
         sync[6].append(_id(args.get("correlation"), "args.correlation"))
 
+    def typed_chunk(self, text: bytes) -> list[Any] | None:
+        """Read a chunk of events (a JSON array) through :class:`_Event` records: what the dict path would
+        add to the columns, added; ``[_TAKEN] * len(events)``. ``None`` (nothing added) when an event needs
+        the dict path: a field of another type or out of range, a GPU event without a stream, non-ASCII
+        text (msgspec skips the fields it does not read unchecked: orjson would refuse bad UTF-8 there)."""
+        if not text.isascii():
+            return None
+        try:
+            events = _decode_events(text)
+            taken = _TypedChunk(self).take(events)
+        except (msgspec.MsgspecError, RecursionError, orjson.JSONDecodeError):
+            return None
+        if taken is None:
+            return None
+        taken.commit()
+        return [_TAKEN] * len(events)
+
     def thread_name(self, ev: dict[str, Any]) -> None:
         """A thread's name (metadata event)."""
-        tid = _num(ev.get("tid"))
-        label_name = str(_args(ev).get("name", ""))
+        self.thread_label(_num(ev.get("tid")), str(_args(ev).get("name", "")))
+
+    def thread_label(self, tid: int, label_name: str) -> None:
         # Kineto may name a thread twice; a gloo worker name is the informative one.
         if tid not in self.threads or "gloo" in label_name:
             self.threads[tid] = label_name
@@ -483,6 +512,192 @@ class _Columns:
             sync_dur=np.array(sync[2], dtype=f64), sync_stream=np.array(sync[3], dtype=i64),
             sync_wait_stream=np.array(sync[4], dtype=i64), sync_wait_corr=np.array(sync[5], dtype=i64),
             sync_correlation=np.array(sync[6], dtype=i64))
+
+
+# -- the typed path: msgspec decodes a chunk of events straight into these records ----------------------------
+#: The args read: ids (absent: -1, as the dict path's defaults), a GPU event's stream (absent: None, the dict path
+#: then uses the tid), and, as their JSON text, a thread's name and COMM_ARGS + INPUT_ARGS (orjson parses those
+#: of the few events that keep them, as the dict path does).
+_RAW_ARGS = {key: "raw_" + key.lower().replace(" ", "_") for key in ("name",) + COMM_ARGS + INPUT_ARGS}
+_EventArgs = msgspec.defstruct(
+    "_EventArgs",
+    [("ext", int, msgspec.field(name="External id", default=_NO_ID)),
+     ("rf", int, msgspec.field(name="Record function id", default=_NO_ID)),
+     ("correlation", int, _NO_ID), ("stream", int | None, None),
+     ("nbytes", int, msgspec.field(name="bytes", default=_NO_ID)), ("wait_on_stream", int, _NO_ID),
+     ("wait_corr", int, msgspec.field(name="wait_on_cuda_event_record_corr_id", default=_NO_ID))]
+    + [(attr, msgspec.Raw, msgspec.field(name=key, default=msgspec.Raw())) for key, attr in _RAW_ARGS.items()],
+    gc=False)
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: str | None = None
+    cat: str | None = None
+    name: str = ""  # absent: "", as the dict path reads it
+    pid: int | str = _NO_ID
+    tid: int | str = _NO_ID
+    ts: float = 0.0  # absent: 0, as the dict path reads it
+    dur: float = 0.0
+    args: _EventArgs | None = None  # type: ignore[valid-type]
+
+
+_decode_events = msgspec.json.Decoder(list[_Event]).decode
+_TAKEN = object()  # a chunk's events the typed path took
+#: Times the typed path takes: exact as float64 whether written as integers or not (beyond: the dict path).
+_EXACT_US = float(1 << 53)
+
+
+def _raw(args: Any, key: str) -> Any:
+    """The arg ``key`` as orjson parses it, or ``_TAKEN`` when absent."""
+    raw = getattr(args, _RAW_ARGS[key])
+    return orjson.loads(bytes(raw)) if len(raw) else _TAKEN
+
+
+def _kept(args: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    """``{k: args[k] for k in keys if k in args}`` of typed args."""
+    out = {}
+    for key in keys:
+        value = _raw(args, key)
+        if value is not _TAKEN:
+            out[key] = value
+    return out
+
+
+class _TypedChunk:
+    """What one chunk of typed events adds to :class:`_Columns`, gathered apart and added by :meth:`commit`
+    only when every event could be taken (the same values, in the same order, as the dict path's)."""
+
+    def __init__(self, cols: _Columns) -> None:
+        self.cols = cols
+        self.cpu: list[tuple[int, float, float, int, int, int]] = []
+        self.cpu_cat: list[int] = []
+        self.cpu_args: dict[int, dict[str, Any]] = {}
+        self.gpu: tuple[list[Any], ...] = ([], [], [], [], [], [], [], [], [])
+        self.gpu_args: dict[int, dict[str, Any]] = {}
+        self.launches: tuple[list[Any], ...] = ([], [], [], [], [], [], [])
+        self.ann: tuple[list[Any], ...] = ([], [], [], [])
+        self.syncs: tuple[list[Any], ...] = ([], [], [], [], [], [], [])
+        self.threads: list[tuple[Any, Any]] = []
+        self.pids: list[int] = []
+        self.ids: list[int] = []  # every id taken, for the 64-bit check
+
+    def take(self, events: list[_Event]) -> _TypedChunk | None:
+        """Gather what ``events`` add (names are added to the columns' table at once, and removed again
+        when the chunk is not taken)."""
+        names = self.cols.names
+        known = len(names)
+        taken = None
+        try:
+            taken = self._take(events)
+        finally:
+            if taken is None:
+                for name in list(itertools.islice(names, known, None)):
+                    del names[name]
+        return taken
+
+    def _take(self, events: list[_Event]) -> _TypedChunk | None:  # noqa: C901 - one dispatch, as load_kineto's
+        kind_of, category_of, lim = _KIND_OF, _CATEGORY_OF_KIND, _EXACT_US
+        cols = self.cols
+        names = cols.names
+        index = names.setdefault
+        cpu, gpu, launch, ids = self.cpu, self.gpu, self.launches, self.ids
+        cpu_append, cat_append, pid_append = cpu.append, self.cpu_cat.append, self.pids.append
+        launch_appends = [column.append for column in launch]
+        cpu_rows, gpu_rows = len(cols.cpu), len(cols.gpu[0])
+        for ev in events:
+            kind = kind_of.get(ev.cat)  # type: ignore[arg-type]
+            if kind is None:
+                if ev.ph == "M" and ev.name == "thread_name":
+                    self.threads.append((ev.tid, ev.args))
+                continue
+            ts, dur, args = ev.ts, ev.dur, ev.args
+            if kind <= 1:
+                if ev.ph != "X":
+                    continue
+                tid, pid = ev.tid, ev.pid
+                if type(tid) is not int or type(pid) is not int or not (0.0 <= dur <= lim and -lim <= ts <= lim):
+                    return None
+                name = ev.name
+                if args is None:
+                    rf = ext = _NO_ID
+                    comm = name.startswith(COMM_OP_PREFIXES)
+                else:
+                    rf, ext = args.rf, args.ext
+                    comm = len(args.raw_collective_name) > 0 or name.startswith(COMM_OP_PREFIXES)
+                ids += (tid, pid, rf, ext)
+                pid_append(pid)
+                if comm:
+                    self.cpu_args[cpu_rows + len(cpu)] = _kept(args, COMM_ARGS + INPUT_ARGS) if args is not None else {}
+                cpu_append((index(name, len(names)), ts, dur, tid, rf, ext))
+                cat_append(kind)
+            elif kind <= 4:
+                if args is None or args.stream is None or not (0.0 <= dur <= lim and -lim <= ts <= lim):
+                    return None
+                cat = category_of[kind]
+                nbytes = _NO_ID if cat == "kernel" else args.nbytes
+                ids += (args.stream, args.correlation, args.ext, nbytes)
+                pg = None
+                if len(args.raw_collective_name) or len(args.raw_process_group_name):  # (the dict path's general
+                    pg = _raw(args, "Process Group Name")  # reader, to the same values)
+                    pg = None if pg is _TAKEN or pg is None else str(pg)
+                    if len(args.raw_collective_name):
+                        self.gpu_args[gpu_rows + len(gpu[0])] = _kept(args, COMM_ARGS)
+                gpu[0].append(index(ev.name, len(names)))
+                gpu[1].append(ts)
+                gpu[2].append(dur)
+                gpu[3].append(args.stream)
+                gpu[4].append(args.correlation)
+                gpu[5].append(args.ext)
+                gpu[6].append(pg)
+                gpu[7].append(cat)
+                gpu[8].append(nbytes)
+            elif kind <= 6:
+                tid = ev.tid
+                if type(tid) is not int or not (0.0 <= dur <= lim and -lim <= ts <= lim):
+                    return None
+                corr, ext = (args.correlation, args.ext) if args is not None else (_NO_ID, _NO_ID)
+                ids += (tid, corr, ext)
+                launch_appends[0](ts)
+                launch_appends[1](tid)
+                launch_appends[2](corr)
+                launch_appends[3](ext)
+                launch_appends[4](index(ev.name, len(names)))
+                launch_appends[5](dur)
+                launch_appends[6](kind == 6)
+            else:
+                if args is None or args.stream is None or not (0.0 <= dur <= lim and -lim <= ts <= lim):
+                    return None
+                cols_of = self.ann if kind == 7 else self.syncs
+                cols_of[0].append(index(ev.name, len(names)))
+                cols_of[1].append(ts)
+                cols_of[2].append(dur)
+                cols_of[3].append(args.stream)
+                ids.append(args.stream)
+                if kind == 8:
+                    cols_of[4].append(args.wait_on_stream)
+                    cols_of[5].append(args.wait_corr)
+                    cols_of[6].append(args.correlation)
+                    ids += (args.wait_on_stream, args.wait_corr, args.correlation)
+        if ids and (max(ids) > _MAX_ID or min(ids) < -_MAX_ID):
+            return None
+        self.thread_labels = [(tid, "" if args is None or (label := _raw(args, "name")) is _TAKEN else str(label))
+                              for tid, args in self.threads]
+        return self
+
+    def commit(self) -> None:
+        """Add what was taken to the columns."""
+        cols = self.cols
+        cols.cpu += self.cpu
+        cols.cpu_cat += self.cpu_cat
+        cols.cpu_args.update(self.cpu_args)
+        cols.gpu_args.update(self.gpu_args)
+        for mine, theirs in ((self.gpu, cols.gpu), (self.launches, cols.launches), (self.ann, cols.ann),
+                             (self.syncs, cols.syncs)):
+            for a, b in zip(mine, theirs):
+                b += a
+        cols.pids.update(self.pids)
+        for tid, label in self.thread_labels:
+            cols.thread_label(_num(tid), label)
 
 
 def _event_error(label: str, chunk: list[Any], first: int, ev: Any, bad: _BadField) -> KinetoTraceError:

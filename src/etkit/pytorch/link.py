@@ -284,39 +284,88 @@ def _nesting(kin: KinetoTrace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     end_all = ts_all + dur_all
     tid_all = np.concatenate((kin.cpu_tid, kin.launch_tid))
     order = np.lexsort((np.arange(n + m) >= n, -dur_all, ts_all, tid_all))  # a call before a launch it holds
-    # one pass in that order, over positions in it (plain lists: numpy scalars one at a time are 5x slower)
-    ts, end, dur = ts_all[order].tolist(), end_all[order].tolist(), dur_all[order].tolist()
-    tid_sorted = tid_all[order]
-    new_thread = np.ones(n + m, dtype=bool)
-    new_thread[1:] = tid_sorted[1:] != tid_sorted[:-1]
-    holds = (order < n).tolist()  # CPU events hold others; runtime calls hold nothing
-    stack: list[int] = []
-    par = [-1] * (n + m)
-    sums = [0.0] * (n + m)
-    for k, fresh in enumerate(new_thread.tolist()):
-        if fresh:
-            stack.clear()
-        t = ts[k]
-        while stack:
-            top = stack[-1]
-            e = end[top]
-            if e > t or (e == t and dur[k] == 0 and ts[top] == t):
-                break
-            stack.pop()
-        # An event that starts inside the top but ends after it is clipped: treat the top as its parent.
-        if stack:
-            top = stack[-1]
-            par[k] = top
-            sums[top] += min(dur[k], end[top] - t)
-        if holds[k]:
-            stack.append(k)
-    at = np.asarray(par, dtype=np.int64)
+    ts_sorted, end_sorted, dur_sorted, tid_sorted = ts_all[order], end_all[order], dur_all[order], tid_all[order]
+    holds_sorted = order < n  # CPU events hold others; runtime calls hold nothing
+    firsts = np.flatnonzero(np.concatenate(([True], tid_sorted[1:] != tid_sorted[:-1]))).tolist() + [n + m]
+    at = np.full(n + m, -1, dtype=np.int64)  # per position in that order: the position of its holder
+    sums = np.zeros(n + m, dtype=np.float64)
+    walked: list[tuple[int, int]] = []
+    for a, b in zip(firsts, firsts[1:]):  # per thread
+        nested = _nested_thread(ts_sorted[a:b], end_sorted[a:b], dur_sorted[a:b], holds_sorted[a:b])
+        if nested is None:
+            walked.append((a, b))
+        else:  # the thread's calls nest: done with arrays
+            at[a:b] = np.where(nested[0] >= 0, nested[0] + a, -1)
+            sums[a:b] = nested[1]
+    if walked:
+        # one pass in that order, over positions in it (plain lists: numpy scalars one at a time are 5x slower)
+        ts, end, dur, holds = ts_sorted.tolist(), end_sorted.tolist(), dur_sorted.tolist(), holds_sorted.tolist()
+        par, sums_l = at.tolist(), sums.tolist()
+        for a, b in walked:
+            stack: list[int] = []
+            for k in range(a, b):
+                t = ts[k]
+                while stack:
+                    top = stack[-1]
+                    e = end[top]
+                    if e > t or (e == t and dur[k] == 0 and ts[top] == t):
+                        break
+                    stack.pop()
+                # An event that starts inside the top but ends after it is clipped: treat the top as its parent.
+                if stack:
+                    top = stack[-1]
+                    par[k] = top
+                    sums_l[top] += min(dur[k], end[top] - t)
+                if holds[k]:
+                    stack.append(k)
+        at, sums = np.asarray(par, dtype=np.int64), np.asarray(sums_l, dtype=np.float64)
     parent = np.full(n + m, -1, dtype=np.int64)
     parent[order] = np.where(at >= 0, order[at], -1)
     callee = np.zeros(n + m, dtype=np.float64)
     callee[order] = sums
     excl = np.maximum(kin.cpu_dur - callee[:n], 0.0)
     return parent[:n], excl, parent[n:]
+
+
+def _nested_thread(ts: np.ndarray, end: np.ndarray, dur: np.ndarray, holds: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`_nesting`'s walk of one thread (events in its order) when every call ends within the call that
+    holds it, with arrays: per event the index of its holder (-1) and per event the callee time it holds.
+    ``None`` when some call outlasts its holder (the walk clips it, and the stack is no longer nested).
+
+    The walk's stack is then a nest: an event's depth says where it goes, and its holder is the last call
+    started a level up. A call leaves the stack when an event starts after its end, or at its end unless
+    that event is of zero length and the call too (zero-length events at one instant nest in each other):
+    a call's end sorts before every start at that instant, a zero-length call's after all of them."""
+    m = len(ts)
+    k = np.arange(m, dtype=np.int64)
+    calls = np.flatnonzero(holds)
+    if not len(calls):  # runtime calls only: nothing holds them
+        return np.full(m, -1, dtype=np.int64), np.zeros(m, dtype=np.float64)
+    zero = dur[calls] == 0
+    time = np.concatenate((ts, np.where(zero, ts[calls], end[calls])))
+    when = np.concatenate((np.ones(m, dtype=np.int8), np.where(zero, 2, 0).astype(np.int8)))
+    order = np.lexsort((np.concatenate((k, calls)), when, time))
+    step = np.concatenate((holds.astype(np.int64), np.full(len(calls), -1, dtype=np.int64)))[order]
+    depth = np.cumsum(step) - step  # before each sweep event
+    starts = order < m
+    level = np.empty(m, dtype=np.int64)
+    level[order[starts]] = depth[starts]
+    # the holder: the last call started before it one level up
+    key = level[calls] * m + calls
+    by_level = np.sort(key)
+    at = np.searchsorted(by_level, level * m - m + k) - 1
+    cand = by_level[np.maximum(at, 0)]
+    up = level > 0
+    if bool((up & ((at < 0) | (cand // m != level - 1))).any()):
+        return None
+    inner = np.where(up, cand % m, -1)
+    nested_calls = calls[up[calls]]
+    if bool((end[nested_calls] > end[inner[nested_calls]]).any()):
+        return None
+    callee = np.zeros(m, dtype=np.float64)
+    held = np.flatnonzero(up)  # in walk order, so that each holder's sum adds up as the walk adds it
+    np.add.at(callee, inner[held], np.minimum(dur[held], end[inner[held]] - ts[held]))
+    return inner, callee
 
 
 # -- tree repair -----------------------------------------------------------------------------------------
@@ -481,8 +530,24 @@ def _own_rows_parents(host: HostTrace, index_of: dict[int, int], k_parent: np.nd
     return parent
 
 
+def _has_cycle(parent: np.ndarray) -> bool:
+    """Whether following ``parent`` (-1: a root) loops somewhere: by pointer doubling, every op's ancestor
+    2**k levels up reaches a root within log2(n) + 1 doublings unless the op is on or under a cycle."""
+    n = len(parent)
+    if bool((parent >= n).any()):
+        return True  # (not an op: the walk says what it makes of it)
+    up = np.append(np.where(parent >= 0, parent, n), n)  # n: past the roots (stays there)
+    for _ in range(max(n, 1).bit_length() + 1):
+        if bool((up == n).all()):
+            return False
+        up = up[up]
+    return not bool((up == n).all())
+
+
 def _break_cycles(parent: np.ndarray, host: HostTrace, index_of: dict[int, int]) -> None:
     """Re-hang any op caught in a parent cycle under its thread root (never expected; cheap to ensure)."""
+    if not _has_cycle(parent):
+        return
     state = [0] * len(parent)  # 0 new, 1 on current path, 2 done
     plist = parent.tolist()
     for start in range(len(plist)):
