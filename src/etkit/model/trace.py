@@ -358,14 +358,22 @@ BATCH_BYTES = 1 << 22
 class TraceBatch:
     """Consecutive rank files decoded together (:func:`load_batches`): ``paths[i]``'s rows are
     ``bounds[i]:bounds[i + 1]`` of :attr:`columns` (the files' columns joined, one string table), its
-    GlobalMetadata ``metadata[i]``; :meth:`traces` gives each file's :class:`Trace`, as :func:`load_traces` does."""
+    GlobalMetadata ``metadata[i]``; ``rec_len`` the joined rows' record lengths, :meth:`node` a row's full Node;
+    :meth:`traces` gives each file's :class:`Trace`, as :func:`load_traces` does."""
 
     paths: list[str]
     metadata: list[GlobalMetadata]
     bounds: np.ndarray
+    rec_len: np.ndarray  # each joined row's record length in bytes
     _joined: Columns | None = field(default=None, repr=False)
     _split: Callable[[], list[Trace]] | None = field(default=None, repr=False)
     _traces: list[Trace] | None = field(default=None, repr=False)
+    _record: Callable[[int], bytes] | None = field(default=None, repr=False)
+
+    @property
+    def joint(self) -> bool:
+        """Whether the files were decoded together (else file by file, and :meth:`traces` costs nothing)."""
+        return self._split is not None
 
     @property
     def columns(self) -> Columns:
@@ -375,10 +383,28 @@ class TraceBatch:
                                          for t in traces]) if traces else _no_columns()
         return self._joined
 
+    def int_column(self, name: str) -> np.ndarray:
+        """The joined rows' integer attribute column ``name`` (:data:`~etkit.format.columnar.HOT_INT_ATTRS`),
+        a read-only view of :data:`MISSING` where the decoder left it out (as in each :class:`Trace`)."""
+        column = self.columns.ints.get(name)
+        return column if column is not None else np.broadcast_to(np.asarray(MISSING, dtype=np.int64),
+                                                                 self.columns.ids.shape)
+
     def traces(self) -> list[Trace]:
         if self._traces is None:
             self._traces = self._split() if self._split is not None else []
         return self._traces
+
+    def node(self, row: int) -> Node:
+        """The full Node message of joined row ``row`` (decoded from the file's record bytes)."""
+        if self._record is not None:
+            payload = self._record(row)
+        else:
+            file = int(np.searchsorted(self.bounds, row, side="right")) - 1
+            payload = self.traces()[file].record(row - int(self.bounds[file]))
+        node = Node()
+        node.ParseFromString(payload)
+        return node
 
 
 def _no_columns() -> Columns:
@@ -392,7 +418,8 @@ def _no_columns() -> Columns:
 def _batch_of_traces(traces: list[Trace]) -> TraceBatch:
     bounds = np.zeros(len(traces) + 1, dtype=np.int64)
     np.cumsum([len(t) for t in traces], out=bounds[1:])
-    return TraceBatch([t.path for t in traces], [t.metadata for t in traces], bounds, _traces=traces)
+    rec_len = np.concatenate([t.rec_len for t in traces]) if traces else np.zeros(0, dtype=np.int64)
+    return TraceBatch([t.path for t in traces], [t.metadata for t in traces], bounds, rec_len, _traces=traces)
 
 
 def _read_batches(paths: Iterable[str | os.PathLike[str]], allow_empty: bool,
@@ -497,7 +524,14 @@ def _joint_batch(batch: list[tuple[str, bytes]], allow_empty: bool, names: bool,
             traces.append(trace)
         return traces
 
-    return TraceBatch([path for path, _ in batch], [meta for meta, _ in metadata], rows, cols, split)
+    node_off, node_len = frames.offset[node], frames.length[node]
+
+    def node_record(row: int) -> bytes:
+        at = int(node_off[row])
+        return joined[at:at + int(node_len[row])]
+
+    return TraceBatch([path for path, _ in batch], [meta for meta, _ in metadata], rows, node_len, cols, split,
+                      _record=node_record)
 
 
 def trace_from_bytes(buf: bytes, path: str = "<memory>") -> Trace:
