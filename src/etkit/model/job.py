@@ -245,6 +245,8 @@ def groups_from_trace(trace: Trace) -> ProcessGroups:
 
 def groups_from_batch(batch: TraceBatch) -> list[ProcessGroups]:
     """:func:`groups_from_trace` of each file of ``batch`` (its METADATA nodes found in the joined columns at once)."""
+    if not batch.joint:
+        return [groups_from_trace(trace) for trace in batch.traces()]
     rows = np.flatnonzero(batch.columns.types == _METADATA)
     cut = np.searchsorted(rows, batch.bounds).tolist()
     return [_declared_groups(path, (batch.node(row) for row in rows[lo:hi].tolist()))

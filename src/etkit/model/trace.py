@@ -469,12 +469,23 @@ def load_batches(paths: Iterable[str | os.PathLike[str]], *, allow_empty: bool =
                  deps: bool = True) -> Iterator[TraceBatch]:
     """The files of :func:`load_traces` as the batches it decodes together (:class:`TraceBatch`: their columns
     joined, for callers that work on a batch at once rather than per file); the same traces, the same errors
-    (the batches before a bad file's come first). ``deps=False``, for callers that read no dependencies: the
-    files are checked the same, but ``data_deps``/``ctrl_deps`` may be left empty."""
+    (the files before a bad file's come first, as a batch of their own where they were to be decoded with it).
+    ``deps=False``, for callers that read no dependencies: the files are checked the same, but
+    ``data_deps``/``ctrl_deps`` may be left empty."""
     for batch in _read_batches(paths, allow_empty, batch_bytes):
         joint = _joint_batch(batch, allow_empty, names, attrs, deps) if len(batch) > 1 else None
-        yield joint if joint is not None else _batch_of_traces(
-            [_trace_of(path, buf, allow_empty, names, None, attrs, deps) for path, buf in batch])
+        if joint is not None:
+            yield joint
+            continue
+        traces = []
+        for path, buf in batch:  # one by one (so the files before a bad one come before its error)
+            try:
+                traces.append(_trace_of(path, buf, allow_empty, names, None, attrs, deps))
+            except TraceFormatError:
+                if traces:
+                    yield _batch_of_traces(traces)
+                raise
+        yield _batch_of_traces(traces)
 
 
 def _joint_batch(batch: list[tuple[str, bytes]], allow_empty: bool, names: bool,
@@ -526,9 +537,10 @@ def _joint_batch(batch: list[tuple[str, bytes]], allow_empty: bool, names: bool,
 
     node_off, node_len = frames.offset[node], frames.length[node]
 
-    def node_record(row: int) -> bytes:
-        at = int(node_off[row])
-        return joined[at:at + int(node_len[row])]
+    def node_record(row: int) -> bytes:  # (from the file's own bytes: the joined copy is not kept)
+        file = int(np.searchsorted(rows, row, side="right")) - 1
+        at = int(node_off[row] - bases[file])
+        return batch[file][1][at:at + int(node_len[row])]
 
     return TraceBatch([path for path, _ in batch], [meta for meta, _ in metadata], rows, node_len, cols, split,
                       _record=node_record)
