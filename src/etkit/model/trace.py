@@ -35,7 +35,7 @@ from ..format.columnar import (
     split_columns,
 )
 from ..format.schema import CommType, GlobalMetadata, Node, NodeType
-from ..format.stream import HEAD_BYTES, TraceWriter, check_head, frame_table
+from ..format.stream import HEAD_BYTES, FrameTable, TraceWriter, check_head, frame_table
 
 __all__ = ["Trace", "TraceBatch", "load_trace", "load_traces", "load_batches", "trace_from_bytes", "MISSING",
            "COMM_NODE_TYPES"]
@@ -345,7 +345,7 @@ def load_trace(path: str | os.PathLike[str], *, allow_empty: bool = False, names
     :data:`~etkit.format.columnar.HOT_ATTRS`): the others may be left undecoded (integer columns
     :data:`MISSING`, read-only; ``is_cpu_op``/``pg_idx`` -1); the same files are accepted and rejected.
     """
-    return _trace_of(str(path), read_trace_bytes(path, allow_empty=allow_empty), allow_empty, names, spans, attrs)
+    return _trace_of(str(path), _read_trace(path, allow_empty, _UNCHECKED_BELOW), allow_empty, names, spans, attrs)
 
 
 #: :func:`load_traces` decodes the files of about this many bytes together (the decoder needs about ten times
@@ -430,7 +430,7 @@ def _read_batches(paths: Iterable[str | os.PathLike[str]], allow_empty: bool,
     size = 0
     for path in paths:
         try:
-            buf = read_trace_bytes(path, allow_empty=allow_empty)
+            buf = _read_trace(path, allow_empty, _UNCHECKED_BELOW)
         except TraceFormatError:
             if batch:
                 yield batch  # the files before it first
@@ -508,8 +508,10 @@ def _joint_batch(batch: list[tuple[str, bytes]], allow_empty: bool, names: bool,
         return None
     node = np.ones(len(frames), dtype=bool)
     node[first] = False
-    if not allow_empty and not frames.length[node].all():
-        return None
+    empty = np.flatnonzero(node & (frames.length == 0))
+    if empty.size and not (allow_empty and _heads_pass(batch, np.searchsorted(bases, frames.start[empty], side="right") - 1,
+                                                       allow_empty)):
+        return None  # (the files one by one raise the first one's error)
     metadata = []
     for (_, buf), at, size, base in zip(batch, frames.offset[first].tolist(), frames.length[first].tolist(),
                                         bases.tolist()):
@@ -546,6 +548,18 @@ def _joint_batch(batch: list[tuple[str, bytes]], allow_empty: bool, names: bool,
                       _record=node_record)
 
 
+def _heads_pass(batch: list[tuple[str, bytes]], files: np.ndarray, allow_empty: bool) -> bool:
+    """Whether :func:`~etkit.format.stream.check_head` passes the first records of each of ``files`` (indices into
+    ``batch``; the files with empty records, which :func:`_frames_of` would check)."""
+    for i in np.unique(files).tolist():
+        path, buf = batch[i]
+        try:
+            check_head(buf[:HEAD_BYTES], path, allow_empty=allow_empty)
+        except TraceFormatError:
+            return False
+    return True
+
+
 def trace_from_bytes(buf: bytes, path: str = "<memory>") -> Trace:
     """The :class:`Trace` of an ``.et`` file's (uncompressed) content ``buf``, as :func:`load_trace` reads it."""
     return _trace_of(path, buf, False, True)
@@ -555,7 +569,7 @@ def _trace_of(path: str, buf: bytes, allow_empty: bool, names: bool,
               spans: list[WalkSpans | None] | None = None, attrs: Collection[str] | None = None,
               deps: bool = True) -> Trace:
     """:func:`load_trace` of the file ``path`` whose content is ``buf``."""
-    frames = frame_table(buf, path, allow_empty=allow_empty)
+    frames = _frames_of(buf, path, allow_empty)
     if not len(frames):
         raise TraceFormatError(path, "empty file: no GlobalMetadata record", record=0, offset=0)
     meta_off, meta_len = int(frames.offset[0]), int(frames.length[0])
@@ -577,6 +591,29 @@ def _trace_of(path: str, buf: bytes, allow_empty: bool, names: bool,
     return trace
 
 
+def _frames_of(buf: bytes, path: str, allow_empty: bool) -> FrameTable:
+    """:func:`~etkit.format.stream.frame_table` of a file's content, with what :func:`~etkit.format.stream.check_head`
+    says of its first records first (a reader may have left that check to here: :data:`_UNCHECKED_BELOW`). It can
+    only refuse a file whose framing fails or, with ``allow_empty``, one with empty records: only then is it run."""
+    error: TraceFormatError | None = None
+    try:
+        frames = frame_table(buf, path, allow_empty=allow_empty)
+    except TraceFormatError as exc:
+        error = exc
+    else:
+        if not allow_empty or frames.length[1:].all():
+            return frames
+    check_head(buf[:HEAD_BYTES], path, allow_empty=allow_empty)
+    if error is not None:
+        raise error
+    return frames
+
+
+#: Plain files smaller than this are read whole before their first records are checked (:func:`_frames_of` checks
+#: them where it must): the check of each of a job's many small files costs more than holding one.
+_UNCHECKED_BELOW = 1 << 26
+
+
 def read_trace_bytes(path: str | os.PathLike[str], *, allow_empty: bool = False) -> bytes:
     """Whole (decompressed) content of an ET file, with one-line errors for unreadable input.
 
@@ -584,8 +621,14 @@ def read_trace_bytes(path: str | os.PathLike[str], *, allow_empty: bool = False)
     file may decompress only so far (:func:`etkit.fileio.max_decompressed_bytes`): a gzip bomb is refused
     after a few kilobytes (an empty record) or at the limit, never held whole.
     """
+    return _read_trace(path, allow_empty, 0)
+
+
+def _read_trace(path: str | os.PathLike[str], allow_empty: bool, unchecked_below: int) -> bytes:
+    """:func:`read_trace_bytes`; a plain file of fewer than ``unchecked_below`` bytes is not checked (the caller
+    frames it with :func:`_frames_of`)."""
     try:
-        return read_bytes_maybe_gzip(path, prefix_bytes=HEAD_BYTES,
+        return read_bytes_maybe_gzip(path, prefix_bytes=HEAD_BYTES, unchecked_below=unchecked_below,
                                      check_prefix=lambda head: check_head(head, path, allow_empty=allow_empty))
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise TraceFormatError(path, f"corrupt or truncated gzip stream ({exc})") from None
