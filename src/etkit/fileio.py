@@ -684,15 +684,18 @@ def open_maybe_gzip(path: str | os.PathLike[str], *, max_bytes: int | None = Non
 
 
 def read_bytes_maybe_gzip(path: str | os.PathLike[str], *, max_bytes: int | None = None,
-                          check_prefix: Callable[[bytes], None] | None = None, prefix_bytes: int = 1 << 16) -> bytes:
+                          check_prefix: Callable[[bytes], None] | None = None, prefix_bytes: int = 1 << 16,
+                          unchecked_below: int = 0) -> bytes:
     """Whole content of ``path``, gunzipped when it is gzip (bounded like :func:`open_maybe_gzip`).
 
     ``check_prefix`` is called with the first ``prefix_bytes`` bytes (all of them for a shorter file)
     before the rest is read, so that a reader can refuse an input it would reject anyway (say, an ``.et``
-    whose first records are empty) before holding all of it.
+    whose first records are empty) before holding all of it. A plain regular file of fewer than
+    ``unchecked_below`` bytes is read whole without it (for a caller that checks such a file's prefix itself
+    where it must: holding it costs less than a check of every file).
     """
     with open_maybe_gzip(path, max_bytes=max_bytes) as stream:
-        if check_prefix is None:
+        if check_prefix is None or (unchecked_below and _small_regular_file(stream, unchecked_below)):
             return stream.read()
         head = _read_exactly(stream, prefix_bytes)
         check_prefix(head)
@@ -702,6 +705,14 @@ def read_bytes_maybe_gzip(path: str | os.PathLike[str], *, max_bytes: int | None
             stream.seek(0)
             return stream.read()
         return b"".join((head, stream.read()))
+
+
+def _small_regular_file(stream: IO[bytes], below: int) -> bool:
+    """Whether ``stream`` (from :func:`open_maybe_gzip`) is a plain regular file of fewer than ``below`` bytes."""
+    if not isinstance(stream, io.BufferedReader) or not isinstance(stream.raw, io.FileIO):
+        return False  # (a gzip stream)
+    info = os.fstat(stream.fileno())
+    return stat.S_ISREG(info.st_mode) and info.st_size < below
 
 
 def _read_exactly(stream: IO[bytes], size: int) -> bytes:

@@ -134,3 +134,60 @@ def test_load_traces_keeps_empty_records_with_allow_empty(tmp_path: Path) -> Non
     for path, trace in zip(paths, load_traces(paths, allow_empty=True)):
         _same_trace(load_trace(path, allow_empty=True), trace, True)
     assert _outcome(lambda: list(load_traces(paths))) == _outcome(load_trace, paths[0])
+
+
+def _faulty_files(tmp_path: Path) -> list[Path]:
+    """Small plain files whose records break the rules of the streaming reader's head check or of framing: empty
+    records (a few, and more than the head allows), an over-long length, cuts, in the head and past it."""
+    meta = frame(GlobalMetadata(version="v").SerializeToString())
+    records = [frame(Node(id=i, name=f"n{i}" * (1 + i % 90), type=NodeType.COMP_NODE).SerializeToString())
+               for i in range(600)]
+    whole = meta + b"".join(records)
+    over_long = b"\xff\xff\xff\xff\xff\x01"
+    variants = {
+        "few_empty": meta + b"".join(records[:5]) + b"\x00" * 3 + b"".join(records[5:]),
+        "many_empty": meta + b"".join(records[:5]) + b"\x00" * 70 + b"".join(records[5:]),
+        "late_empty": whole + b"\x00" * 70 + records[0],
+        "empty_then_cut": meta + b"".join(records[:5]) + b"\x00" * 70 + whole[40_000:50_000],
+        "over_long": meta + b"".join(records[:10]) + over_long + b"".join(records[10:]),
+        "late_over_long": whole + over_long,
+        "head_cut": whole[:9_000],
+        "cut": whole[:-7],
+        "junk": bytes(range(256)) * 100,
+    }
+    paths = []
+    for name, data in variants.items():
+        path = tmp_path / f"{name}.et"
+        path.write_bytes(data)
+        paths.append(path)
+    return paths
+
+
+def test_small_files_checked_after_framing_give_the_errors_of_the_check_before_reading(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small plain file is read whole, its head checked only where framing fails or it holds empty records:
+    alone or in a batch, every file loads, or fails with the error (and record and offset), as when its head is
+    checked before the rest is read."""
+    from etkit.model import trace as module
+
+    good = tmp_path / "good.et"
+    _trace().write(good)
+    faulty = _faulty_files(tmp_path)
+
+    def outcomes() -> list[object]:
+        out: list[object] = []
+        for allow_empty in (False, True):
+            for path in faulty:
+                for files in ([path], [good, path, good]):
+                    try:
+                        out.append([t.ids.tolist() for t in load_traces(files, allow_empty=allow_empty)])
+                    except TraceFormatError as exc:
+                        out.append((str(exc), exc.record, exc.offset))
+        return out
+
+    deferred = outcomes()
+    monkeypatch.setattr(module, "_UNCHECKED_BELOW", 0)  # every head checked before the rest is read
+    checked_first = outcomes()
+    assert deferred == checked_first
+    assert sum(isinstance(o, tuple) for o in deferred) > 20 and any("more than 64" in str(o) for o in deferred)
+    assert any(isinstance(o, list) for o in deferred)

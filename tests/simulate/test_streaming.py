@@ -118,18 +118,25 @@ def test_small_files_read_whole_give_the_streamed_columns(upstream: Path) -> Non
 
 @pytest.mark.shared_data
 def test_many_files_loaded_together_give_each_file_s_columns(upstream: Path, tmp_path: Path) -> None:
-    """load_columns_many reads runs of small plain files together: per file, the columns, names, groups and
-    metadata of load_columns; a gzip file between them is streamed in its place, and an unreadable file
-    raises its own error after the files before it."""
+    """load_ranks_many reads runs of small plain files together: per file, the columns, names, groups and
+    metadata of load_columns, and the calls comm_record finds; a gzip file between them is streamed in its
+    place, and an unreadable file raises its own error after the files before it."""
+    from etkit.model.matching import comm_record
+
     files = sorted(upstream.glob("generated-by-stage-3a7f49c/*/*.et"))
     files += sorted(upstream.glob("generated-by-upstream-chakra-21585d8/text_converter_npus4_passes1/Resnet50*.et"))
     gz = tmp_path / "x.0.et.gz"
     gz.write_bytes(gzip.compress(files[0].read_bytes()))
     paths = [*files[:5], gz, *files[5:]]
-    many = list(loader.load_columns_many(paths))
+    many = list(loader.load_ranks_many(list(enumerate(paths))))
     assert len(many) == len(paths)
-    for path, got in zip(paths, many):
+    for rank, (path, (got, record)) in enumerate(zip(paths, many)):
         one = load_columns(path)
+        alone = comm_record(one.trace, rank)
+        for name in ("coll_rows", "coll_ids", "coll_type", "coll_size", "send_rows", "send_ids", "send_peer",
+                     "send_tag", "send_size", "recv_rows", "recv_ids", "recv_peer", "recv_tag", "recv_size"):
+            assert np.array_equal(getattr(record, name), getattr(alone, name)), (path, name)
+        assert [record.pg_table[i] for i in record.coll_pg_idx] == [alone.pg_table[i] for i in alone.coll_pg_idx]
         for column in COLUMNS:
             assert np.array_equal(getattr(got.trace, column), getattr(one.trace, column)), (path, column)
         assert list(got.trace.names) == list(one.trace.names) and got.trace.path == str(path)
@@ -139,7 +146,7 @@ def test_many_files_loaded_together_give_each_file_s_columns(upstream: Path, tmp
     bad.write_bytes(files[1].read_bytes()[:-3])
     seen = []
     with pytest.raises(TraceFormatError, match="bad.1.et"):
-        for got in loader.load_columns_many([files[0], bad, files[2]]):
+        for got, _ in loader.load_ranks_many(list(enumerate([files[0], bad, files[2]]))):
             seen.append(got.trace.path)
     assert seen == [str(files[0])]
 
@@ -157,7 +164,8 @@ def test_ranks_taken_without_names_have_the_same_shapes(upstream: Path, tmp_path
     gz = tmp_path / "x.0.et.gz"
     gz.write_bytes(gzip.compress(files[0].read_bytes()))
     paths = [*files[:3], gz, *files[3:]]
-    for path, bare, named in zip(paths, loader.load_columns_many(paths, names=False), loader.load_columns_many(paths)):
+    for path, (bare, _), (named, _) in zip(paths, loader.load_ranks_many(list(enumerate(paths)), names=False),
+                                           loader.load_ranks_many(list(enumerate(paths)))):
         for column in COLUMNS:
             assert np.array_equal(getattr(bare.trace, column), getattr(named.trace, column)), (path, column)
         if path != gz:  # (a streamed chunk of few records is parsed record by record: names and all)

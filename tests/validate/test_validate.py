@@ -10,7 +10,7 @@ import pytest
 from etkit.errors import TraceFormatError
 from etkit.executor import SerialExecutor
 from etkit.format.schema import CommType, GlobalMetadata, Node, NodeType
-from etkit.format.stream import TraceWriter, write_trace
+from etkit.format.stream import TraceWriter, frame, write_trace
 from etkit.model.groups import ProcessGroups
 from etkit.model.job import Job
 from etkit.model.trace import load_trace
@@ -206,3 +206,86 @@ def test_unknown_enum_values_are_found_by_table_as_by_membership() -> None:
         info = np.iinfo(dtype)
         values = np.array([info.min, info.max, -1, *range(-2, len(table) + 3)], dtype=dtype)
         assert np.array_equal(rank_rules._unknown(values, table), ~np.isin(values, members))
+
+
+def _one_fault_per_rank() -> list[list[Node | bytes]]:
+    """Ranks of one job: clean ones (ids consecutive, sparse, lists not in order) and one per single-file rule
+    broken, each rank's p2p nodes naming it (a ``b""`` entry: an empty record)."""
+    meta = Node(id=1, name="## process_group:init ##", type=NodeType.METADATA_NODE)
+    meta.inputs.values = str(['[{"pg_name": "0", "ranks": []}, {"pg_name": "5", "ranks": [1, 2]}]'])
+
+    def clean(rank: int, ids: tuple[int, ...] = (1, 2, 3, 4)) -> list[Node | bytes]:
+        a, b, c, d = ids
+        return [node(a), coll(b, AR, 1024, deps=[a]), send(c, rank, (rank + 1) % 3, 64, tag=1, deps=[b, a]),
+                recv(d, (rank + 2) % 3, rank, 64, tag=1, deps=[c])]
+
+    faults: list[list[Node | bytes]] = [
+        [meta, coll(2, AR, 4, pg="0"), coll(3, AR, 9, pg="5")],  # groups declared in the job
+        [meta, coll(2, AR, 4, pg="0"), coll(3, AR, 9, pg="5"), coll(4, AG, 9, pg=""),
+         coll(5, AR, 9, pg="7")],
+        [b"", node(1), node(3)],  # empty-node (id 0, then rising)
+        [node(1), node(1), node(2)],  # duplicate-id
+        [node(2), node(1, deps=[2])],  # ids falling (no rule broken)
+        [node(1), node(2, deps=[99])],  # missing-dep
+        [node(10), node(20), node(40, deps=[30])],  # missing-dep, ids not consecutive
+        [node(10), node(11, deps=[5])],  # missing-dep below the first id
+        [node(1), node(2, deps=[2])],  # self-dep
+        [node(1), node(2), node(3, deps=[2, 1, 2])],  # duplicate-dep
+        [node(1), node(2), node(3, ctrl=[1, 1])],
+        [node(1, deps=[2]), node(2, ctrl=[1])],  # cycle
+        [node(1, deps=[2]), node(2)],  # a dep on a later node (no rule broken)
+        [Node(id=1, type=12, name="future")],  # unknown-node-type
+        [coll(1, 42, 10)],  # unknown-comm-type
+        [Node(id=1, type=NodeType.COMM_COLL_NODE, name="c")],  # comm-missing-type and -size
+        [node(1, NodeType.COMM_COLL_NODE, comm_size=4)],  # comm-missing-type
+        [coll(1, AR, -5)],  # comm-negative-size
+        [coll(1, AR, 10, is_cpu_op=True)],  # comm-on-cpu
+        [Node(id=1, type=NodeType.COMM_SEND_NODE, name="s")],  # p2p-missing-peer
+        [node(1, NodeType.COMM_SEND_NODE, comm_tag=1, comm_size=4)],
+        [node(1, NodeType.COMM_COLL_NODE, comm_type=int(AR))],  # comm-missing-size
+        [node(1, NodeType.COMM_RECV_NODE, comm_tag=1, comm_size=4)],
+        [node(1, NodeType.COMM_SEND_NODE, comm_dst=1, comm_size=4)],  # p2p-missing-tag
+        [send(1, 0, 1, 8, tag=1)],  # p2p-wrong-self (but on rank 0)
+        [recv(1, 1, 0, 8, tag=1)],
+    ]
+    ranks: list[list[Node | bytes]] = [clean(0), clean(1, (10, 20, 30, 50)), clean(2, (5, 6, 7, 8))]
+    for fault in faults:
+        ranks.extend([fault, clean(len(ranks) + 1)])
+    return ranks
+
+
+def test_ranks_checked_together_find_what_the_rules_find_rank_by_rank(tmp_path: Path) -> None:
+    """validate() of a job whose files are decoded together (its rules run only where quiet_files cannot clear a
+    file; its communication records and groups from the joined columns) says what the rules and comm_record
+    say of each file alone (validate_job of the files loaded one by one)."""
+    from etkit.model.matching import comm_record, comm_records
+    from etkit.model.trace import load_batches
+    from etkit.validate import RULE_ATTRS, validate_trace
+    from etkit.validate.rank_rules import quiet_files
+
+    ranks = _one_fault_per_rank()
+    for rank, nodes in enumerate(ranks):  # framed here: TraceWriter refuses an empty record
+        records = [GlobalMetadata().SerializeToString(), *(n if isinstance(n, bytes) else n.SerializeToString()
+                                                           for n in nodes)]
+        (tmp_path / f"j.{rank}.et").write_bytes(b"".join(map(frame, records)))
+    paths = [str(tmp_path / f"j.{rank}.et") for rank in range(len(ranks))]
+    loaded = {rank: load_trace(path, allow_empty=True) for rank, path in enumerate(paths)}
+    [batch] = load_batches(paths, allow_empty=True, names=False, attrs=RULE_ATTRS)
+    assert batch.joint
+    alone = [validate_trace(loaded[rank], rank) for rank in range(len(ranks))]
+    quiet = quiet_files(batch, list(range(len(ranks)))).tolist()
+    assert all(not found for ok, found in zip(quiet, alone) if ok)  # never cleared where a rule finds something
+    assert quiet[:3] + quiet[4::2] == [True] * 29  # and cleared the clean ones (the faults on odd ranks from 3)
+    assert quiet[3::2] == [True] * 2 + [False] * 24
+    for mine, theirs in zip(comm_records(batch, list(range(len(ranks)))), (comm_record(t, r) for r, t in loaded.items())):
+        for name in ("coll_rows", "coll_ids", "coll_type", "coll_size", "send_rows", "send_ids", "send_peer",
+                     "send_tag", "send_size", "recv_rows", "recv_ids", "recv_peer", "recv_tag", "recv_size"):
+            assert getattr(mine, name).tolist() == getattr(theirs, name).tolist(), name
+        assert ([mine.pg_table[i] for i in mine.coll_pg_idx] == [theirs.pg_table[i] for i in theirs.coll_pg_idx])
+    report = _check(tmp_path / "j")
+    one_by_one = validate_job(Job(loaded, ProcessGroups(), None))
+    assert [str(f) for f in report.findings] == [str(f) for f in one_by_one.findings]
+    assert {f.rule for f in report.findings} >= {"empty-node", "duplicate-id", "missing-dep", "self-dep", "duplicate-dep",
+                                                 "cycle", "unknown-node-type", "unknown-comm-type", "comm-missing-type",
+                                                 "comm-missing-size", "comm-negative-size", "comm-on-cpu",
+                                                 "p2p-missing-peer", "p2p-missing-tag", "p2p-wrong-self", "unknown-group"}

@@ -14,19 +14,43 @@ to a result dataclass that the CLI, the JSON output and the HTML report all rend
 - :mod:`.job_analysis`: all of the above at once (``analyze_job``)
 - :mod:`.summary`: ``etkit info``'s per-rank counts
 
-Functions share their module's name (``critical_path.critical_path``); they are imported here eagerly so
-``from etkit.analyze import critical_path`` always gives the function, never the module.
+Functions share their module's name (``critical_path.critical_path``): ``from etkit.analyze import critical_path``
+always gives the function, never the module. The names are imported when first used (``etkit info`` needs only
+:mod:`.summary`, not every analysis): a submodule imported on its own does not take its function's name.
 """
 
-from .breakdown import BreakdownResult, TimeBreakdown, breakdown
-from .comm import CommSummary, comm_summary, traffic_matrix
-from .context import AnalysisContext, prepare
-from .critical_path import CriticalPath, critical_path
-from .diff import JobDiff, diff_analyses, diff_jobs
-from .imbalance import Imbalance, imbalance
-from .job_analysis import JobAnalysis, analyze_job
-from .timing import resolve_schedule, schedule_from_durations, schedule_from_simulation, schedule_from_trace
-from .top_ops import TopOps, top_ops
+from __future__ import annotations
+
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+from ..lazy import lazy_names
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .breakdown import BreakdownResult, TimeBreakdown, breakdown
+    from .comm import CommSummary, comm_summary, traffic_matrix
+    from .context import AnalysisContext, prepare
+    from .critical_path import CriticalPath, critical_path
+    from .diff import JobDiff, diff_analyses, diff_jobs
+    from .imbalance import Imbalance, imbalance
+    from .job_analysis import JobAnalysis, analyze_job
+    from .timing import resolve_schedule, schedule_from_durations, schedule_from_simulation, schedule_from_trace
+    from .top_ops import TopOps, top_ops
+
+#: Public names -> the module that defines them.
+_LAZY = {
+    **dict.fromkeys(("BreakdownResult", "TimeBreakdown", "breakdown"), ".breakdown"),
+    **dict.fromkeys(("CommSummary", "comm_summary", "traffic_matrix"), ".comm"),
+    **dict.fromkeys(("AnalysisContext", "prepare"), ".context"),
+    **dict.fromkeys(("CriticalPath", "critical_path"), ".critical_path"),
+    **dict.fromkeys(("JobDiff", "diff_analyses", "diff_jobs"), ".diff"),
+    **dict.fromkeys(("Imbalance", "imbalance"), ".imbalance"),
+    **dict.fromkeys(("JobAnalysis", "analyze_job"), ".job_analysis"),
+    **dict.fromkeys(("resolve_schedule", "schedule_from_durations", "schedule_from_simulation",
+                     "schedule_from_trace"), ".timing"),
+    **dict.fromkeys(("TopOps", "top_ops"), ".top_ops"),
+}
 
 __all__ = [
     "AnalysisContext", "BreakdownResult", "CommSummary", "CriticalPath", "Imbalance", "JobAnalysis", "JobDiff",
@@ -34,3 +58,18 @@ __all__ = [
     "diff_jobs", "imbalance", "prepare", "resolve_schedule", "schedule_from_durations", "schedule_from_simulation",
     "schedule_from_trace", "top_ops", "traffic_matrix",
 ]
+
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
+
+
+class _Package(types.ModuleType):
+    """This package's module type: the import system binds each submodule imported to its name here; a submodule
+    whose name is one of its functions' (``breakdown``, ``critical_path``, ...) leaves that name to the function."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and _LAZY.get(name) == "." + name:
+            return  # (the submodule stays in sys.modules)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -14,14 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+import numpy as np
+
 from ..errors import UsageError
 from ..executor import Executor, in_client
 from ..fileio import RANK_FILE, comm_groups_path, job_output, rank_file_path, rank_files
-from ..format.schema import NodeType
+from ..format.schema import Node, NodeType
 from .groups import ProcessGroups, parse_process_group_init
 from .trace import BATCH_BYTES, Trace, TraceBatch, load_batches
 
-__all__ = ["Job", "RankFile", "discover", "rank_batches", "map_ranks", "map_batches", "jobs_in", "require_whole_job", "load_job", "groups_from_trace",
+__all__ = ["Job", "RankFile", "discover", "rank_batches", "map_ranks", "map_batches", "jobs_in", "require_whole_job", "load_job", "groups_from_trace", "groups_from_batch",
            "groups_from_traces", "comm_groups_path", "groups_file", "load_groups", "remove_stale_files"]
 
 R = TypeVar("R")
@@ -238,11 +240,27 @@ def remove_stale_files(prefix: str | os.PathLike[str], written: Iterable[str | o
 
 def groups_from_trace(trace: Trace) -> ProcessGroups:
     """Process groups declared by the ``process_group:init`` METADATA nodes of one trace."""
+    return _declared_groups(trace.path, (trace.node(row) for row in np.flatnonzero(trace.types == _METADATA).tolist()))
+
+
+def groups_from_batch(batch: TraceBatch) -> list[ProcessGroups]:
+    """:func:`groups_from_trace` of each file of ``batch`` (its METADATA nodes found in the joined columns at once)."""
+    if not batch.joint:
+        return [groups_from_trace(trace) for trace in batch.traces()]
+    rows = np.flatnonzero(batch.columns.types == _METADATA)
+    cut = np.searchsorted(rows, batch.bounds).tolist()
+    return [_declared_groups(path, (batch.node(row) for row in rows[lo:hi].tolist()))
+            for path, lo, hi in zip(batch.paths, cut[:-1], cut[1:])]
+
+
+_METADATA = int(NodeType.METADATA_NODE)
+
+
+def _declared_groups(path: str, metadata_nodes: Iterable[Node]) -> ProcessGroups:
     groups = ProcessGroups()
-    for row in (trace.types == NodeType.METADATA_NODE).nonzero()[0]:
-        node = trace.node(int(row))
+    for node in metadata_nodes:
         if node.HasField("inputs") and "pg_name" in node.inputs.values:
-            where = f"{trace.path}: node {node.id} process_group:init"
+            where = f"{path}: node {node.id} process_group:init"
             groups = groups.merged(parse_process_group_init(node.inputs.values, where=where))
     return groups
 

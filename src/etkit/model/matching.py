@@ -31,9 +31,9 @@ import numpy as np
 
 from ..format.schema import CommType, NodeType
 from .groups import ProcessGroups, communicator_key
-from .trace import MISSING, Trace, comm_type_name
+from .trace import MISSING, Trace, TraceBatch, comm_type_name
 
-__all__ = ["CommRecord", "comm_record", "Mismatch", "Instance", "Matching", "match_comm", "match_p2p",
+__all__ = ["CommRecord", "comm_record", "comm_records", "Mismatch", "Instance", "Matching", "match_comm", "match_p2p",
            "collectives_by_group", "ERROR", "WARNING", "DISAGREEMENTS"]
 
 ERROR = "error"
@@ -90,6 +90,47 @@ def comm_record(trace: Trace, rank: int, order: np.ndarray | None = None) -> Com
                       trace.comm_size[coll],
                       send, trace.ids[send], trace.comm_dst[send], trace.comm_tag[send], trace.comm_size[send],
                       recv, trace.ids[recv], trace.comm_src[recv], trace.comm_tag[recv], trace.comm_size[recv])
+
+
+def comm_records(batch: TraceBatch, ranks: Sequence[int]) -> list[CommRecord]:
+    """:func:`comm_record` of each file of ``batch`` (as rank ``ranks[i]``, in id order), from the joined columns
+    at once. The records hold the same calls; only the order of a record's ``pg_table`` may differ (the batch's
+    string order, not the file's: the name each collective's ``coll_pg_idx`` gives is the same)."""
+    if not batch.joint:
+        return [comm_record(trace, rank) for trace, rank in zip(batch.traces(), ranks, strict=True)]
+    cols, bounds = batch.columns, batch.bounds
+    types, ids = cols.types, cols.ids
+    rows = np.flatnonzero(np.isin(types, np.array([_COLL, _SEND, _RECV], dtype=types.dtype)))
+    file = np.searchsorted(bounds, rows, side="right") - 1
+    order = np.lexsort((ids[rows], file))  # by file, then id (stable, as comm_record's argsort)
+    rows, file = rows[order], file[order]
+    kinds = types[rows]
+    files = np.arange(len(ranks) + 1)
+    comm_type, comm_size, comm_src, comm_dst, comm_tag = (
+        batch.int_column(name) for name in ("comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag"))
+
+    def per_file(kind: int, *columns: np.ndarray) -> tuple[list[int], list[np.ndarray]]:
+        """Where each file's rows of ``kind`` begin, and their rows in the file, ids and ``columns``."""
+        pick = kinds == kind
+        joined, of = rows[pick], file[pick]
+        return np.searchsorted(of, files).tolist(), [joined - bounds[of], ids[joined], *(c[joined] for c in columns)]
+
+    coll_cut, coll = per_file(_COLL, comm_type, comm_size, cols.pg_idx)
+    send_cut, send = per_file(_SEND, comm_dst, comm_tag, comm_size)
+    recv_cut, recv = per_file(_RECV, comm_src, comm_tag, comm_size)
+    width = len(cols.strings) + 1  # a collective's (file, pg_name) as one key; an absent pg_name (-1) first
+    keys, inverse = np.unique(file[kinds == _COLL] * width + coll.pop() + 1, return_inverse=True)
+    key_cut = np.searchsorted(keys // width, files).tolist()
+    inverse = inverse.ravel()
+    table = ["", *cols.strings]
+    out = []
+    for i, rank in enumerate(ranks):
+        c0, c1, s0, s1, r0, r1 = coll_cut[i], coll_cut[i + 1], send_cut[i], send_cut[i + 1], recv_cut[i], recv_cut[i + 1]
+        rows_, ids_, type_, size_ = (a[c0:c1] for a in coll)
+        pg_table = [table[k] for k in (keys[key_cut[i]:key_cut[i + 1]] % width).tolist()]
+        out.append(CommRecord(rank, rows_, ids_, inverse[c0:c1] - key_cut[i], pg_table, type_, size_,
+                              *(a[s0:s1] for a in send), *(a[r0:r1] for a in recv)))
+    return out
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from ..format.columnar import (
     split_columns,
 )
 from ..format.schema import CommType, GlobalMetadata, Node, NodeType
-from ..format.stream import HEAD_BYTES, TraceWriter, check_head, frame_table
+from ..format.stream import HEAD_BYTES, FrameTable, TraceWriter, check_head, frame_table
 
 __all__ = ["Trace", "TraceBatch", "load_trace", "load_traces", "load_batches", "trace_from_bytes", "MISSING",
            "COMM_NODE_TYPES"]
@@ -345,7 +345,7 @@ def load_trace(path: str | os.PathLike[str], *, allow_empty: bool = False, names
     :data:`~etkit.format.columnar.HOT_ATTRS`): the others may be left undecoded (integer columns
     :data:`MISSING`, read-only; ``is_cpu_op``/``pg_idx`` -1); the same files are accepted and rejected.
     """
-    return _trace_of(str(path), read_trace_bytes(path, allow_empty=allow_empty), allow_empty, names, spans, attrs)
+    return _trace_of(str(path), _read_trace(path, allow_empty, _UNCHECKED_BELOW), allow_empty, names, spans, attrs)
 
 
 #: :func:`load_traces` decodes the files of about this many bytes together (the decoder needs about ten times
@@ -358,14 +358,22 @@ BATCH_BYTES = 1 << 22
 class TraceBatch:
     """Consecutive rank files decoded together (:func:`load_batches`): ``paths[i]``'s rows are
     ``bounds[i]:bounds[i + 1]`` of :attr:`columns` (the files' columns joined, one string table), its
-    GlobalMetadata ``metadata[i]``; :meth:`traces` gives each file's :class:`Trace`, as :func:`load_traces` does."""
+    GlobalMetadata ``metadata[i]``; ``rec_len`` the joined rows' record lengths, :meth:`node` a row's full Node;
+    :meth:`traces` gives each file's :class:`Trace`, as :func:`load_traces` does."""
 
     paths: list[str]
     metadata: list[GlobalMetadata]
     bounds: np.ndarray
+    rec_len: np.ndarray  # each joined row's record length in bytes
     _joined: Columns | None = field(default=None, repr=False)
     _split: Callable[[], list[Trace]] | None = field(default=None, repr=False)
     _traces: list[Trace] | None = field(default=None, repr=False)
+    _record: Callable[[int], bytes] | None = field(default=None, repr=False)
+
+    @property
+    def joint(self) -> bool:
+        """Whether the files were decoded together (else file by file, and :meth:`traces` costs nothing)."""
+        return self._split is not None
 
     @property
     def columns(self) -> Columns:
@@ -375,10 +383,28 @@ class TraceBatch:
                                          for t in traces]) if traces else _no_columns()
         return self._joined
 
+    def int_column(self, name: str) -> np.ndarray:
+        """The joined rows' integer attribute column ``name`` (:data:`~etkit.format.columnar.HOT_INT_ATTRS`),
+        a read-only view of :data:`MISSING` where the decoder left it out (as in each :class:`Trace`)."""
+        column = self.columns.ints.get(name)
+        return column if column is not None else np.broadcast_to(np.asarray(MISSING, dtype=np.int64),
+                                                                 self.columns.ids.shape)
+
     def traces(self) -> list[Trace]:
         if self._traces is None:
             self._traces = self._split() if self._split is not None else []
         return self._traces
+
+    def node(self, row: int) -> Node:
+        """The full Node message of joined row ``row`` (decoded from the file's record bytes)."""
+        if self._record is not None:
+            payload = self._record(row)
+        else:
+            file = int(np.searchsorted(self.bounds, row, side="right")) - 1
+            payload = self.traces()[file].record(row - int(self.bounds[file]))
+        node = Node()
+        node.ParseFromString(payload)
+        return node
 
 
 def _no_columns() -> Columns:
@@ -392,7 +418,8 @@ def _no_columns() -> Columns:
 def _batch_of_traces(traces: list[Trace]) -> TraceBatch:
     bounds = np.zeros(len(traces) + 1, dtype=np.int64)
     np.cumsum([len(t) for t in traces], out=bounds[1:])
-    return TraceBatch([t.path for t in traces], [t.metadata for t in traces], bounds, _traces=traces)
+    rec_len = np.concatenate([t.rec_len for t in traces]) if traces else np.zeros(0, dtype=np.int64)
+    return TraceBatch([t.path for t in traces], [t.metadata for t in traces], bounds, rec_len, _traces=traces)
 
 
 def _read_batches(paths: Iterable[str | os.PathLike[str]], allow_empty: bool,
@@ -403,7 +430,7 @@ def _read_batches(paths: Iterable[str | os.PathLike[str]], allow_empty: bool,
     size = 0
     for path in paths:
         try:
-            buf = read_trace_bytes(path, allow_empty=allow_empty)
+            buf = _read_trace(path, allow_empty, _UNCHECKED_BELOW)
         except TraceFormatError:
             if batch:
                 yield batch  # the files before it first
@@ -442,12 +469,23 @@ def load_batches(paths: Iterable[str | os.PathLike[str]], *, allow_empty: bool =
                  deps: bool = True) -> Iterator[TraceBatch]:
     """The files of :func:`load_traces` as the batches it decodes together (:class:`TraceBatch`: their columns
     joined, for callers that work on a batch at once rather than per file); the same traces, the same errors
-    (the batches before a bad file's come first). ``deps=False``, for callers that read no dependencies: the
-    files are checked the same, but ``data_deps``/``ctrl_deps`` may be left empty."""
+    (the files before a bad file's come first, as a batch of their own where they were to be decoded with it).
+    ``deps=False``, for callers that read no dependencies: the files are checked the same, but
+    ``data_deps``/``ctrl_deps`` may be left empty."""
     for batch in _read_batches(paths, allow_empty, batch_bytes):
         joint = _joint_batch(batch, allow_empty, names, attrs, deps) if len(batch) > 1 else None
-        yield joint if joint is not None else _batch_of_traces(
-            [_trace_of(path, buf, allow_empty, names, None, attrs, deps) for path, buf in batch])
+        if joint is not None:
+            yield joint
+            continue
+        traces = []
+        for path, buf in batch:  # one by one (so the files before a bad one come before its error)
+            try:
+                traces.append(_trace_of(path, buf, allow_empty, names, None, attrs, deps))
+            except TraceFormatError:
+                if traces:
+                    yield _batch_of_traces(traces)
+                raise
+        yield _batch_of_traces(traces)
 
 
 def _joint_batch(batch: list[tuple[str, bytes]], allow_empty: bool, names: bool,
@@ -470,8 +508,10 @@ def _joint_batch(batch: list[tuple[str, bytes]], allow_empty: bool, names: bool,
         return None
     node = np.ones(len(frames), dtype=bool)
     node[first] = False
-    if not allow_empty and not frames.length[node].all():
-        return None
+    empty = np.flatnonzero(node & (frames.length == 0))
+    if empty.size and not (allow_empty and _heads_pass(batch, np.searchsorted(bases, frames.start[empty], side="right") - 1,
+                                                       allow_empty)):
+        return None  # (the files one by one raise the first one's error)
     metadata = []
     for (_, buf), at, size, base in zip(batch, frames.offset[first].tolist(), frames.length[first].tolist(),
                                         bases.tolist()):
@@ -497,7 +537,27 @@ def _joint_batch(batch: list[tuple[str, bytes]], allow_empty: bool, names: bool,
             traces.append(trace)
         return traces
 
-    return TraceBatch([path for path, _ in batch], [meta for meta, _ in metadata], rows, cols, split)
+    node_off, node_len = frames.offset[node], frames.length[node]
+
+    def node_record(row: int) -> bytes:  # (from the file's own bytes: the joined copy is not kept)
+        file = int(np.searchsorted(rows, row, side="right")) - 1
+        at = int(node_off[row] - bases[file])
+        return batch[file][1][at:at + int(node_len[row])]
+
+    return TraceBatch([path for path, _ in batch], [meta for meta, _ in metadata], rows, node_len, cols, split,
+                      _record=node_record)
+
+
+def _heads_pass(batch: list[tuple[str, bytes]], files: np.ndarray, allow_empty: bool) -> bool:
+    """Whether :func:`~etkit.format.stream.check_head` passes the first records of each of ``files`` (indices into
+    ``batch``; the files with empty records, which :func:`_frames_of` would check)."""
+    for i in np.unique(files).tolist():
+        path, buf = batch[i]
+        try:
+            check_head(buf[:HEAD_BYTES], path, allow_empty=allow_empty)
+        except TraceFormatError:
+            return False
+    return True
 
 
 def trace_from_bytes(buf: bytes, path: str = "<memory>") -> Trace:
@@ -509,7 +569,7 @@ def _trace_of(path: str, buf: bytes, allow_empty: bool, names: bool,
               spans: list[WalkSpans | None] | None = None, attrs: Collection[str] | None = None,
               deps: bool = True) -> Trace:
     """:func:`load_trace` of the file ``path`` whose content is ``buf``."""
-    frames = frame_table(buf, path, allow_empty=allow_empty)
+    frames = _frames_of(buf, path, allow_empty)
     if not len(frames):
         raise TraceFormatError(path, "empty file: no GlobalMetadata record", record=0, offset=0)
     meta_off, meta_len = int(frames.offset[0]), int(frames.length[0])
@@ -531,6 +591,29 @@ def _trace_of(path: str, buf: bytes, allow_empty: bool, names: bool,
     return trace
 
 
+def _frames_of(buf: bytes, path: str, allow_empty: bool) -> FrameTable:
+    """:func:`~etkit.format.stream.frame_table` of a file's content, with what :func:`~etkit.format.stream.check_head`
+    says of its first records first (a reader may have left that check to here: :data:`_UNCHECKED_BELOW`). It can
+    only refuse a file whose framing fails or, with ``allow_empty``, one with empty records: only then is it run."""
+    error: TraceFormatError | None = None
+    try:
+        frames = frame_table(buf, path, allow_empty=allow_empty)
+    except TraceFormatError as exc:
+        error = exc
+    else:
+        if not allow_empty or frames.length[1:].all():
+            return frames
+    check_head(buf[:HEAD_BYTES], path, allow_empty=allow_empty)
+    if error is not None:
+        raise error
+    return frames
+
+
+#: Plain files smaller than this are read whole before their first records are checked (:func:`_frames_of` checks
+#: them where it must): the check of each of a job's many small files costs more than holding one.
+_UNCHECKED_BELOW = 1 << 26
+
+
 def read_trace_bytes(path: str | os.PathLike[str], *, allow_empty: bool = False) -> bytes:
     """Whole (decompressed) content of an ET file, with one-line errors for unreadable input.
 
@@ -538,8 +621,14 @@ def read_trace_bytes(path: str | os.PathLike[str], *, allow_empty: bool = False)
     file may decompress only so far (:func:`etkit.fileio.max_decompressed_bytes`): a gzip bomb is refused
     after a few kilobytes (an empty record) or at the limit, never held whole.
     """
+    return _read_trace(path, allow_empty, 0)
+
+
+def _read_trace(path: str | os.PathLike[str], allow_empty: bool, unchecked_below: int) -> bytes:
+    """:func:`read_trace_bytes`; a plain file of fewer than ``unchecked_below`` bytes is not checked (the caller
+    frames it with :func:`_frames_of`)."""
     try:
-        return read_bytes_maybe_gzip(path, prefix_bytes=HEAD_BYTES,
+        return read_bytes_maybe_gzip(path, prefix_bytes=HEAD_BYTES, unchecked_below=unchecked_below,
                                      check_prefix=lambda head: check_head(head, path, allow_empty=allow_empty))
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise TraceFormatError(path, f"corrupt or truncated gzip stream ({exc})") from None

@@ -47,7 +47,7 @@ from ..model.matching import CommRecord, comm_record, match_comm
 from ..model.trace import Trace
 from .config import PRESETS, Knobs, NetworkConfig, SystemConfig, load_config, load_network, load_system
 from .engine import BlockedReport, SimulationBlocked, SymmetryBroken, disagreement_report, foldable, run_engine
-from .loader import load_columns, load_columns_many
+from .loader import load_columns, load_ranks_many
 from .notes import gpu_notes, input_notes
 from .result import RankFigures, SimulationResult, build_schedule, figures_for
 from .workload import RankShape, build_classes, rank_shape
@@ -59,7 +59,7 @@ __all__ = ["simulate", "prepare", "PreparedJob", "SimulationResult", "RankFigure
 class _Ranks:
     """The ranks to simulate: their :class:`RankShape` s, process groups, and each rank's trace on demand.
 
-    From a :class:`Job`, the traces it holds. From files, each rank is read (:func:`.loader.load_columns_many`:
+    From a :class:`Job`, the traces it holds. From files, each rank is read (:func:`.loader.load_ranks_many`:
     columns only, never the record bytes, nor the node names a shape does not read; small files a batch at a
     time) once to take its shape (through ``executor`` when given, one task per batch of files:
     :func:`~etkit.model.job.rank_batches`), and the first rank of each class once more (whole) to build its
@@ -88,8 +88,8 @@ class _Ranks:
         else:  # in this process; a one-rank job keeps its columns, names too (it is then read once)
             found = []
             alone = len(files) == 1  # a shape reads no node names: the ranks of a bigger job are read without them
-            for f, loaded in zip(files, load_columns_many([f.path for f in files], names=alone)):
-                found.append((rank_shape(loaded.trace, f.rank), loaded.groups, comm_record(loaded.trace, f.rank)))
+            for f, (loaded, record) in zip(files, load_ranks_many([(f.rank, f.path) for f in files], names=alone)):
+                found.append((rank_shape(loaded.trace, f.rank), loaded.groups, record))
                 if alone:
                     self._last = (f.rank, loaded.trace)
         records = {}
@@ -115,8 +115,8 @@ class _Ranks:
 def _file_shapes(batch: list[tuple[int, str]]) -> list[tuple[RankShape, ProcessGroups, CommRecord]]:
     """Executor task: per ``(rank, path)`` of a batch, the rank's shape, the groups its METADATA nodes declare,
     and its communication."""
-    return [(rank_shape(loaded.trace, rank), loaded.groups, comm_record(loaded.trace, rank))
-            for (rank, _), loaded in zip(batch, load_columns_many([path for _, path in batch], names=False))]
+    return [(rank_shape(loaded.trace, rank), loaded.groups, record)
+            for (rank, _), (loaded, record) in zip(batch, load_ranks_many(batch, names=False))]
 
 
 class PreparedJob(_Ranks):

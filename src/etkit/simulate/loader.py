@@ -7,8 +7,8 @@ process groups declared by METADATA nodes, and joins the chunks' columns into on
 without record bytes (``blob`` is empty: :meth:`Trace.node` is not available on it). So a rank costs
 its columns (about 130 bytes per node plus 8 per dependency), never the file's bytes, and the file is
 never held whole. :func:`load_rank` takes an already loaded :class:`Trace` the same way.
-:func:`load_columns_many` loads many rank files in order, the small plain ones read together
-(:func:`etkit.model.trace.load_traces`).
+:func:`load_ranks_many` loads many rank files in order, the small plain ones read together
+(:func:`etkit.model.trace.load_batches`), with each rank's communication record.
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ from ..fileio import is_gzip
 from ..format.columnar import HOT_INT_ATTRS, MISSING, Columns, decode_columns, join_columns
 from ..format.stream import encode_varint, open_trace
 from ..model.groups import ProcessGroups
-from ..model.job import groups_from_trace
-from ..model.trace import Trace, load_trace, load_traces
+from ..model.job import groups_from_batch, groups_from_trace
+from ..model.matching import CommRecord, comm_record, comm_records
+from ..model.trace import Trace, load_batches, load_trace
 
-__all__ = ["RankColumns", "load_columns", "load_columns_many", "CHUNK_RECORDS"]
+__all__ = ["RankColumns", "load_columns", "load_ranks_many", "CHUNK_RECORDS"]
 
 #: Records decoded at a time (0.4-2 MiB of record bytes for converted PyTorch traces; the decoder needs about
 #: ten times a chunk's bytes while it works).
@@ -88,24 +89,40 @@ def _small_plain_file(path: str | os.PathLike[str]) -> bool:
         return False  # the streaming reader words the error
 
 
-def load_columns_many(paths: Sequence[str | os.PathLike[str]], *, names: bool = True) -> Iterator[RankColumns]:
-    """:func:`load_columns` (with ``names``) of each of ``paths``, in order; consecutive small plain files are read
-    and decoded together (:func:`etkit.model.trace.load_traces`), the others streamed one by one. An unreadable
-    file raises its error after the columns of the files before it."""
-    run: list[str | os.PathLike[str]] = []
-    for path in paths:
+def load_ranks_many(ranks: Sequence[tuple[int, str | os.PathLike[str]]], *,
+                    names: bool = True) -> Iterator[tuple[RankColumns, CommRecord]]:
+    """:func:`load_columns` (with ``names``) of each ``(rank, path)``, in order, with the rank's communication
+    (:func:`~etkit.model.matching.comm_record`). Consecutive small plain files are read and decoded together
+    (:func:`etkit.model.trace.load_batches`): their groups and communication come from each batch's joined columns
+    at once; the others are streamed one by one. An unreadable file raises its error after the ranks of the batches
+    before it."""
+    run: list[tuple[int, str | os.PathLike[str]]] = []
+    for rank, path in ranks:
         if _small_plain_file(path):
-            run.append(path)
+            run.append((rank, path))
             continue
-        yield from map(_kept, load_traces(run, names=names, attrs=_KEPT_ATTRS))
+        yield from _loaded_together(run, names)
         run = []
-        yield load_columns(path, names=names)
-    yield from map(_kept, load_traces(run, names=names, attrs=_KEPT_ATTRS))
+        loaded = load_columns(path, names=names)
+        yield loaded, comm_record(loaded.trace, rank)
+    yield from _loaded_together(run, names)
 
 
-def _kept(whole: Trace) -> RankColumns:
-    """The :class:`RankColumns` of a whole loaded trace: its record bytes and unread columns dropped."""
-    groups = groups_from_trace(whole)
+def _loaded_together(run: list[tuple[int, str | os.PathLike[str]]], names: bool) -> Iterator[tuple[RankColumns, CommRecord]]:
+    at = 0
+    for batch in load_batches([path for _, path in run], names=names, attrs=_KEPT_ATTRS):
+        ranks = [rank for rank, _ in run[at:at + len(batch.paths)]]
+        at += len(batch.paths)
+        for trace, groups, record in zip(batch.traces(), groups_from_batch(batch), comm_records(batch, ranks),
+                                         strict=True):
+            yield _kept(trace, groups), record
+
+
+def _kept(whole: Trace, groups: ProcessGroups | None = None) -> RankColumns:
+    """The :class:`RankColumns` of a whole loaded trace (whose METADATA nodes declare ``groups``, found when not
+    given): its record bytes and unread columns dropped."""
+    if groups is None:
+        groups = groups_from_trace(whole)
     kept = Columns(**whole.node_columns(), ints={k: getattr(whole, k) for k in _KEPT_INTS})
     trace = _trace(kept, b"", _EMPTY, _EMPTY, whole.path, whole.metadata)
     trace.metadata_record = whole.metadata_record

@@ -11,14 +11,16 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 from ..executor import Executor, default_executor
 from ..model.groups import ProcessGroups
-from ..model.job import Job, discover, groups_from_trace, load_groups, map_ranks
-from ..model.matching import CommRecord, comm_record
-from ..model.trace import Trace
+from ..model.job import Job, discover, groups_from_batch, groups_from_trace, load_groups, map_batches
+from ..model.matching import CommRecord, comm_record, comm_records
+from ..model.trace import Trace, TraceBatch
 from .findings import ERROR, WARNING, Finding, FindingSink, ValidationReport
 from .job_rules import check_job
-from .rank_rules import check_trace
+from .rank_rules import check_trace, quiet_files
 
 __all__ = ["validate", "validate_job", "validate_trace", "Finding", "ValidationReport", "ERROR", "WARNING"]
 
@@ -34,11 +36,26 @@ def validate_trace(trace: Trace, rank: int = 0) -> list[Finding]:
     return sink.done()
 
 
-def _rank_result(trace: Trace, rank: int) -> tuple[int, list[Finding], CommRecord, ProcessGroups]:
+_RankResult = tuple[int, list[Finding], CommRecord, ProcessGroups]
+
+
+def _rank_result(trace: Trace, rank: int) -> _RankResult:
     return len(trace), validate_trace(trace, rank), comm_record(trace, rank), groups_from_trace(trace)
 
 
-def _assemble(results: dict[int, tuple[int, list[Finding], CommRecord, ProcessGroups]],
+def _batch_results(batch: TraceBatch, ranks: list[int]) -> list[_RankResult]:
+    """:func:`_rank_result` of each file of ``batch``: on the joined columns at once where the files were decoded
+    together, the rules themselves only for the files :func:`~.rank_rules.quiet_files` cannot clear."""
+    if not batch.joint:
+        return [_rank_result(trace, rank) for trace, rank in zip(batch.traces(), ranks, strict=True)]
+    quiet = quiet_files(batch, ranks).tolist()
+    traces = [] if all(quiet) else batch.traces()
+    findings = [[] if ok else validate_trace(traces[i], rank) for i, (ok, rank) in enumerate(zip(quiet, ranks))]
+    return list(zip(np.diff(batch.bounds).tolist(), findings, comm_records(batch, ranks), groups_from_batch(batch),
+                    strict=True))
+
+
+def _assemble(results: dict[int, _RankResult],
               groups: ProcessGroups | None, prefix: str | None, comm_groups: str | os.PathLike[str] | None,
               files: list[str]) -> ValidationReport:
     declared = ProcessGroups()
@@ -63,7 +80,8 @@ def validate(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
     files, prefix = discover(spec)
     executor = executor or default_executor()
     # the rules read no names, and of the attributes only those of communication (and is_cpu_op)
-    out = map_ranks(executor, _rank_result, files, desc="validate", allow_empty=True, names=False, attrs=RULE_ATTRS)
+    out = map_batches(executor, _batch_results, files, desc="validate", allow_empty=True, names=False,
+                      attrs=RULE_ATTRS)
     results = {f.rank: res for f, res in zip(files, out, strict=True)}
     return _assemble(results, None, prefix, comm_groups, [str(Path(f.path)) for f in files])
 

@@ -8,14 +8,16 @@ Rules: ``empty-node``, ``duplicate-id``, ``missing-dep``, ``self-dep``, ``duplic
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from ..format.schema import CommType, NodeType
 from ..model.edges import edges
-from ..model.trace import MISSING, Trace
+from ..model.trace import MISSING, Trace, TraceBatch
 from .findings import WARNING, FindingSink
 
-__all__ = ["check_trace"]
+__all__ = ["check_trace", "quiet_files"]
 
 _COLL = int(NodeType.COMM_COLL_NODE)
 _SEND = int(NodeType.COMM_SEND_NODE)
@@ -163,3 +165,87 @@ def check_trace(trace: Trace, sink: FindingSink) -> None:
     _check_cycles(trace, np.concatenate([data_edges, ctrl_edges], axis=1), sink)
     _check_enums(trace, sink)
     _check_comm(trace, sink)
+
+
+def quiet_files(batch: TraceBatch, ranks: Sequence[int]) -> np.ndarray:
+    """Per file of ``batch`` (as rank ``ranks[i]``): True where :func:`check_trace` certainly finds nothing in it,
+    False where it may. Decided on the batch's joined columns at once (a few dozen numpy calls a batch, not per
+    rank) by a stricter test than the rules': ids rising, every dependency on an earlier node of its file, no list
+    with an entry that does not rise (unless it repeats nothing), nothing the enum and communication rules name.
+    A file that passes breaks no rule; the caller checks the others with :func:`check_trace`."""
+    cols, bounds = batch.columns, batch.bounds
+    files = bounds.size - 1
+    counts = np.diff(bounds)
+    ids = cols.ids
+    owner = np.repeat(np.arange(files, dtype=np.int64), counts)
+    has = counts > 0
+    loud = np.zeros(ids.size, dtype=bool)  # rows a rule may report
+    loud[1:] = ids[1:] <= ids[:-1]  # ids rising in each file: none repeats
+    loud[bounds[:-1][has]] = False  # (a file's first row follows no row of its file)
+    loud |= batch.rec_len == 0
+    first_id = np.zeros(files, dtype=np.uint64)
+    first_id[has] = ids[bounds[:-1][has]]
+    last_id = np.zeros(files, dtype=np.uint64)
+    last_id[has] = ids[bounds[1:][has] - 1]
+    dense = last_id - first_id == counts.astype(np.uint64) - np.uint64(1)
+    for ptr, deps in ((cols.data_ptr, cols.data_deps), (cols.ctrl_ptr, cols.ctrl_deps)):
+        if not deps.size:
+            continue
+        child = np.repeat(np.arange(ids.size, dtype=np.int64), np.diff(ptr))
+        file = owner[child]
+        late = (deps >= ids[child]) | (deps < first_id[file])  # itself, a later node, or none of the file's
+        _not_a_node(deps, late, file, ~dense, ids, bounds)
+        loud[child[late]] = True
+        loud[_rows_with_repeats(ptr, deps)] = True
+    types = cols.types
+    loud |= _unknown(types, _KNOWN_TYPES)
+    coll, send, recv = types == _COLL, types == _SEND, types == _RECV
+    comm_type = batch.int_column("comm_type")
+    loud |= coll & _unknown(comm_type, _KNOWN_COMM)  # (MISSING too: it is no member)
+    comm = coll | send | recv
+    loud |= comm & ((batch.int_column("comm_size") < 0) | (cols.is_cpu_op == 1))  # (MISSING is below 0)
+    src, dst = batch.int_column("comm_src"), batch.int_column("comm_dst")
+    loud |= (send | recv) & (batch.int_column("comm_tag") == MISSING)
+    rank = np.asarray(ranks, dtype=np.int64)[owner]
+    loud |= send & ((dst == MISSING) | ((src != MISSING) & (src != rank)))
+    loud |= recv & ((src == MISSING) | ((dst != MISSING) & (dst != rank)))
+    quiet: np.ndarray = np.bincount(owner[loud], minlength=files) == 0
+    return quiet
+
+
+def _not_a_node(deps: np.ndarray, late: np.ndarray, file: np.ndarray, sparse: np.ndarray, ids: np.ndarray,
+                bounds: np.ndarray) -> None:
+    """Marks in ``late`` the entries ``deps`` (of file ``file``, ascending) that name no node of their file, for the
+    files whose ids, rising, are ``sparse`` (not consecutive; in the others every id from the first to the last is a node)."""
+    look = np.flatnonzero(sparse[file] & ~late)
+    if not look.size:
+        return
+    f = file[look]
+    cuts = np.flatnonzero(np.concatenate([[True], f[1:] != f[:-1], [True]]))
+    for lo, hi in zip(cuts[:-1].tolist(), cuts[1:].tolist()):  # one search per such file
+        k = int(f[lo])
+        own = ids[bounds[k]:bounds[k + 1]]
+        entries = look[lo:hi]
+        at = np.minimum(np.searchsorted(own, deps[entries]), own.size - 1)
+        late[entries[own[at] != deps[entries]]] = True
+
+
+def _rows_with_repeats(ptr: np.ndarray, deps: np.ndarray) -> np.ndarray:
+    """Rows whose list (CSR ``ptr``, ``deps``) holds an entry twice: only lists with an entry not above the one before
+    it can, and only those are sorted (:func:`_repeated_entries`)."""
+    if deps.size < 2:
+        return np.zeros(0, dtype=np.int64)
+    inside = np.ones(deps.size - 1, dtype=bool)  # entries k and k + 1 are of one list
+    starts = ptr[1:-1]
+    inside[starts[(starts > 0) & (starts < deps.size)] - 1] = False
+    suspect = np.flatnonzero(inside & (deps[1:] <= deps[:-1]))
+    if not suspect.size:
+        return suspect
+    rows = np.unique(np.searchsorted(ptr, suspect, side="right") - 1)
+    sizes = ptr[rows + 1] - ptr[rows]
+    sub_ptr = np.zeros(rows.size + 1, dtype=np.int64)
+    np.cumsum(sizes, out=sub_ptr[1:])
+    entries = np.repeat(ptr[rows] - sub_ptr[:-1], sizes) + np.arange(int(sub_ptr[-1]))
+    repeated = _repeated_entries(sub_ptr, deps[entries])
+    found: np.ndarray = rows[np.searchsorted(sub_ptr, repeated, side="right") - 1]
+    return found
