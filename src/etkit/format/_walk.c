@@ -614,6 +614,46 @@ done:
     return result;
 }
 
+/* ---- the byte spans b[off[i]:off[i]+length[i]] that strings(), packed() and checked() take ------------ */
+
+typedef struct {
+    Buf B, O, L;
+    const uint8_t *b;
+    Py_ssize_t size, n;
+    const int64_t *off, *len;
+} Spans;
+
+/* Parse (b, off, length) into *sp; every span must lie in b, and be non-empty where `lists` (packed lists).
+ * Returns -1 with an exception set (release the spans either way). */
+static int spans_args(PyObject *args, const char *name, int lists, Spans *sp) {
+    PyObject *ob, *ooff, *olen;
+    if (!PyArg_ParseTuple(args, "OOO", &ob, &ooff, &olen)) return -1;
+    if (get_buf(ob, &sp->B, 1, "b") < 0 || get_buf(ooff, &sp->O, 8, "off") < 0 || get_buf(olen, &sp->L, 8, "length") < 0)
+        return -1;
+    if (sp->O.view.len != sp->L.view.len) {
+        PyErr_Format(PyExc_ValueError, "%s: off and length differ in length", name);
+        return -1;
+    }
+    sp->b = sp->B.view.buf;
+    sp->size = sp->B.view.len;
+    sp->n = sp->O.view.len / 8;
+    sp->off = sp->O.view.buf;
+    sp->len = sp->L.view.len ? sp->L.view.buf : NULL;
+    for (Py_ssize_t i = 0; i < sp->n; i++) {
+        if (sp->off[i] < 0 || sp->len[i] < lists || sp->off[i] > sp->size - sp->len[i]) {
+            PyErr_Format(PyExc_ValueError, "%s: a span outside the buffer%s", name, lists ? ", or an empty list" : "");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void spans_release(Spans *sp) {
+    release(&sp->B);
+    release(&sp->O);
+    release(&sp->L);
+}
+
 /* ---- strings(b, off, length) ----------------------------------------------------------------------- */
 
 static inline uint64_t mix(uint64_t h) {
@@ -641,20 +681,14 @@ PyDoc_STRVAR(strings_doc,
 
 static PyObject *strings(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *ob, *ooff, *olen;
-    if (!PyArg_ParseTuple(args, "OOO", &ob, &ooff, &olen)) return NULL;
-    Buf B = {0}, O = {0}, L = {0};
+    Spans sp = {0};
     PyObject *idx = NULL, *firsts = NULL, *result = NULL;
     int64_t *slots = NULL, *first = NULL;
     uint64_t *hashes = NULL;
-    if (get_buf(ob, &B, 1, "b") < 0 || get_buf(ooff, &O, 8, "off") < 0 || get_buf(olen, &L, 8, "length") < 0) goto done;
-    if (O.view.len != L.view.len) {
-        PyErr_SetString(PyExc_ValueError, "strings: off and length differ in length");
-        goto done;
-    }
-    const uint8_t *b = B.view.buf;
-    Py_ssize_t size = B.view.len, n = O.view.len / 8;
-    const int64_t *off = O.view.buf, *len = L.view.buf;
+    if (spans_args(args, "strings", 0, &sp) < 0) goto done;
+    const uint8_t *b = sp.b;
+    Py_ssize_t n = sp.n;
+    const int64_t *off = sp.off, *len = sp.len;
     char *id = NULL;
     idx = new_array(n * 4, &id);
     if (idx == NULL) goto done;
@@ -669,10 +703,6 @@ static PyObject *strings(PyObject *self, PyObject *args) {
     }
     memset(slots, 0xFF, (size_t)cap * sizeof(int64_t));
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (off[i] < 0 || len[i] < 0 || off[i] > size - len[i]) {
-            PyErr_SetString(PyExc_ValueError, "strings: a string outside the buffer");
-            goto done;
-        }
         const uint8_t *p = b + off[i];
         uint64_t h = hash_bytes(p, len[i]);
         Py_ssize_t at = (Py_ssize_t)(h & (uint64_t)(cap - 1));
@@ -724,9 +754,7 @@ done:
     PyMem_Free(slots);
     PyMem_Free(hashes);
     PyMem_Free(first);
-    release(&B);
-    release(&O);
-    release(&L);
+    spans_release(&sp);
     return result;
 }
 
@@ -740,26 +768,12 @@ PyDoc_STRVAR(packed_doc,
 
 static PyObject *packed(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *ob, *ooff, *olen;
-    if (!PyArg_ParseTuple(args, "OOO", &ob, &ooff, &olen)) return NULL;
-    Buf B = {0}, O = {0}, L = {0};
+    Spans sp = {0};
     PyObject *values = NULL, *counts = NULL, *result = NULL;
-    if (get_buf(ob, &B, 1, "b") < 0 || get_buf(ooff, &O, 8, "off") < 0 || get_buf(olen, &L, 8, "length") < 0) goto done;
-    if (O.view.len != L.view.len) {
-        PyErr_SetString(PyExc_ValueError, "packed: off and length differ in length");
-        goto done;
-    }
-    const uint8_t *b = B.view.buf;
-    Py_ssize_t size = B.view.len, n = O.view.len / 8;
-    const int64_t *off = O.view.buf, *len = L.view.buf;
-    Py_ssize_t total = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (off[i] < 0 || len[i] <= 0 || off[i] > size - len[i]) {
-            PyErr_SetString(PyExc_ValueError, "packed: a list outside the buffer, or an empty one");
-            goto done;
-        }
-        total += len[i];
-    }
+    if (spans_args(args, "packed", 1, &sp) < 0) goto done;
+    const uint8_t *b = sp.b;
+    Py_ssize_t n = sp.n;
+    const int64_t *off = sp.off, *len = sp.len;
     int status = 0;
     for (Py_ssize_t i = 0; i < n && !status; i++) /* a list ends with a varint's last byte */
         if (b[off[i] + len[i] - 1] >= 0x80) status = 1;
@@ -803,9 +817,7 @@ static PyObject *packed(PyObject *self, PyObject *args) {
 done:
     Py_XDECREF(values);
     Py_XDECREF(counts);
-    release(&B);
-    release(&O);
-    release(&L);
+    spans_release(&sp);
     return result;
 }
 
@@ -818,27 +830,16 @@ PyDoc_STRVAR(checked_doc,
 
 static PyObject *checked(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *ob, *ooff, *olen;
-    if (!PyArg_ParseTuple(args, "OOO", &ob, &ooff, &olen)) return NULL;
-    Buf B = {0}, O = {0}, L = {0};
+    Spans sp = {0};
     PyObject *result = NULL;
-    if (get_buf(ob, &B, 1, "b") < 0 || get_buf(ooff, &O, 8, "off") < 0 || get_buf(olen, &L, 8, "length") < 0) goto done;
-    if (O.view.len != L.view.len) {
-        PyErr_SetString(PyExc_ValueError, "checked: off and length differ in length");
-        goto done;
-    }
-    const uint8_t *b = B.view.buf;
-    Py_ssize_t size = B.view.len, n = O.view.len / 8;
-    const int64_t *off = O.view.buf, *len = L.view.buf;
+    if (spans_args(args, "checked", 1, &sp) < 0) goto done;
+    const uint8_t *b = sp.b;
+    Py_ssize_t n = sp.n;
+    const int64_t *off = sp.off, *len = sp.len;
     int status = 0;
     long long high = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (off[i] < 0 || len[i] <= 0 || off[i] > size - len[i]) {
-            PyErr_SetString(PyExc_ValueError, "checked: a list outside the buffer, or an empty one");
-            goto done;
-        }
+    for (Py_ssize_t i = 0; i < n; i++)
         if (b[off[i] + len[i] - 1] >= 0x80) status = 1;
-    }
     for (Py_ssize_t i = 0; i < n && !status; i++) {
         int run = 0; /* continuation bytes in a row: ten make a varint of eleven bytes */
         for (Py_ssize_t k = off[i]; k < off[i] + len[i]; k++) {
@@ -853,9 +854,7 @@ static PyObject *checked(PyObject *self, PyObject *args) {
     }
     result = Py_BuildValue("iL", status, status ? 0LL : high);
 done:
-    release(&B);
-    release(&O);
-    release(&L);
+    spans_release(&sp);
     return result;
 }
 
