@@ -150,20 +150,17 @@ static inline int count_step(Steps *c, int k, Py_ssize_t step) {
     return grow_steps(c, k, step);
 }
 
+/* count_step past the table's last step: the table grown (doubled, at most MAX_STEPS steps), then counted */
 static int grow_steps(Steps *c, int k, Py_ssize_t step) {
-    {
-        Py_ssize_t cap = c->cap ? c->cap : 16;
-        while (cap <= step) cap *= 2;
-        if (cap > MAX_STEPS) cap = MAX_STEPS;
-        int64_t *grown = PyMem_Realloc(c->counts, (size_t)cap * c->width * sizeof(int64_t));
-        if (grown == NULL) return -1;
-        memset(grown + c->cap * c->width, 0, (size_t)(cap - c->cap) * c->width * sizeof(int64_t));
-        c->counts = grown;
-        c->cap = cap;
-    }
-    c->counts[step * c->width + k]++;
-    if (step + 1 > c->steps) c->steps = step + 1;
-    return 0;
+    Py_ssize_t cap = c->cap ? c->cap : 16;
+    while (cap <= step) cap *= 2;
+    if (cap > MAX_STEPS) cap = MAX_STEPS;
+    int64_t *grown = PyMem_Realloc(c->counts, (size_t)cap * c->width * sizeof(int64_t));
+    if (grown == NULL) return -1;
+    memset(grown + c->cap * c->width, 0, (size_t)(cap - c->cap) * c->width * sizeof(int64_t));
+    c->counts = grown;
+    c->cap = cap;
+    return count_step(c, k, step);
 }
 
 /* ---- lean(b, rec_off, rec_end, node_codes, io_codes, value_tags, name_tag, io_kinds, attr_kind, texts) --- */
@@ -364,7 +361,7 @@ static PyObject *lean(PyObject *self, PyObject *args) {
                           &out_kind, &attr_kind, &texts, &ow0, &ow1, &oid, &mult, &shift))
         return NULL;
     if (in_kind < 0 || in_kind >= NODE_KINDS || out_kind < 0 || out_kind >= NODE_KINDS || attr_kind < 0 ||
-        attr_kind >= NODE_KINDS || in_kind == out_kind) {
+        attr_kind >= NODE_KINDS || in_kind == out_kind || attr_kind == in_kind || attr_kind == out_kind) {
         PyErr_SetString(PyExc_ValueError, "lean: io_kinds and attr_kind must be distinct kinds 0..7");
         return NULL;
     }
@@ -438,21 +435,21 @@ static PyObject *lean(PyObject *self, PyObject *args) {
             }
             high += vl - 1;
             Py_ssize_t at = p + 1 + vl, after = at;
+            if (code >= 8 && code < 16) { /* length-delimited: the length must fit the record */
+                if (v > LENGTH_LIMIT) {
+                    note(&err, FAULT, step);
+                    break;
+                }
+                after += (Py_ssize_t)v;
+            }
+            if (after > e) {
+                note(&err, FAULT, step);
+                break;
+            }
             if (code < 4) {
                 scalars[(Py_ssize_t)code * n + i] = v;
             } else {
                 int kind = code & 7;
-                if (code < 16) {
-                    if (v > LENGTH_LIMIT) {
-                        note(&err, FAULT, step);
-                        break;
-                    }
-                    after += (Py_ssize_t)v;
-                }
-                if (after > e) {
-                    note(&err, FAULT, step);
-                    break;
-                }
                 if (err.kind == OK) { /* (after an error, nothing kept would be used) */
                     Field *f = push(&fields);
                     if (f == NULL || count_step(&steps, kind, step) < 0) goto nomem;
@@ -474,10 +471,6 @@ static PyObject *lean(PyObject *self, PyObject *args) {
                         f->len = vl;
                     }
                 }
-            }
-            if (after > e) {
-                note(&err, FAULT, step);
-                break;
             }
             p = after;
         }
@@ -526,7 +519,7 @@ static PyObject *lean(PyObject *self, PyObject *args) {
             r[slot] = f->row;
             o[slot] = f->off;
             l[slot] = f->len;
-            if (f->kind == attr_kind && f->kind != in_kind && f->kind != out_kind) {
+            if (f->kind == attr_kind) {
                 Py_ssize_t d = slot - base[attr_kind];
                 const Attr *a = as + attr_i++;
                 a_head[d] = a->head;

@@ -42,7 +42,19 @@ from .attrwire import (
     simple_attributes,
 )
 from .schema import NodeBatch
-from .wire import LOW_BYTES, MSBS, WireFault, bitwise_count, fixed, packed_varints, varints, word_varints, word_view
+from .wire import (
+    LOW_BYTES,
+    MSBS,
+    WireFault,
+    bitwise_count,
+    fixed,
+    int64s,
+    packed_varints,
+    raise_packed_fault,
+    varints,
+    word_varints,
+    word_view,
+)
 
 __all__ = ["NodeColumns", "Columns", "decode_columns", "join_columns", "split_columns", "rows_with_repeated_deps", "field_numbers", "WalkSpans", "HOT_INT_ATTRS", "HOT_ATTRS", "MISSING", "PAD"]
 
@@ -55,11 +67,6 @@ HOT_ATTRS = _HOT_NAMES
 #: Spare bytes the lock-step walk may read past the last record (word-wide reads).
 PAD = 32
 _CHECK_CHUNK = 1 << 16
-
-
-def _int64s(a: np.ndarray) -> np.ndarray:
-    """``a`` as the contiguous int64 buffer the C kernel reads (no copy when it is one already)."""
-    return np.ascontiguousarray(a, dtype=np.int64)
 _U32 = np.uint64(0xFFFFFFFF)
 
 
@@ -282,7 +289,7 @@ def _string_table(buf: bytes, b: np.ndarray, off: np.ndarray, length: np.ndarray
     if n == 0:
         return np.zeros(0, dtype=np.int32), []
     if _wire.KERNEL is not None:  # exact in C: no hash collision to give up on
-        idx, first = _wire.KERNEL.strings(b, _int64s(off), _int64s(length))
+        idx, first = _wire.KERNEL.strings(b, int64s(off), int64s(length))
         rows = np.frombuffer(first, dtype=np.int64)
         return (np.frombuffer(idx, dtype=np.int32),
                 [buf[o:o + k].decode("utf-8") for o, k in zip(off[rows].tolist(), length[rows].tolist())])
@@ -898,8 +905,8 @@ def _wide_varints(b: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 @dataclass
 class _Spans:
     """Length-delimited fields of one Node tag found by the walk, in walk order (a record's in wire order):
-    one entry per step (``add``), or all steps in one entry (``joined``, the C kernel's: ``step`` then holds
-    every field's step, and ``steps_per`` how many fields each of ``steps_at`` has)."""
+    one entry per step (``add``: ``step`` lists the steps), or all steps in one entry (``joined``, the C kernel's:
+    ``steps_per`` then says how many of its fields each step of ``steps_at`` has)."""
 
     rows: list[np.ndarray] = _field_default(default_factory=list)
     offset: list[np.ndarray] = _field_default(default_factory=list)
@@ -946,7 +953,7 @@ class _Spans:
 
 #: The lean walk takes messages of at most this many fields (a bound the C kernel's step table needs).
 _MAX_STEPS = 1 << 16
-#: Node tag -> the C kernel's code (:func:`_kernel_nodes`): 0-3 the scalar rows, 8 + k the length-delimited field
+#: Node tag -> the C kernel's code (:func:`_kernel_parts`): 0-3 the scalar rows, 8 + k the length-delimited field
 #: kind ``k`` of ``_KERNEL_NODE_KINDS``, 16 + k its single (varint) dependency kinds; -1 elsewhere.
 _KERNEL_NODE_KINDS = (*_SPAN_TAGS, _TAG_CTRL_ONE, _TAG_DATA_ONE)
 _KERNEL_NODE_CODES = np.full(256, -1, dtype=np.int8)
@@ -994,7 +1001,7 @@ def _lean_parts(b: np.ndarray, words: np.ndarray, rec_off: np.ndarray, rec_end: 
 def _kernel_parts(b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray, texts: bool, hot: _Hot) -> _LeanParts:
     """:func:`_lean_parts` by the C kernel (``_walk.lean``): one pass over the records. The spans of a tag come as
     one joined entry (:meth:`_Spans.joined`), and so do each side's strings: the numpy walk's entries joined."""
-    nodes, inputs, outputs, attr = _wire.KERNEL.lean(b, _int64s(rec_off), _int64s(rec_end), _KERNEL_NODE_CODES,
+    nodes, inputs, outputs, attr = _wire.KERNEL.lean(b, int64s(rec_off), int64s(rec_end), _KERNEL_NODE_CODES,
                                                 _KERNEL_IO_CODES, _VALUE_TAGS, tags.ATTR_NAME,
                                                 (_KERNEL_NODE_KINDS.index(_TAG_INPUTS),
                                                  _KERNEL_NODE_KINDS.index(_TAG_OUTPUTS)),
@@ -1273,9 +1280,8 @@ def _checked_deps(b: np.ndarray, packed: _Spans, single: _Spans, n: int) -> tupl
     off, length = off[keep], length[keep]
     high = 0
     if off.size and _wire.KERNEL is not None:
-        status, high = _wire.KERNEL.checked(b, _int64s(off), _int64s(length))
-        if status:
-            raise WireFault("packed varint crosses its list" if status == 1 else "packed varint too long")
+        status, high = _wire.KERNEL.checked(b, int64s(off), int64s(length))
+        raise_packed_fault(status)
     elif off.size:
         if int(b[off + length - 1].max()) >= 0x80:
             raise WireFault("packed varint crosses its list")
@@ -1292,7 +1298,7 @@ def _checked_deps(b: np.ndarray, packed: _Spans, single: _Spans, n: int) -> tupl
 def _record_high_bytes(b: np.ndarray, words: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray) -> int:
     """Bytes with the top bit set inside the records (what lies between them, frame headers, not counted)."""
     if _wire.KERNEL is not None:
-        total = _wire.KERNEL.high_bytes(b, _int64s(rec_off), _int64s(rec_end))
+        total = _wire.KERNEL.high_bytes(b, int64s(rec_off), int64s(rec_end))
         if total == -1:
             raise _Unusual("records out of order")
         if total < 0:

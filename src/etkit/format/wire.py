@@ -17,12 +17,23 @@ except ImportError:  # pragma: no cover - a build without the extension
 #: starts, packed lists, string tables), or None where the package was built without a C compiler. This is its
 #: one home: every reader asks ``wire.KERNEL`` when it runs, and gives the same results with its numpy path.
 
-__all__ = ["KERNEL", "WireFault", "varints", "fixed", "packed_varints", "word_view", "word_varints", "LOW_BYTES", "MSBS",
-           "bitwise_count"]
+__all__ = ["KERNEL", "WireFault", "int64s", "raise_packed_fault", "varints", "fixed", "packed_varints", "word_view",
+           "word_varints", "LOW_BYTES", "MSBS", "bitwise_count"]
 
 
 class WireFault(Exception):
     """Bytes the vectorised readers do not handle; the caller falls back to per-record parsing."""
+
+
+def int64s(a: np.ndarray) -> np.ndarray:
+    """``a`` as the contiguous int64 buffer the C kernel reads (no copy when it is one already)."""
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+def raise_packed_fault(status: int) -> None:
+    """The :class:`WireFault` of the C kernel's ``packed``/``checked`` status (0: none)."""
+    if status:
+        raise WireFault("packed varint crosses its list" if status == 1 else "packed varint too long")
 
 
 def varints(b: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -60,10 +71,8 @@ def packed_varints(b: np.ndarray, off: np.ndarray, length: np.ndarray) -> tuple[
     if not total:
         return np.zeros(0, dtype=np.uint64), np.zeros(length.size, dtype=np.int64)
     if KERNEL is not None:
-        status, values, counts = KERNEL.packed(b, np.ascontiguousarray(off, dtype=np.int64),
-                                                np.ascontiguousarray(length, dtype=np.int64))
-        if status:
-            raise WireFault("packed varint crosses its list" if status == 1 else "packed varint too long")
+        status, values, counts = KERNEL.packed(b, int64s(off), int64s(length))
+        raise_packed_fault(status)
         return np.frombuffer(values, dtype=np.uint64), np.frombuffer(counts, dtype=np.int64)
     first = np.cumsum(length) - length
     raw = b[np.repeat(off - first, length) + np.arange(total)]
