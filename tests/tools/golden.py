@@ -10,7 +10,7 @@ in the working folder ``OUT/work``, and writes into ``OUT/golden``:
 
 Compare two trees (a commit and its parent) with ``diff -r A/golden B/golden`` (or ``--compare A B``, which
 prints the files that differ and the first lines that do). Both runs must use the same ``OUT`` path
-(the default keeps the two apart by ``--tag``), so the paths printed by the verbs are equal.
+(run one tree, move OUT aside, run the other), so the paths printed by the verbs are equal.
 
 Commands whose outputs are measured rather than computed (replay: the time PyTorch took) keep only
 the shape of their output: every number masked. This is a tool for refactors, not a test: it takes
