@@ -43,7 +43,16 @@ from .tags import (
     NODE_TYPE,
 )
 
-__all__ = ["TwinWriter", "FramingFault", "iter_blocks", "json_string", "metadata_json", "NODE_TYPE_JSON"]
+try:
+    from . import _jsonout as JSONOUT
+except ImportError:  # pragma: no cover - a build without the extension
+    JSONOUT = None
+#: JSONOUT: :meth:`TwinWriter.node` in C (``etkit.format._jsonout``: the canonical records of the shapes real
+#: converters write, each read exactly as ``node`` reads it; it declines the rest, which ``node`` then reads), or
+#: None where the package was built without a C compiler. This is its one home: :meth:`TwinWriter.texts` asks
+#: it when it runs, and writes the same text without it.
+
+__all__ = ["TwinWriter", "JSONOUT", "FramingFault", "iter_blocks", "json_string", "metadata_json", "NODE_TYPE_JSON"]
 
 
 class FramingFault(Exception):
@@ -336,15 +345,26 @@ class TwinWriter:
         self._tail_at = -1
 
     def texts(self, buf: bytes, bounds: list[int], first: int, slow: Callable[[bytes, int], bytes]) -> list[bytes]:
-        """The JSON text of each record ``buf[bounds[2i]:bounds[2i+1]]`` from pair ``first`` on;
-        ``slow(record, i)`` gives the text of a record not read here (``i`` counts from ``first``)."""
+        """The JSON text of the records ``buf[bounds[2i]:bounds[2i+1]]`` from pair ``first`` on, in pieces to be
+        joined by ``b",\\n"``: a piece holds one record's text, or the texts of a run of records so joined (what
+        :data:`JSONOUT` renders, where it was built). ``slow(record, i)`` gives the text of a record not read
+        here (``i`` counts from ``first``)."""
+        kernel = JSONOUT
         node = self.node
         out: list[bytes] = []
         add = out.append
-        for i in range(first, len(bounds) // 2):
+        i, n = first, len(bounds) // 2
+        while i < n:
+            if kernel is not None:  # the records it reads, up to the first it declines
+                run, i = kernel.render(buf, bounds, i)
+                if run:
+                    add(run)
+                if i == n:
+                    break
             start, end = bounds[2 * i], bounds[2 * i + 1]
             text = node(buf, start, end)
             add(slow(buf[start:end], i - first) if text is None else text)
+            i += 1
         return out
 
     def _io_json(self, raw: bytes) -> bytes | None:

@@ -112,7 +112,7 @@ def _write_fast(et_path: str | os.PathLike[str], json_path: str | os.PathLike[st
                 texts = writer.texts(buf, bounds, skip, slow_at)
                 if texts:
                     out.write((b",\n" if count else b"\n") + b",\n".join(texts))
-                count += len(texts)
+                count += len(bounds) // 2 - skip
                 skip = 0
             out.write(b"\n]}\n")
     return count
