@@ -31,6 +31,7 @@ from etkit.format.schema import ATTR_KINDS, LIST_KINDS, AttributeProto, GlobalMe
 from etkit.format.stream import TraceWriter, encode_varint, open_trace
 
 from ..conftest import REPO
+from .test_jsontwin_fast import _KIND_VALUES as _PYTHON_KIND_VALUES
 from .test_jsontwin_fast import _node_records, _records
 
 KERNEL = jsonfast.JSONOUT
@@ -198,6 +199,30 @@ def test_mutated_files_give_the_python_writers_bytes_or_error(upstream: Path, tm
     assert outcomes == {True, False}  # both kinds of outcome were compared
 
 
+@settings(max_examples=300, deadline=None)
+@given(pieces=st.lists(st.binary(max_size=300) | st.sampled_from([b"\xff" * 6, b"\x80", b"\x80\x80\x80\x80\x10", b"\x00",
+                                                                  b"\xff\xff\xff\xff\x7f"]), max_size=10),
+       framed=st.booleans())
+def test_cut_frames_records_as_the_python_loop_does(pieces: list[bytes], framed: bool) -> None:
+    """Whole records, the first one cut off (its prefix or its payload), over-long and 5-byte length prefixes."""
+    buf = b"".join(encode_varint(len(p)) + p if framed else p for p in pieces)
+    for end in sorted({len(buf), *range(0, len(buf), max(1, len(buf) // 13))}):
+        assert KERNEL.cut(buf[:end]) == jsonfast._cut(buf[:end]), buf[:end].hex()
+
+
+def test_block_boundaries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of one byte up (records cut anywhere, a record longer than a block, 3-byte length prefixes)."""
+    records = _records() * 3
+    big = Node(id=9, name="big", inputs={"values": "v" * 20_000}).SerializeToString()
+    records[5:5] = [big, big]
+    path = _write(tmp_path / "b.et", records)
+    outcomes = []
+    for block in (1, 7, 64, 20_001, 1 << 22):
+        monkeypatch.setattr(jsonfast, "_BLOCK", block)
+        outcomes += _both(monkeypatch, path, tmp_path)
+    assert type(outcomes[0]) is bytes and outcomes == [outcomes[0]] * len(outcomes)
+
+
 # -- generated nodes -------------------------------------------------------------------------------------
 
 def test_the_oddities_of_the_python_writers_tests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -211,13 +236,7 @@ def test_the_oddities_of_the_python_writers_tests(tmp_path: Path, monkeypatch: p
 _text = st.text(alphabet=st.characters(codec="utf-8"), max_size=10) | st.sampled_from(
     ["", "NaN", '"NaN"', "a\"b\\c", "\x00\x1f\x7f", "\n\r\t\b\f", "é中文😀", "\u2028\ufeff", "\U0010ffff"])
 _FLOATS = st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([math.nan, -math.inf, 0.0, -0.0, 1e300])
-_KIND_VALUES = {
-    "double": _FLOATS, "float": st.floats(width=32, allow_nan=True), "int32": st.integers(-(2**31), 2**31 - 1),
-    "int64": st.integers(-(2**63), 2**63 - 1), "uint32": st.integers(0, 2**32 - 1), "uint64": st.integers(0, U64),
-    "sint32": st.integers(-(2**31), 2**31 - 1), "sint64": st.integers(-(2**63), 2**63 - 1),
-    "fixed32": st.integers(0, 2**32 - 1), "fixed64": st.integers(0, U64), "sfixed32": st.integers(-(2**31), 2**31 - 1),
-    "sfixed64": st.integers(-(2**63), 2**63 - 1), "bool": st.booleans(), "string": _text, "bytes": st.binary(max_size=6),
-}
+_KIND_VALUES = {**_PYTHON_KIND_VALUES, "double": _FLOATS, "float": st.floats(width=32, allow_nan=True), "string": _text}
 
 
 @st.composite
@@ -320,3 +339,22 @@ def test_texts_joins_runs_and_single_records_alike(tmp_path: Path) -> None:
         text = writer.node(buf_read, bounds[2 * i], bounds[2 * i + 1])
         expected.append(b"<%d>" % i if text is None else text)
     assert joined == b",\n".join(expected) and slow_texts
+
+
+@pytest.mark.shared_data
+def test_to_json_of_a_real_trace_starts_light(upstream: Path, tmp_path: Path) -> None:
+    """The kernel reads the whole ResNet ET: neither numpy nor protobuf nor orjson is imported (start-up is
+    most of to-json's time on a file of this size)."""
+    import os
+    import subprocess
+    import sys
+
+    import etkit
+
+    code = ("import sys\nfrom etkit.format.jsontwin import to_json\nto_json(sys.argv[1], sys.argv[2])\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'google', 'orjson', 'msgspec')))\n"
+            "print('etkit.format._jsonout' in sys.modules)")
+    env = dict(os.environ, PYTHONPATH=str(Path(etkit.__file__).parents[1]))
+    done = subprocess.run([sys.executable, "-c", code, str(upstream / RESNET), str(tmp_path / "r.json")],
+                          capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.split("\n")[:2] == ["[]", "True"]

@@ -13,6 +13,8 @@
  * record holding one, go to Python, as do empty records (an error there), and an attribute whose text would hold
  * "NaN" where attr_json refuses it.
  *
+ * cut(buf) frames the records of a block as jsonfast._cut does (the Python loop it replaces).
+ *
  * Only the buffer protocol is used (no numpy headers); every read is bounds-checked against the record's end.
  * Nothing is cached: the text is a function of the record's bytes alone.
  */
@@ -118,6 +120,16 @@ static void init_tables(void) {
     short_escape['\\'] = '\\';
 }
 
+/* Whether none of the eight bytes at p is escaped or part of a multi-byte sequence (byte_class 0). */
+static inline int plain8(const uint8_t *p) {
+    uint64_t x;
+    memcpy(&x, p, 8);
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    uint64_t quote = x ^ (ones * '"'), backslash = x ^ (ones * '\\');
+    uint64_t odd = (x - ones * 0x20) | (quote - ones) | (backslash - ones); /* a byte below 0x20, a '"' or '\\' ... */
+    return ((odd & ~x) | x) & highs ? 0 : 1; /* ... sets its top bit here, as a byte of 0x80 or more does */
+}
+
 /* The JSON text (quoted) of the UTF-8 bytes s[0:n], as jsonfast.json_string writes it; DECLINE if not UTF-8. */
 static int put_string(Out *o, const uint8_t *s, Py_ssize_t n) {
     if (n > (PY_SSIZE_T_MAX / 4 - 2) / 6) return NOMEM;
@@ -126,6 +138,12 @@ static int put_string(Out *o, const uint8_t *s, Py_ssize_t n) {
     *p++ = '"';
     Py_ssize_t i = 0;
     while (i < n) {
+        if (i + 8 <= n && plain8(s + i)) { /* eight bytes to copy as they are */
+            memcpy(p, s + i, 8);
+            p += 8;
+            i += 8;
+            continue;
+        }
         uint8_t c = s[i];
         switch (byte_class[c]) {
         case 0:
@@ -604,8 +622,64 @@ done:
     return result;
 }
 
+/* ---- cut(buf) ------------------------------------------------------------------------------------------ */
+
+PyDoc_STRVAR(cut_doc,
+"cut(buf)\n\n"
+"(bounds, stop, over) of the records framed in buf from byte 0, as etkit.format.jsonfast._cut gives them:\n"
+"bounds holds start, end of each whole record's payload, stop is where the first record that is not whole\n"
+"starts (its length prefix), over how far that record runs past the end of buf (0 if its prefix is cut\n"
+"off, or none). None where a length prefix is longer than five bytes.");
+
+static PyObject *cut(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *ob;
+    if (!PyArg_ParseTuple(args, "O", &ob)) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(ob, &view, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    const uint8_t *b = view.buf;
+    Py_ssize_t size = view.len, pos = 0, over = 0;
+    PyObject *bounds = PyList_New(0), *result = NULL;
+    if (bounds == NULL) goto done;
+    while (pos < size) {
+        uint64_t length = 0;
+        int k = 0;
+        for (;; k++) {
+            if (k == 5) { /* (a length prefix of more than five bytes: the caller's FramingFault) */
+                Py_INCREF(Py_None);
+                result = Py_None;
+                goto done;
+            }
+            if (pos + k >= size) goto cut_off;
+            uint8_t byte = b[pos + k];
+            length |= (uint64_t)(byte & 0x7F) << (7 * k);
+            if (byte < 0x80) break;
+        }
+        length &= 0xFFFFFFFFULL;
+        Py_ssize_t start = pos + k + 1;
+        if (length > (uint64_t)(size - start)) {
+            over = start + (Py_ssize_t)length - size;
+            break;
+        }
+        Py_ssize_t stop = start + (Py_ssize_t)length;
+        PyObject *a = PyLong_FromSsize_t(start), *z = a ? PyLong_FromSsize_t(stop) : NULL;
+        int failed = z == NULL || PyList_Append(bounds, a) < 0 || PyList_Append(bounds, z) < 0;
+        Py_XDECREF(a);
+        Py_XDECREF(z);
+        if (failed) goto done;
+        pos = stop;
+    }
+cut_off:
+    result = Py_BuildValue("Onn", bounds, pos, over);
+done:
+    Py_XDECREF(bounds);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"render", render, METH_VARARGS, render_doc},
+    {"cut", cut, METH_VARARGS, cut_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -69,41 +69,59 @@ def iter_blocks(stream: IO[bytes]) -> Iterator[tuple[bytes, list[int]]]:
     """The records of an ``.et`` stream, GlobalMetadata first: ``(buffer, bounds)`` per block read, where
     ``bounds`` holds ``start, end`` of each record's payload in ``buffer``, in file order."""
     carry, want = b"", _BLOCK
+    cut = _cut if JSONOUT is None else JSONOUT.cut
     while True:
         try:
             block = stream.read(want)
         except (OSError, EOFError, zlib.error) as exc:
             raise FramingFault(str(exc)) from None
         buf = carry + block if carry else block
-        pos, end = 0, len(buf)
-        bounds: list[int] = []
-        add = bounds.append
-        while pos < end:
-            byte = buf[pos]
-            if byte < 0x80:
-                start, length = pos + 1, byte
-            elif pos + 1 < end and buf[pos + 1] < 0x80:  # most node records: 128 B .. 16 KiB
-                start, length = pos + 2, (byte & 0x7F) | (buf[pos + 1] << 7)
-            else:
-                prefix = _length_prefix(buf, pos, end)
-                if prefix is None:
-                    break
-                length, start = prefix
-            nxt = start + length
-            if nxt > end:
-                want = max(_BLOCK, nxt - end)  # a record longer than a block: read the rest at once
-                break
+        found = cut(buf)
+        if found is None:
+            raise FramingFault("record length varint longer than 5 bytes")
+        bounds, pos, over = found
+        if over:
+            want = max(_BLOCK, over)  # a record longer than a block: read the rest at once
+        elif bounds:
             want = _BLOCK
-            add(start)
-            add(nxt)
-            pos = nxt
         if bounds:
             yield buf, bounds
         if not block:
-            if pos < end:
+            if pos < len(buf):
                 raise FramingFault("truncated record")
             return
         carry = buf[pos:]
+
+
+def _cut(buf: bytes) -> tuple[list[int], int, int] | None:
+    """``(bounds, stop, over)`` of the records framed in ``buf`` from byte 0: ``start, end`` of each whole
+    record's payload, where the first record that is not whole starts (its length prefix), and how far that
+    record runs past the end of ``buf`` (0 if its prefix is cut off, or there is none); None where a length
+    prefix is longer than five bytes (what ``JSONOUT.cut`` does in C)."""
+    pos, end = 0, len(buf)
+    bounds: list[int] = []
+    add = bounds.append
+    while pos < end:
+        byte = buf[pos]
+        if byte < 0x80:
+            start, length = pos + 1, byte
+        elif pos + 1 < end and buf[pos + 1] < 0x80:  # most node records: 128 B .. 16 KiB
+            start, length = pos + 2, (byte & 0x7F) | (buf[pos + 1] << 7)
+        else:
+            try:
+                prefix = _length_prefix(buf, pos, end)
+            except FramingFault:
+                return None
+            if prefix is None:
+                break
+            length, start = prefix
+        nxt = start + length
+        if nxt > end:
+            return bounds, pos, nxt - end
+        add(start)
+        add(nxt)
+        pos = nxt
+    return bounds, pos, 0
 
 
 def _length_prefix(buf: bytes, pos: int, end: int) -> tuple[int, int] | None:
