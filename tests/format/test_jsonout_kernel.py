@@ -308,6 +308,22 @@ def test_what_it_declines() -> None:
     assert _check_records(taken) == 0
 
 
+def test_strings_every_code_point_and_every_short_byte_sequence() -> None:
+    """Names of every code point (the escapes, and the UTF-8 of 1 to 4 bytes), every pair of bytes, and the
+    three- and four-byte sequences around the limits of UTF-8 (over-long, surrogate, past U+10FFFF): the kernel
+    writes jsonfast.json_string's text, and declines exactly where that gives None (not UTF-8)."""
+    points = [chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000]
+    names = ["".join(points[i:i + 997]).encode() for i in range(0, len(points), 997)]
+    names += [bytes((a, b)) for a in range(256) for b in range(256)]
+    names += [bytes((a, b, c)) for a in range(0xE0, 0xF8) for b in range(0x70, 0xD0) for c in (0x41, 0x80, 0xBF)]
+    names += [bytes((a, b, 0x80, 0x80)) for a in range(0xF0, 0xF8) for b in range(0x70, 0xD0)]
+    records = [Node(id=1).SerializeToString() + b"\x12" + encode_varint(len(n)) + n for n in names]
+    texts = _rendered(records)
+    for name, text in zip(names, texts, strict=True):
+        expected = jsonfast.json_string(name)
+        assert text == (None if expected is None else b'{"id":"1","name":' + expected + b"}"), name.hex()
+
+
 def test_render_checks_its_arguments() -> None:
     record = Node(id=3, name="x").SerializeToString()
     assert KERNEL.render(record, [0, len(record)], 0) == (b'{"id":"3","name":"x"}', 1)
