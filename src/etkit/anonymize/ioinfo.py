@@ -22,7 +22,8 @@ import orjson
 
 from ..format.encode import copy_spans
 from ..format.parts import span_table
-from ..format.wire import WireFault
+from ..format.wire import WireFault, int64s
+from . import kernel
 
 __all__ = ["IoRewriter", "quoted_strings", "parse_shapes", "bucket_dim", "starts_of"]
 
@@ -169,7 +170,12 @@ def canonical_tensors(text: bytes) -> TensorSpans | None:
     (the third may have a minus before it), then the quoted device and ``]``. Each ``[`` before a digit is
     a candidate, read along run by run (a few passes over the candidates, none over the text but the
     search for ``[``). The split scans left to right and takes the first match at each position, so where
-    matches do not overlap they are its matches."""
+    matches do not overlap they are its matches. In C where :data:`etkit.anonymize.kernel.SCAN` is built."""
+    if kernel.SCAN is not None:
+        found = kernel.SCAN.tensors(text)
+        if found is None:
+            return None
+        return TensorSpans(*np.frombuffer(found, dtype=np.int64).reshape(7, -1))
     n = len(text)
     b = np.frombuffer(text + bytes(_PAD), dtype=np.uint8)
     lb = np.flatnonzero(b[:n] == 0x5B)
@@ -197,6 +203,20 @@ def canonical_tensors(text: bytes) -> TensorSpans | None:
         if ((last - first > 1) & (b[first] == 0x30)).any() or (last - first > _MAX_DIGITS).any():
             return None
     return TensorSpans(start, stop, tensor_id, storage_id, e1, device, close)
+
+
+def _cut(text: bytes, b: np.ndarray, spans: TensorSpans) -> bytes:
+    """``text`` (``b``: its bytes) with each tensor of ``spans`` replaced by one byte \\x1e."""
+    if kernel.SCAN is not None:
+        cut: bytes = kernel.SCAN.cut(text, int64s(spans.start), int64s(spans.end))
+        return cut
+    m, n = int(spans.start.size), len(text)
+    # the text without the tensors but their first byte, which becomes the \x1e in each one's place
+    seg = np.diff(spans.start, prepend=0)
+    seg[1:] -= spans.end[:-1] - spans.start[:-1]  # the bytes between a tensor and the one before it
+    marked = b[_alternating(np.append(seg + 1, n - spans.end[-1] if m else n), spans.end - spans.start - 1)]
+    marked[spans.start - np.cumsum(spans.end - spans.start - 1) + (spans.end - spans.start - 1)] = 0x1E
+    return marked.tobytes()
 
 
 def _no_tensors() -> TensorSpans:
@@ -255,6 +275,9 @@ def _nones(text: bytes) -> bytes:
     delimiters becomes ``None``."""
     if b"'" in text or b'"' in text:
         return _OTHER_B.sub(b"None", text)
+    if kernel.SCAN is not None:
+        nones: bytes = kernel.SCAN.nones(text)
+        return nones
     b = np.frombuffer(text, dtype=np.uint8)
     token = ~_DELIMITER[b]
     first = token.copy()
@@ -429,19 +452,13 @@ class IoRewriter:
         ``None`` (one regular-expression pass), then each \\x1e replaced by its tensor, written from its new
         numbers and the bytes between its storage id and device as they are. None (nothing done): a device is
         not UTF-8, or a tensor is written with other spacing (the general split)."""
-        n = len(joined)
         b = np.frombuffer(joined, dtype=np.uint8)
         m = int(spans.start.size)
         try:
             device_idx, device_texts = _short_table(b, spans.device, spans.device_end - spans.device)
         except (UnicodeDecodeError, WireFault):
             return None
-        # the text without the tensors but their first byte, which becomes the \x1e in each one's place
-        seg = np.diff(spans.start, prepend=0)
-        seg[1:] -= spans.end[:-1] - spans.start[:-1]  # the bytes between a tensor and the one before it
-        marked = b[_alternating(np.append(seg + 1, n - spans.end[-1] if m else n), spans.end - spans.start - 1)]
-        marked[spans.start - np.cumsum(spans.end - spans.start - 1) + (spans.end - spans.start - 1)] = 0x1E
-        rest = marked.tobytes()
+        rest = _cut(joined, b, spans)
         if _TENSOR_B.search(rest):  # a tensor written with other spacing
             return None
         self.found.update((a or b).decode("utf-8", "surrogateescape") for a, b in _QUOTED_B.findall(rest))
@@ -452,6 +469,10 @@ class IoRewriter:
         ids, self.tensor_count = _first_use_ranks(spans.tensor_id)
         storages, self.storage_count = _first_use_ranks(spans.storage_id)
         kinds = [_device(t).encode() for t in device_texts]
+        if kernel.SCAN is not None:
+            written: bytes = kernel.SCAN.tensors_written(subbed, joined, ids, storages, int64s(spans.storage_end),
+                                                         int64s(spans.device), int64s(device_idx), tuple(kinds))
+            return written
         kind_len = np.array([len(k) for k in kinds], dtype=np.int64)[device_idx]
         id_digits, id_columns = _decimal(ids)
         sid_digits, sid_columns = _decimal(storages)
