@@ -98,6 +98,17 @@ def test_joined_texts_in_c_are_joined_spans(monkeypatch) -> None:
         assert c == numpy == joined_spans(blob, off, length, b"\x1f")
 
 
+def test_first_use_numbers_in_c_are_numpy_s(monkeypatch) -> None:
+    """Renumbering by first use: hashed in C, sorted by np.unique otherwise (extreme values, repeats, none)."""
+    rng = np.random.default_rng(2)
+    extreme = np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max, 0, -1, np.iinfo(np.int64).max, 0])
+    for trial in range(100):
+        keys = extreme if trial == 0 else np.zeros(0, dtype=np.int64) if trial == 1 else \
+            rng.integers(-5, int(rng.integers(1, 1000)), int(rng.integers(1, 3000))).astype(np.int64)
+        (c, c_count), (numpy, numpy_count) = both(monkeypatch, lambda keys=keys: io._first_use_ranks(keys))
+        assert c.tolist() == numpy.tolist() and c_count == numpy_count == np.unique(keys).size
+
+
 @pytest.mark.parametrize("count", [3, 3000])
 def test_the_leak_search_in_c_is_numpy_s(count: int, monkeypatch) -> None:
     rng = np.random.default_rng(count)

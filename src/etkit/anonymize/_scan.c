@@ -12,6 +12,8 @@
  * - cut(text, start, end), nones(text), tensors_written(...): the assembly of the rewritten values texts
  *   (etkit.anonymize.ioinfo.IoRewriter._tensors_located's numpy steps, byte for byte).
  *
+ * - first_use(keys): 1, 2, ... for each distinct key in order of first use (ioinfo._first_use_ranks, by hashing).
+ *
  * Only the buffer protocol is used (no numpy headers): arrays come in as contiguous buffers of the dtypes the
  * docstrings name, results go out as bytes or bytearrays that the callers view as numpy arrays.
  */
@@ -445,7 +447,56 @@ done:
     return result;
 }
 
+/* ---- first_use(keys) -------------------------------------------------------------------------------- */
+
+PyDoc_STRVAR(first_use_doc,
+"first_use(keys)\n\n"
+"(numbers, count): for each key of keys (int64 buffer) the number 1, 2, ... of its value in order of first use\n"
+"(an int64 bytearray), and how many distinct values there are.");
+
+static PyObject *first_use(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *okeys;
+    if (!PyArg_ParseTuple(args, "O", &okeys)) return NULL;
+    Buf K = {0};
+    PyObject *numbers = NULL, *result = NULL;
+    int64_t *slot_key = NULL, *slot_number = NULL;
+    if (get_buf(okeys, &K, 8, "keys") < 0) goto done;
+    const int64_t *keys = K.view.buf;
+    Py_ssize_t n = K.view.len / 8;
+    size_t cap = 16;
+    while (cap < 2 * (size_t)n) cap <<= 1;
+    slot_key = PyMem_Malloc(cap * sizeof(int64_t));
+    slot_number = PyMem_Calloc(cap, sizeof(int64_t)); /* 0: an empty slot */
+    numbers = PyByteArray_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
+    if (slot_key == NULL || slot_number == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (numbers == NULL) goto done;
+    int64_t *out = (int64_t *)PyByteArray_AS_STRING(numbers), count = 0;
+    const size_t mask = cap - 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t h = (uint64_t)keys[i] * 0x9E3779B97F4A7C15ULL;
+        size_t at = (size_t)(h >> 32) & mask;
+        while (slot_number[at] && slot_key[at] != keys[i]) at = (at + 1) & mask;
+        if (!slot_number[at]) {
+            slot_key[at] = keys[i];
+            slot_number[at] = ++count;
+        }
+        out[i] = slot_number[at];
+    }
+    result = Py_BuildValue("(OL)", numbers, (long long)count);
+done:
+    Py_XDECREF(numbers);
+    PyMem_Free(slot_key);
+    PyMem_Free(slot_number);
+    release(&K);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"first_use", first_use, METH_VARARGS, first_use_doc},
     {"cut", cut, METH_VARARGS, cut_doc},
     {"nones", nones, METH_VARARGS, nones_doc},
     {"tensors_written", tensors_written, METH_VARARGS, tensors_written_doc},

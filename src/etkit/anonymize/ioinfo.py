@@ -89,7 +89,11 @@ def _first_use_numbers(keys: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 def _first_use_ranks(keys: np.ndarray) -> tuple[np.ndarray, int]:
-    """1, 2, ... for each distinct value of ``keys`` in order of first use, and how many there are."""
+    """1, 2, ... for each distinct value of ``keys`` in order of first use, and how many there are (integer keys
+    hashed in C where :data:`etkit.anonymize.kernel.SCAN` is built)."""
+    if kernel.SCAN is not None and keys.dtype == np.int64:
+        numbers, count = kernel.SCAN.first_use(int64s(keys))
+        return np.frombuffer(numbers, dtype=np.int64), int(count)
     _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
     rank = np.empty(first.size, dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(1, first.size + 1)
@@ -203,6 +207,19 @@ def canonical_tensors(text: bytes) -> TensorSpans | None:
         if ((last - first > 1) & (b[first] == 0x30)).any() or (last - first > _MAX_DIGITS).any():
             return None
     return TensorSpans(start, stop, tensor_id, storage_id, e1, device, close)
+
+
+def _quoted_texts(text: bytes) -> list[str]:
+    """The contents of the quoted strings of ``text`` (:data:`_QUOTED_B`; no pass of it where no quote is in it)."""
+    if b"'" not in text and b'"' not in text:
+        return []
+    return [(a or b).decode("utf-8", "surrogateescape") for a, b in _QUOTED_B.findall(text)]
+
+
+def _other_spacing(rest: bytes) -> bool:
+    """Whether ``rest`` holds a tensor :data:`_TENSOR_B` matches (one written with other spacing; every one quotes
+    its device, so none where no ``'`` is in it)."""
+    return b"'" in rest and _TENSOR_B.search(rest) is not None
 
 
 def _cut(text: bytes, b: np.ndarray, spans: TensorSpans) -> bytes:
@@ -362,7 +379,7 @@ class IoRewriter:
         The texts are joined and tokenised by regular expressions in a few calls, not one per token."""
         joined = b"\x1f".join(texts)
         if self.tensors == "drop":  # nothing is kept, but the strings are searched for all the same
-            self.found.update((a or b).decode("utf-8", "surrogateescape") for a, b in _QUOTED_B.findall(joined))
+            self.found.update(_quoted_texts(joined))
             self.found.update(s for t in texts if b"\x1e" in t or b"\x1f" in t
                               for s in quoted_strings(t.decode("utf-8", "surrogateescape")))
             return [b""] * len(texts)
@@ -383,7 +400,7 @@ class IoRewriter:
         tensors = [b"[%d, %d, %s, %s, %s, '%s']" % t for t in
                    zip(new_ids, new_storages, parts[3::7], parts[4::7], parts[5::7], kinds)]
         rest = b"\x1e".join(segments)
-        self.found.update((a or b).decode("utf-8", "surrogateescape") for a, b in _QUOTED_B.findall(rest))
+        self.found.update(_quoted_texts(rest))
         others = _OTHER_B.sub(b"None", rest).split(b"\x1e")
         out: list[bytes] = [b""] * (len(others) + len(tensors))
         out[0::2] = others
@@ -415,7 +432,7 @@ class IoRewriter:
         if result is None:  # what the arrays cannot hold (or other spacing): the regular expressions
             parts = _CANONICAL_TENSOR_B.split(joined)
             rest = b"\x1e".join(parts[0::5])
-            if _TENSOR_B.search(rest):  # a tensor written with other spacing: the general split
+            if _other_spacing(rest):  # a tensor written with other spacing: the general split
                 result = self._tensors_general(joined)
             else:
                 result = self._tensors_canonical(parts, rest)
@@ -432,7 +449,7 @@ class IoRewriter:
     def _tensors_canonical(self, parts: list[bytes], rest: bytes) -> bytes:
         """The text split by :data:`_CANONICAL_TENSOR_B` (``parts``; ``rest``: its other segments joined by
         \\x1e) with every tensor renumbered and every other argument ``None``."""
-        self.found.update((a or b).decode("utf-8", "surrogateescape") for a, b in _QUOTED_B.findall(rest))
+        self.found.update(_quoted_texts(rest))
         others = _nones(rest).split(b"\x1e")
         count = len(others) - 1
         if not count:
@@ -459,9 +476,9 @@ class IoRewriter:
         except (UnicodeDecodeError, WireFault):
             return None
         rest = _cut(joined, b, spans)
-        if _TENSOR_B.search(rest):  # a tensor written with other spacing
+        if _other_spacing(rest):  # a tensor written with other spacing
             return None
-        self.found.update((a or b).decode("utf-8", "surrogateescape") for a, b in _QUOTED_B.findall(rest))
+        self.found.update(_quoted_texts(rest))
         self.found.update(device_texts)
         subbed = _nones(rest)
         if not m:
@@ -507,7 +524,7 @@ class IoRewriter:
         parts = _TENSOR_B.split(joined)
         count = (len(parts) - 1) // 7
         rest = b"\x1e".join(parts[0::7])
-        self.found.update((a or b).decode("utf-8", "surrogateescape") for a, b in _QUOTED_B.findall(rest))
+        self.found.update(_quoted_texts(rest))
         others = _nones(rest).split(b"\x1e")
         if not count:
             return others[0]
