@@ -19,7 +19,7 @@ import numpy as np
 
 from . import kernel
 
-__all__ = ["MIN_LENGTH", "find_in_bytes", "find_in_file", "is_text", "text_strings"]
+__all__ = ["MIN_LENGTH", "find_in_bytes", "find_in_joined", "find_in_file", "is_text", "text_strings"]
 
 #: Strings shorter than this are not searched (``cpu``, ``0``: too short to identify anything).
 MIN_LENGTH = 4
@@ -95,6 +95,14 @@ def find_in_bytes(data: bytes, needles: Iterable[bytes] | _Needles) -> set[bytes
             hits.append(index.starts(words) * 4 + (lo + k))
         _compare(data, index, np.concatenate(hits), found)
     return found
+
+
+def find_in_joined(head: bytes, body: bytes, needles: _Needles) -> set[bytes]:
+    """:func:`find_in_bytes` of ``head + body`` (a file's GlobalMetadata record and its node records) without
+    joining them: an occurrence lies in ``body``, or starts in ``head`` and ends in ``head`` and the first bytes
+    of ``body`` (fewer than the longest needle)."""
+    longest = max((len(n) for group in needles.by_prefix.values() for n in group), default=0)
+    return find_in_bytes(body, needles) | find_in_bytes(head + body[:longest], needles)
 
 
 def _compare(data: bytes, index: _Needles, hits: np.ndarray, found: set[bytes]) -> None:
