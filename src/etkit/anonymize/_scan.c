@@ -405,14 +405,15 @@ static PyObject *tensors_written(PyObject *self, PyObject *args) {
         size += 1 + decimal_len(ids[i]) + 2 + decimal_len(storages[i]) + (Py_ssize_t)(device[i] - send[i]) +
                 PyBytes_GET_SIZE(PyTuple_GET_ITEM(okinds, kind[i])) + 2 - 1;
     }
-    for (Py_ssize_t j = 0; j < n; j++) marks += t[j] == 0x1E;
+    for (const uint8_t *p = memchr(t, 0x1E, (size_t)n); p != NULL; p = memchr(p + 1, 0x1E, (size_t)(n - (p + 1 - t))))
+        marks++;
     if (marks != m) goto bad;
     result = PyBytes_FromStringAndSize(NULL, size);
     if (result == NULL) goto done;
     char *out = PyBytes_AS_STRING(result);
     Py_ssize_t i = 0, done_to = 0;
-    for (Py_ssize_t j = 0; j < n; j++) {
-        if (t[j] != 0x1E) continue;
+    for (const uint8_t *p = memchr(t, 0x1E, (size_t)n); p != NULL; p = memchr(p + 1, 0x1E, (size_t)(n - (p + 1 - t)))) {
+        Py_ssize_t j = p - t;
         memcpy(out, t + done_to, (size_t)(j - done_to));
         out += j - done_to;
         done_to = j + 1;
