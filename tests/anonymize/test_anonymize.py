@@ -126,6 +126,24 @@ def test_the_leak_search_agrees_with_a_plain_search(count: int, bits: int, monke
     assert find_in_bytes(data, needles) == expected
 
 
+def test_the_leak_search_of_a_file_s_two_parts_is_that_of_the_file() -> None:
+    """The GlobalMetadata record and the node records searched apart (not joined): the same needles, those that
+    cross from one to the other included."""
+    from etkit.anonymize.leaks import find_in_joined, needle_index
+
+    rng = np.random.default_rng(12)
+    alphabet = np.frombuffer(b"abcd\x00", dtype=np.uint8)
+    for _ in range(300):
+        head = alphabet[rng.integers(0, 5, int(rng.integers(0, 12)))].tobytes()
+        body = alphabet[rng.integers(0, 5, int(rng.integers(0, 40)))].tobytes()
+        data = head + body
+        needles = {alphabet[rng.integers(0, 5, int(rng.integers(4, 9)))].tobytes() for _ in range(30)}
+        needles |= {data[i:i + int(rng.integers(4, 14))] for i in range(max(len(head) - 8, 0), len(head))}
+        needles = {n for n in needles if len(n) >= 4}
+        assert find_in_joined(head, body, needle_index(n.decode() for n in needles)) == \
+            {n for n in needles if n in data}
+
+
 def test_no_string_of_the_input_reaches_the_output(tmp_path) -> None:
     prefix = _secret_job(tmp_path)
     report = anonymize(prefix, tmp_path / "share" / "job", executor=SerialExecutor())

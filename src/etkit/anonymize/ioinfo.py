@@ -22,7 +22,8 @@ import orjson
 
 from ..format.encode import copy_spans
 from ..format.parts import span_table
-from ..format.wire import WireFault
+from ..format.wire import WireFault, int64s
+from . import kernel
 
 __all__ = ["IoRewriter", "quoted_strings", "parse_shapes", "bucket_dim", "starts_of"]
 
@@ -88,7 +89,11 @@ def _first_use_numbers(keys: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 def _first_use_ranks(keys: np.ndarray) -> tuple[np.ndarray, int]:
-    """1, 2, ... for each distinct value of ``keys`` in order of first use, and how many there are."""
+    """1, 2, ... for each distinct value of ``keys`` in order of first use, and how many there are (integer keys
+    hashed in C where :data:`etkit.anonymize.kernel.SCAN` is built)."""
+    if kernel.SCAN is not None and keys.dtype == np.int64:
+        numbers, count = kernel.SCAN.first_use(int64s(keys))
+        return np.frombuffer(numbers, dtype=np.int64), int(count)
     _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
     rank = np.empty(first.size, dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(1, first.size + 1)
@@ -169,7 +174,12 @@ def canonical_tensors(text: bytes) -> TensorSpans | None:
     (the third may have a minus before it), then the quoted device and ``]``. Each ``[`` before a digit is
     a candidate, read along run by run (a few passes over the candidates, none over the text but the
     search for ``[``). The split scans left to right and takes the first match at each position, so where
-    matches do not overlap they are its matches."""
+    matches do not overlap they are its matches. In C where :data:`etkit.anonymize.kernel.SCAN` is built."""
+    if kernel.SCAN is not None:
+        found = kernel.SCAN.tensors(text)
+        if found is None:
+            return None
+        return TensorSpans(*np.frombuffer(found, dtype=np.int64).reshape(7, -1))
     n = len(text)
     b = np.frombuffer(text + bytes(_PAD), dtype=np.uint8)
     lb = np.flatnonzero(b[:n] == 0x5B)
@@ -197,6 +207,33 @@ def canonical_tensors(text: bytes) -> TensorSpans | None:
         if ((last - first > 1) & (b[first] == 0x30)).any() or (last - first > _MAX_DIGITS).any():
             return None
     return TensorSpans(start, stop, tensor_id, storage_id, e1, device, close)
+
+
+def _quoted_texts(text: bytes) -> list[str]:
+    """The contents of the quoted strings of ``text`` (:data:`_QUOTED_B`; no pass of it where no quote is in it)."""
+    if b"'" not in text and b'"' not in text:
+        return []
+    return [(a or b).decode("utf-8", "surrogateescape") for a, b in _QUOTED_B.findall(text)]
+
+
+def _other_spacing(rest: bytes) -> bool:
+    """Whether ``rest`` holds a tensor :data:`_TENSOR_B` matches (one written with other spacing; every one quotes
+    its device, so none where no ``'`` is in it)."""
+    return b"'" in rest and _TENSOR_B.search(rest) is not None
+
+
+def _cut(text: bytes, b: np.ndarray, spans: TensorSpans) -> bytes:
+    """``text`` (``b``: its bytes) with each tensor of ``spans`` replaced by one byte \\x1e."""
+    if kernel.SCAN is not None:
+        cut: bytes = kernel.SCAN.cut(text, int64s(spans.start), int64s(spans.end))
+        return cut
+    m, n = int(spans.start.size), len(text)
+    # the text without the tensors but their first byte, which becomes the \x1e in each one's place
+    seg = np.diff(spans.start, prepend=0)
+    seg[1:] -= spans.end[:-1] - spans.start[:-1]  # the bytes between a tensor and the one before it
+    marked = b[_alternating(np.append(seg + 1, n - spans.end[-1] if m else n), spans.end - spans.start - 1)]
+    marked[spans.start - np.cumsum(spans.end - spans.start - 1) + (spans.end - spans.start - 1)] = 0x1E
+    return marked.tobytes()
 
 
 def _no_tensors() -> TensorSpans:
@@ -255,6 +292,9 @@ def _nones(text: bytes) -> bytes:
     delimiters becomes ``None``."""
     if b"'" in text or b'"' in text:
         return _OTHER_B.sub(b"None", text)
+    if kernel.SCAN is not None:
+        nones: bytes = kernel.SCAN.nones(text)
+        return nones
     b = np.frombuffer(text, dtype=np.uint8)
     token = ~_DELIMITER[b]
     first = token.copy()
@@ -339,7 +379,7 @@ class IoRewriter:
         The texts are joined and tokenised by regular expressions in a few calls, not one per token."""
         joined = b"\x1f".join(texts)
         if self.tensors == "drop":  # nothing is kept, but the strings are searched for all the same
-            self.found.update((a or b).decode("utf-8", "surrogateescape") for a, b in _QUOTED_B.findall(joined))
+            self.found.update(_quoted_texts(joined))
             self.found.update(s for t in texts if b"\x1e" in t or b"\x1f" in t
                               for s in quoted_strings(t.decode("utf-8", "surrogateescape")))
             return [b""] * len(texts)
@@ -360,7 +400,7 @@ class IoRewriter:
         tensors = [b"[%d, %d, %s, %s, %s, '%s']" % t for t in
                    zip(new_ids, new_storages, parts[3::7], parts[4::7], parts[5::7], kinds)]
         rest = b"\x1e".join(segments)
-        self.found.update((a or b).decode("utf-8", "surrogateescape") for a, b in _QUOTED_B.findall(rest))
+        self.found.update(_quoted_texts(rest))
         others = _OTHER_B.sub(b"None", rest).split(b"\x1e")
         out: list[bytes] = [b""] * (len(others) + len(tensors))
         out[0::2] = others
@@ -392,7 +432,7 @@ class IoRewriter:
         if result is None:  # what the arrays cannot hold (or other spacing): the regular expressions
             parts = _CANONICAL_TENSOR_B.split(joined)
             rest = b"\x1e".join(parts[0::5])
-            if _TENSOR_B.search(rest):  # a tensor written with other spacing: the general split
+            if _other_spacing(rest):  # a tensor written with other spacing: the general split
                 result = self._tensors_general(joined)
             else:
                 result = self._tensors_canonical(parts, rest)
@@ -409,7 +449,7 @@ class IoRewriter:
     def _tensors_canonical(self, parts: list[bytes], rest: bytes) -> bytes:
         """The text split by :data:`_CANONICAL_TENSOR_B` (``parts``; ``rest``: its other segments joined by
         \\x1e) with every tensor renumbered and every other argument ``None``."""
-        self.found.update((a or b).decode("utf-8", "surrogateescape") for a, b in _QUOTED_B.findall(rest))
+        self.found.update(_quoted_texts(rest))
         others = _nones(rest).split(b"\x1e")
         count = len(others) - 1
         if not count:
@@ -429,22 +469,16 @@ class IoRewriter:
         ``None`` (one regular-expression pass), then each \\x1e replaced by its tensor, written from its new
         numbers and the bytes between its storage id and device as they are. None (nothing done): a device is
         not UTF-8, or a tensor is written with other spacing (the general split)."""
-        n = len(joined)
         b = np.frombuffer(joined, dtype=np.uint8)
         m = int(spans.start.size)
         try:
             device_idx, device_texts = _short_table(b, spans.device, spans.device_end - spans.device)
         except (UnicodeDecodeError, WireFault):
             return None
-        # the text without the tensors but their first byte, which becomes the \x1e in each one's place
-        seg = np.diff(spans.start, prepend=0)
-        seg[1:] -= spans.end[:-1] - spans.start[:-1]  # the bytes between a tensor and the one before it
-        marked = b[_alternating(np.append(seg + 1, n - spans.end[-1] if m else n), spans.end - spans.start - 1)]
-        marked[spans.start - np.cumsum(spans.end - spans.start - 1) + (spans.end - spans.start - 1)] = 0x1E
-        rest = marked.tobytes()
-        if _TENSOR_B.search(rest):  # a tensor written with other spacing
+        rest = _cut(joined, b, spans)
+        if _other_spacing(rest):  # a tensor written with other spacing
             return None
-        self.found.update((a or b).decode("utf-8", "surrogateescape") for a, b in _QUOTED_B.findall(rest))
+        self.found.update(_quoted_texts(rest))
         self.found.update(device_texts)
         subbed = _nones(rest)
         if not m:
@@ -452,6 +486,10 @@ class IoRewriter:
         ids, self.tensor_count = _first_use_ranks(spans.tensor_id)
         storages, self.storage_count = _first_use_ranks(spans.storage_id)
         kinds = [_device(t).encode() for t in device_texts]
+        if kernel.SCAN is not None:
+            written: bytes = kernel.SCAN.tensors_written(subbed, joined, ids, storages, int64s(spans.storage_end),
+                                                         int64s(spans.device), int64s(device_idx), tuple(kinds))
+            return written
         kind_len = np.array([len(k) for k in kinds], dtype=np.int64)[device_idx]
         id_digits, id_columns = _decimal(ids)
         sid_digits, sid_columns = _decimal(storages)
@@ -486,7 +524,7 @@ class IoRewriter:
         parts = _TENSOR_B.split(joined)
         count = (len(parts) - 1) // 7
         rest = b"\x1e".join(parts[0::7])
-        self.found.update((a or b).decode("utf-8", "surrogateescape") for a, b in _QUOTED_B.findall(rest))
+        self.found.update(_quoted_texts(rest))
         others = _nones(rest).split(b"\x1e")
         if not count:
             return others[0]

@@ -5,6 +5,8 @@
 hit are checked against those four bytes themselves, and only the windows that start a string are compared with the
 strings that start that way. So the cost is a few numpy passes over the
 output, whatever the number of strings, and the search reads raw bytes: it does not trust any parser.
+Where the C extension is built (:data:`etkit.anonymize.kernel.SCAN`), one pass in C hashes and checks every
+window the same way (the same hits).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from collections.abc import Iterable
 
 import numpy as np
 
-__all__ = ["MIN_LENGTH", "find_in_bytes", "find_in_file", "is_text", "text_strings"]
+from . import kernel
+
+__all__ = ["MIN_LENGTH", "find_in_bytes", "find_in_joined", "find_in_file", "is_text", "text_strings"]
 
 #: Strings shorter than this are not searched (``cpu``, ``0``: too short to identify anything).
 MIN_LENGTH = 4
@@ -57,6 +61,11 @@ class _Needles:
         if self.by_prefix:
             self.bitmap[_hash(self.words, self.bits)] = True
 
+    def hits(self, data: bytes) -> np.ndarray:
+        """Every offset of ``data`` at which a needle's first four bytes are (ascending), in one pass in C."""
+        assert kernel.SCAN is not None
+        return np.frombuffer(kernel.SCAN.prefix_hits(data, self.bitmap, self.bits, self.words), dtype=np.int64)
+
     def starts(self, words: np.ndarray) -> np.ndarray:
         """Indices of the ``words`` that are the first four bytes of a needle."""
         cand = np.flatnonzero(self.bitmap[_hash(words, self.bits)])
@@ -74,6 +83,9 @@ def find_in_bytes(data: bytes, needles: Iterable[bytes] | _Needles) -> set[bytes
     found: set[bytes] = set()
     if not index.by_prefix or len(data) < MIN_LENGTH:
         return found
+    if kernel.SCAN is not None:
+        _compare(data, index, index.hits(data), found)
+        return found
     view = memoryview(data)
     for lo in range(0, len(data) - 3, _CHUNK):
         hi = min(lo + _CHUNK + 3, len(data))  # the windows starting in [lo, lo + _CHUNK)
@@ -81,11 +93,24 @@ def find_in_bytes(data: bytes, needles: Iterable[bytes] | _Needles) -> set[bytes
         for k in range(4):
             words = np.frombuffer(view[lo + k:lo + k + (hi - lo - k) // 4 * 4], dtype="<u4")
             hits.append(index.starts(words) * 4 + (lo + k))
-        for pos in np.concatenate(hits).tolist():
-            for needle in index.by_prefix.get(data[pos:pos + 4], ()):
-                if needle not in found and data.startswith(needle, pos):
-                    found.add(needle)
+        _compare(data, index, np.concatenate(hits), found)
     return found
+
+
+def find_in_joined(head: bytes, body: bytes, needles: _Needles) -> set[bytes]:
+    """:func:`find_in_bytes` of ``head + body`` (a file's GlobalMetadata record and its node records) without
+    joining them: an occurrence lies in ``body``, or starts in ``head`` and ends in ``head`` and the first bytes
+    of ``body`` (fewer than the longest needle)."""
+    longest = max((len(n) for group in needles.by_prefix.values() for n in group), default=0)
+    return find_in_bytes(body, needles) | find_in_bytes(head + body[:longest], needles)
+
+
+def _compare(data: bytes, index: _Needles, hits: np.ndarray, found: set[bytes]) -> None:
+    """Add to ``found`` the needles that start at one of ``hits`` (offsets where a needle's first four bytes are)."""
+    for pos in hits.tolist():
+        for needle in index.by_prefix.get(data[pos:pos + 4], ()):
+            if needle not in found and data.startswith(needle, pos):
+                found.add(needle)
 
 
 def find_in_file(path: str | os.PathLike[str], needles: Iterable[bytes] | _Needles) -> set[bytes]:

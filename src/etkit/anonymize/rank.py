@@ -1,13 +1,16 @@
 """One rank of ``etkit anonymize``: the executor tasks that survey a rank file and rewrite it.
 
 :func:`survey_rank` reads the columns only (what the job-wide choices need: the earliest timestamp,
-the process-group names in use, the groups declared by METADATA nodes). :func:`rewrite_rank` writes
-the anonymised rank through :class:`~etkit.format.stream.TraceWriter` and returns the input's strings
-(for the leak search), those of them and of the task's shared strings found in the bytes it wrote, and counts. Each task holds one rank at a time.
+the process-group names in use, the groups declared by METADATA nodes: :func:`etkit.model.survey.survey_file`).
+:func:`rewrite_rank` writes the anonymised rank and returns the input's strings (for the leak search), those of
+them and of the task's shared strings found in the bytes it wrote (searched as written, the GlobalMetadata record
+and the node records apart: :func:`~etkit.anonymize.leaks.find_in_joined`), and counts. Each task holds one rank
+at a time.
 
 Every output node is built from the policy: its id, type, dependencies and (shifted, jittered) timing;
 its class as name; the kept attributes from the trace's columns (in their canonical kinds); its IOInfo
-rewritten by :class:`~etkit.anonymize.ioinfo.IoRewriter`. Nothing of the input record is copied but
+rewritten by :class:`~etkit.anonymize.ioinfo.IoRewriter` (its byte loops in C where
+:data:`etkit.anonymize.kernel.SCAN` is built). Nothing of the input record is copied but
 attributes a policy keeps that are not columns. The IOInfo messages and the other attributes are where
 the trace loader's walk found them (:func:`etkit.format.parts.walked_parts`; records it left to the
 generic walk are walked again by :func:`etkit.format.parts.record_parts`), the records written by
@@ -31,12 +34,14 @@ from ..format.encode import AttrColumn, NodeTable, Packed, encode_nodes, encode_
 from ..format.parts import joined_spans, record_parts, span_table, walked_parts
 from ..format.schema import GlobalMetadata, Node, NodeType
 from ..format.stream import frame
+from ..format.wire import int64s
 from ..model.edges import edges
 from ..model.groups import parse_process_group_init
 from ..model.survey import survey_file
 from ..model.trace import MISSING, Trace, load_trace
+from . import kernel
 from .ioinfo import IoRewriter, parse_shapes, quoted_strings, starts_of
-from .leaks import find_in_bytes, needle_index, text_strings
+from .leaks import find_in_joined, needle_index, text_strings
 from .opclass import GEMM_CLASSES, node_class
 from .policy import HOT_ATTRIBUTES, Policy
 
@@ -52,7 +57,6 @@ class RankSurvey:
     rank: int
     nodes: int
     first_start_us: int | None  # earliest non-zero start_time_micros
-    first_ts_ns: int | None  # earliest ts_ns attribute
     pg_names: frozenset[str]
     declared: dict[str, tuple[int, ...]]  # groups declared by METADATA nodes
 
@@ -60,13 +64,11 @@ class RankSurvey:
 def survey_rank(item: tuple[int, str]) -> RankSurvey:
     """Executor task: what the job-wide choices need from one rank file (:func:`etkit.model.survey.survey_file`)."""
     rank, path = item
-    survey = survey_file(path, ints=("ts_ns",), start=True)
+    survey = survey_file(path, start=True)
     start = survey.start if survey.start is not None else np.zeros(0, dtype=np.uint64)
     timed = start[start > 0]
-    ts = survey.ints["ts_ns"]
-    ts = ts[(ts != MISSING) & (ts > 0)]
-    return RankSurvey(rank, len(survey), int(timed.min()) if timed.size else None, int(ts.min()) if ts.size else None,
-                      survey.pg_names, dict(survey.declared.groups))
+    return RankSurvey(rank, len(survey), int(timed.min()) if timed.size else None, survey.pg_names,
+                      dict(survey.declared.groups))
 
 
 @dataclass(frozen=True)
@@ -495,14 +497,16 @@ class _RankWriter:
         framed, _, lengths = encode_nodes(nodes, framed=True)
         if lengths.size and not lengths.min():
             raise ValueError("refusing to write an empty node record")  # as TraceWriter does
-        data = frame(_metadata(trace, policy).SerializeToString()) + framed
+        head = frame(_metadata(trace, policy).SerializeToString())
         with atomic_output(task.target, compress=False) as out:
-            out.write(data)
+            out.write(head)
+            out.write(framed)
         self.outcome.tensors = self.io.tensors_renumbered
         self.outcome.strings = text_strings(strings)
         # the leak search of this output for the strings this task knows of (the caller searches it for the others)
         searched = searched_strings(self.outcome.strings | task.shared, policy, task.vocabulary)
-        self.outcome.leaks = {s.decode("utf-8", "surrogatepass") for s in find_in_bytes(data, needle_index(searched))}
+        found = find_in_joined(head, framed, needle_index(searched))
+        self.outcome.leaks = {s.decode("utf-8", "surrogatepass") for s in found}
         return self.outcome
 
 
@@ -542,7 +546,7 @@ class _RankView:
             have = np.flatnonzero(parts.io_off[:, side] >= 0)
             rows.append(have)
             off, size = parts.text_off[have], parts.text_len[have]
-            values.append(joined_spans(blob, off[:, 3 * side], size[:, 3 * side], b"\x1f"))
+            values.append(_joined_texts(blob, off[:, 3 * side], size[:, 3 * side]))
             value_len.append(np.where(off[:, 3 * side] >= 0, size[:, 3 * side], 0).astype(np.int64))
             shapes.append(span_table(parts.buf, off[:, 3 * side + 1], size[:, 3 * side + 1], padded=True))
             types.append(span_table(parts.buf, off[:, 3 * side + 2], size[:, 3 * side + 2], padded=True))
@@ -591,6 +595,14 @@ class _RankView:
 
 
 _COLUMN_ATTRS = frozenset(HOT_ATTRIBUTES)
+
+
+def _joined_texts(blob: bytes, off: np.ndarray, length: np.ndarray) -> bytes:
+    """:func:`~etkit.format.parts.joined_spans` by \\x1f (the values texts :class:`IoRewriter` takes), in C
+    where :data:`etkit.anonymize.kernel.SCAN` is built."""
+    if kernel.SCAN is not None:
+        return kernel.SCAN.joined(blob, int64s(off), int64s(length), 0x1F)
+    return joined_spans(blob, off, length, b"\x1f")
 
 
 def rewrite_rank(task: RankTask) -> RankOutcome:
