@@ -224,15 +224,22 @@ def test_frame_starts_are_the_same(payloads, edits, cut) -> None:  # type: ignor
         if buf:
             buf[pos % len(buf)] = value
     data = bytes(buf[:len(buf) - min(cut, len(buf))])
-    got = []
+    got, tables = [], []
     for kernel in (KERNEL, None):
         saved, wire.KERNEL = wire.KERNEL, kernel
         try:
             starts = stream._frame_starts(data)
+            for allow_empty in (False, True):
+                try:
+                    table = frame_table(data, "<test>", allow_empty=allow_empty)
+                    tables.append([(c.dtype.str, c.tolist()) for c in (table.start, table.offset, table.length)])
+                except EtkitError as exc:
+                    tables.append(str(exc))
         finally:
             wire.KERNEL = saved
         got.append(None if starts is None else starts.tolist())
     assert got[0] == got[1]
+    assert tables[:2] == tables[2:]  # (the frame table, which the kernel's chain walk decodes itself)
 
 
 @pytest.mark.shared_data
@@ -242,6 +249,13 @@ def test_frame_starts_of_a_big_real_buffer_are_the_same(upstream: Path, monkeypa
     assert len(buf) > stream._SPLIT_FRAMING
     kernel, numpy_walk = _walks(monkeypatch, lambda: stream._frame_starts(buf).tolist())
     assert kernel == numpy_walk
+
+    def table() -> list[list[int]]:  # (with the kernel: the lengths its chain walk decodes)
+        found = frame_table(buf, "<test>")
+        return [found.start.tolist(), found.offset.tolist(), found.length.tolist()]
+
+    kernel, numpy_walk = _walks(monkeypatch, table)
+    assert kernel == numpy_walk and max(kernel[2]) >= 1 << 14  # records of 16 KiB and more among them
 
 
 def test_top_bit_bytes_are_counted_as_numpy_counts_them(monkeypatch: pytest.MonkeyPatch) -> None:

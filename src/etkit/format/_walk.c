@@ -37,9 +37,24 @@ static inline void note(Err *err, int kind, Py_ssize_t step) {
 
 #if defined(__GNUC__)
 #define LIKELY(x) __builtin_expect(!!(x), 1)
+/* Ask for the cache line at p ahead of its use (a hint: never faults, whatever p is). The chain of frames
+ * follows records whose starts depend on the bytes before them, so without it each record of a buffer bigger
+ * than the caches waits on memory (half of frames()' time on a 114 MB file). */
+#define PREFETCH(p) __builtin_prefetch((const void *)(p))
 #else
 #define LIKELY(x) (x)
+#define PREFETCH(p) ((void)0)
 #endif
+/* How far ahead of the walk (in bytes) PREFETCH asks for the buffer's lines. */
+#define AHEAD 4096
+
+/* The two cache lines AHEAD bytes past b[p] asked for (records of up to two lines read later), when in b */
+static inline void ahead(const uint8_t *b, Py_ssize_t size, Py_ssize_t p) {
+    if (p >= 0 && p + AHEAD + 64 < size) {
+        PREFETCH(b + p + AHEAD);
+        PREFETCH(b + p + AHEAD + 64);
+    }
+}
 
 /* The eight bytes at p as a little-endian word. */
 static inline uint64_t load64(const uint8_t *p) {
@@ -1201,24 +1216,29 @@ done:
 /* ---- frames(buf) ----------------------------------------------------------------------------------- */
 
 PyDoc_STRVAR(frames_doc,
-"frames(buf)\n\n"
+"frames(buf, table=False)\n\n"
 "Where every frame of buf starts, following the chain of varint32 length prefixes from byte 0, as\n"
 "etkit.format.stream._frame_starts does (int64 bytearray); None if a prefix is cut or longer than five\n"
-"bytes. Only the last frame can run past the end of buf (the caller checks).");
+"bytes. Only the last frame can run past the end of buf (the caller checks). With table: (starts, payload\n"
+"offsets, payload lengths), as etkit.format.stream.frame_table decodes them from the starts.");
 
 static PyObject *frames(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *ob;
-    if (!PyArg_ParseTuple(args, "O", &ob)) return NULL;
+    int table = 0;
+    if (!PyArg_ParseTuple(args, "O|p", &ob, &table)) return NULL;
     Buf B = {0};
-    PyObject *result = NULL;
-    Vec starts = {NULL, 0, 0, sizeof(int64_t)};
+    PyObject *result = NULL, *cols[3] = {NULL, NULL, NULL};
+    Vec vecs[3] = {{NULL, 0, 0, sizeof(int64_t)}, {NULL, 0, 0, sizeof(int64_t)}, {NULL, 0, 0, sizeof(int64_t)}};
+    int kept = table ? 3 : 1;
     if (get_buf(ob, &B, 1, "buf") < 0) goto done;
     const uint8_t *b = B.view.buf;
     Py_ssize_t size = B.view.len, pos = 0;
-    if (size && grow(&starts, size / 64) < 0) goto nomem;
+    for (int c = 0; c < kept; c++)
+        if (size && grow(&vecs[c], size / 64) < 0) goto nomem;
     while (pos < size) {
-        int64_t *at = push(&starts);
+        ahead(b, size, pos);
+        int64_t *at = push(&vecs[0]);
         if (at == NULL) goto nomem;
         *at = pos;
         uint64_t length = 0;
@@ -1233,16 +1253,35 @@ static PyObject *frames(PyObject *self, PyObject *args) {
             length |= (uint64_t)(byte & 0x7F) << (7 * k);
             if (byte < 0x80) break;
         }
-        pos += k + 1 + (Py_ssize_t)(length & 0xFFFFFFFFULL);
+        length &= 0xFFFFFFFFULL;
+        if (table) {
+            int64_t *off = push(&vecs[1]), *len = push(&vecs[2]);
+            if (off == NULL || len == NULL) goto nomem;
+            *off = pos + k + 1;
+            *len = (int64_t)length;
+        }
+        pos += k + 1 + (Py_ssize_t)length;
     }
-    char *data = NULL;
-    result = new_array(starts.size * 8, &data);
-    if (result != NULL && starts.size) memcpy(data, starts.data, (size_t)starts.size * 8);
+    for (int c = 0; c < kept; c++) {
+        char *data = NULL;
+        cols[c] = new_array(vecs[c].size * 8, &data);
+        if (cols[c] == NULL) goto done;
+        if (vecs[c].size) memcpy(data, vecs[c].data, (size_t)vecs[c].size * 8);
+    }
+    if (table) {
+        result = PyTuple_Pack(3, cols[0], cols[1], cols[2]);
+    } else {
+        result = cols[0];
+        cols[0] = NULL;
+    }
     goto done;
 nomem:
     PyErr_NoMemory();
 done:
-    PyMem_Free(starts.data);
+    for (int c = 0; c < 3; c++) {
+        Py_XDECREF(cols[c]);
+        PyMem_Free(vecs[c].data);
+    }
     release(&B);
     return result;
 }

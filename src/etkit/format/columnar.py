@@ -1455,8 +1455,11 @@ def join_columns(parts: list[Columns], ints: dict[str, np.ndarray] | None = None
     def cat(column: str) -> np.ndarray:
         return np.concatenate(take(column))
 
+    identity = [bool((remap == np.arange(remap.size)).all()) for remap in remaps]  # (the first part's, at least)
+
     def strings(column: str) -> np.ndarray:
-        return np.concatenate([_remapped(idx, remap) for idx, remap in zip(take(column), remaps)])
+        return np.concatenate([idx if same and idx.dtype == np.int32 else _remapped(idx, remap)
+                               for idx, remap, same in zip(take(column), remaps, identity)])
 
     def csr(ptr_column: str) -> np.ndarray:
         ptrs = take(ptr_column)
