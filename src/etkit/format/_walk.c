@@ -810,8 +810,8 @@ static PyObject *columns(PyObject *self, PyObject *args) {
     if (PyObject_GetBuffer(orows, &R, PyBUF_STRIDES | PyBUF_WRITABLE) < 0) goto done;
     r_held = 1;
     Py_ssize_t n = w.n;
-    if (IK.view.len != 64 || R.ndim != 2 || R.itemsize != 8 || R.shape[1] != n) {
-        PyErr_SetString(PyExc_ValueError, "columns: int_codes or int_rows has the wrong size");
+    if (IK.view.len != 64 || R.ndim != 2 || R.itemsize != 8 || R.shape[1] != n || n > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "columns: int_codes or int_rows has the wrong size, or more than 2**31 records");
         goto done;
     }
     const HotNames hot = w.hot;
