@@ -50,11 +50,33 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _decoded(buf: bytes, **options: Any) -> Any:
+def _decoded(buf: bytes, *, keep: bool = True, **options: Any) -> Any:
+    """The columns of a whole file and (``keep``) the walk's spans; without spans the kernel builds the columns
+    itself (``_walk.columns``), with them from its spans (``_walk.lean``)."""
     frames = frame_table(buf, "<test>", allow_empty=True)
-    spans: list[Any] = []
+    spans: list[Any] | None = [] if keep else None
     columns = decode_columns(buf, frames.start[1:], frames.offset[1:], frames.length[1:], spans=spans, **options)
     return _plain((columns, spans))
+
+
+def _chunk_verdict(records: list[bytes], names: bool = True, attrs: frozenset[str] | None = None,
+                   deps: bool = True) -> Any:
+    """What the lean walk of one chunk gives without spans to keep (the kernel's ``columns``): its columns, proof
+    and integer rows, or the kind of its refusal; a refusal leaves the integer rows as they were (MISSING)."""
+    lengths = np.array([len(r) for r in records], dtype=np.int64)
+    rec_end = np.cumsum(lengths)
+    buf = b"".join(records) + bytes(PAD)
+    hot = columnar._hot(attrs, deps)
+    int_rows = np.full((len(hot.ints), len(records)), columnar.MISSING, dtype=np.int64)
+    try:
+        columns, proven = columnar._lean_chunk(buf, np.frombuffer(buf, dtype=np.uint8), rec_end - lengths, rec_end,
+                                               int_rows, names, None, hot)
+    except columnar._Unusual:
+        assert (int_rows == columnar.MISSING).all()
+        return "unusual"
+    except (WireFault, IndexError, ValueError):
+        return "fault"
+    return _plain((columns, proven, int_rows))
 
 
 def _verdict(records: list[bytes], texts: bool = True) -> Any:
@@ -108,13 +130,15 @@ def test_every_upstream_vector_decodes_the_same(upstream: Path, monkeypatch: pyt
         for options in ({}, {"names": False}, {"deps": False, "attrs": ("comm_type", "pg_name")}):
             kernel, numpy_walk = _walks(monkeypatch, lambda: _decoded(buf, **options))  # noqa: B023
             assert kernel == numpy_walk, (path, options)
+            direct, numpy_direct = _walks(monkeypatch, lambda: _decoded(buf, keep=False, **options))  # noqa: B023
+            assert direct == numpy_direct and direct[0] == kernel[0], (path, options)
 
 
 def test_every_mutation_of_lean_records_gets_the_same_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
     record = _lean_node()
     other = Node(id=1, name="x", ctrl_deps=[0]).SerializeToString()
     assert _walks(monkeypatch, lambda: _verdict([record, other]))[0] not in ("unusual", "fault")
-    verdicts = set()
+    verdicts, directs = set(), set()
     for at in range(len(record)):
         for mutated in (record[:at], record[:at] + bytes([record[at] ^ 0x80]) + record[at + 1:],
                         record[:at] + b"\xff" + record[at + 1:], record[:at] + b"\x00" + record[at + 1:],
@@ -122,7 +146,12 @@ def test_every_mutation_of_lean_records_gets_the_same_verdict(monkeypatch: pytes
             kernel, numpy_walk = _walks(monkeypatch, lambda: _verdict([other, mutated, other]))  # noqa: B023
             assert kernel == numpy_walk, (at, mutated)
             verdicts.add(kernel if isinstance(kernel, str) else "parts")
-    assert verdicts == {"parts", "unusual", "fault"}
+            for options in ({}, {"names": False, "deps": False, "attrs": frozenset({"pg_name", "tid"})}):
+                direct, numpy_direct = _walks(monkeypatch,
+                                              lambda: _chunk_verdict([other, mutated, other], **options))  # noqa: B023
+                assert direct == numpy_direct, (at, mutated, options)
+                directs.add(direct if isinstance(direct, str) else "parts")
+    assert verdicts == directs == {"parts", "unusual", "fault"}
 
 
 @settings(max_examples=200, deadline=None)
@@ -135,13 +164,17 @@ def test_random_records_get_the_same_verdict(node_list, data) -> None:  # type: 
         if mutated:
             mutated[pos % len(mutated)] = value
     records[row] = bytes(mutated)
-    verdicts = []
+    names, deps = data.draw(st.booleans(), label="names"), data.draw(st.booleans(), label="deps")
+    attrs = data.draw(st.none() | st.frozensets(st.sampled_from(columnar.HOT_ATTRS)), label="attrs")
+    verdicts, direct = [], []
     for kernel in (KERNEL, None):  # (hypothesis and function-scoped fixtures do not mix: patched by hand)
         saved, wire.KERNEL = wire.KERNEL, kernel
         try:
             verdicts.append(_verdict(records, data.draw(st.booleans(), label=f"texts {kernel is None}")))
+            direct.append(_chunk_verdict(records, names, attrs, deps))
         finally:
             wire.KERNEL = saved
+    assert direct[0] == direct[1]
     if not any(isinstance(v, str) for v in verdicts):  # (texts drawn apart: compare what both give)
         assert verdicts[0][:1] == verdicts[1][:1]
     else:
@@ -191,15 +224,22 @@ def test_frame_starts_are_the_same(payloads, edits, cut) -> None:  # type: ignor
         if buf:
             buf[pos % len(buf)] = value
     data = bytes(buf[:len(buf) - min(cut, len(buf))])
-    got = []
+    got, tables = [], []
     for kernel in (KERNEL, None):
         saved, wire.KERNEL = wire.KERNEL, kernel
         try:
             starts = stream._frame_starts(data)
+            for allow_empty in (False, True):
+                try:
+                    table = frame_table(data, "<test>", allow_empty=allow_empty)
+                    tables.append([(c.dtype.str, c.tolist()) for c in (table.start, table.offset, table.length)])
+                except EtkitError as exc:
+                    tables.append(str(exc))
         finally:
             wire.KERNEL = saved
         got.append(None if starts is None else starts.tolist())
     assert got[0] == got[1]
+    assert tables[:2] == tables[2:]  # (the frame table, which the kernel's chain walk decodes itself)
 
 
 @pytest.mark.shared_data
@@ -209,6 +249,13 @@ def test_frame_starts_of_a_big_real_buffer_are_the_same(upstream: Path, monkeypa
     assert len(buf) > stream._SPLIT_FRAMING
     kernel, numpy_walk = _walks(monkeypatch, lambda: stream._frame_starts(buf).tolist())
     assert kernel == numpy_walk
+
+    def table() -> list[list[int]]:  # (with the kernel: the lengths its chain walk decodes)
+        found = frame_table(buf, "<test>")
+        return [found.start.tolist(), found.offset.tolist(), found.length.tolist()]
+
+    kernel, numpy_walk = _walks(monkeypatch, table)
+    assert kernel == numpy_walk and max(kernel[2]) >= 1 << 14  # records of 16 KiB and more among them
 
 
 def test_top_bit_bytes_are_counted_as_numpy_counts_them(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -229,3 +276,31 @@ def test_packed_lists_of_ten_and_eleven_byte_varints(monkeypatch: pytest.MonkeyP
         kernel, numpy_walk = _walks(monkeypatch, lambda: _verdict([record]))  # noqa: B023
         assert kernel == numpy_walk
         assert (kernel if isinstance(kernel, str) else "parts") == verdict
+        for deps in (True, False):
+            direct, numpy_direct = _walks(monkeypatch, lambda: _chunk_verdict([record], deps=deps))  # noqa: B023
+            assert direct == numpy_direct and (direct if isinstance(direct, str) else "parts") == verdict
+
+
+def test_hot_attributes_in_any_order_and_kind_are_the_same_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel's columns (``_walk.columns``) against the numpy walk where the order matters: repeated hot
+    attributes (the last wins), ``pg_name`` at different field positions of different records (its string table
+    in walk order), integer and valueless ``pg_name`` values, every integer kind, deps packed and single."""
+    records = [
+        Node(id=1, name="a", attr=[make_attr("pg_name", "late"), make_attr("comm_size", 3),
+                                   make_attr("comm_size", -4, kind="sint32_val")]).SerializeToString(),
+        Node(id=2, attr=[make_attr("pg_name", "early")]).SerializeToString(),
+        Node(id=3, name="early", data_deps=[1, 2], attr=[make_attr("pg_name", 7, kind="int64_val"),
+                                                         make_attr("is_cpu_op", 2, kind="int32_val"),
+                                                         make_attr("is_cpu_op", True)]).SerializeToString()
+        + _varint_field(5, 9) + _varint_field(4, 1),
+        Node(id=4, attr=[make_attr("pg_name", "x"), make_attr("pg_name", 1.5, kind="double_val"), make_attr("tid", 1 << 63,
+                                                                                         kind="uint64_val"),
+                         make_attr("stream", 5, kind="fixed32_val"), make_attr("num_ops", -1, kind="sfixed64_val"),
+                         make_attr("tensor_size", -2, kind="int32_val")]).SerializeToString(),
+        _varint_field(1, 5) + _len_field(10, _len_field(1, b"pg_name")),  # a pg_name without a value
+        b"",
+    ]
+    for attrs in (None, frozenset({"pg_name"}), frozenset({"is_cpu_op", "tid"})):
+        for names, deps in ((True, True), (False, False)):
+            direct, numpy_walk = _walks(monkeypatch, lambda: _chunk_verdict(records, names, attrs, deps))  # noqa: B023
+            assert direct == numpy_walk and not isinstance(direct, str), (attrs, names, deps)

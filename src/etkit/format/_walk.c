@@ -37,9 +37,24 @@ static inline void note(Err *err, int kind, Py_ssize_t step) {
 
 #if defined(__GNUC__)
 #define LIKELY(x) __builtin_expect(!!(x), 1)
+/* Ask for the cache line at p ahead of its use (a hint: never faults, whatever p is). The chain of frames
+ * follows records whose starts depend on the bytes before them, so without it each record of a buffer bigger
+ * than the caches waits on memory (half of frames()' time on a 114 MB file). */
+#define PREFETCH(p) __builtin_prefetch((const void *)(p))
 #else
 #define LIKELY(x) (x)
+#define PREFETCH(p) ((void)0)
 #endif
+/* How far ahead of the walk (in bytes) PREFETCH asks for the buffer's lines. */
+#define AHEAD 4096
+
+/* The two cache lines AHEAD bytes past b[p] asked for (records of up to two lines read later), when in b */
+static inline void ahead(const uint8_t *b, Py_ssize_t size, Py_ssize_t p) {
+    if (p >= 0 && p + AHEAD + 64 < size) {
+        PREFETCH(b + p + AHEAD);
+        PREFETCH(b + p + AHEAD + 64);
+    }
+}
 
 /* The eight bytes at p as a little-endian word. */
 static inline uint64_t load64(const uint8_t *p) {
@@ -163,6 +178,26 @@ static int grow_steps(Steps *c, int k, Py_ssize_t step) {
     return count_step(c, k, step);
 }
 
+/* high_bytes() of the records b[start[i]:end[i]]: the count, -1 (out of order) or -2 (outside b) */
+static long long count_high(const uint8_t *b, Py_ssize_t size, const int64_t *start, const int64_t *end, Py_ssize_t n) {
+    long long total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i && start[i] < end[i - 1]) return -1;
+        if (start[i] < 0 || end[i] > size || start[i] > end[i]) return -2;
+        long long c = 0;
+        Py_ssize_t k = start[i];
+        while (k + 8 <= end[i]) { /* eight byte lanes count the top bits of up to 255 words, then are summed */
+            uint64_t lanes = 0;
+            for (int w = 0; w < 255 && k + 8 <= end[i]; w++, k += 8) lanes += (load64(b + k) >> 7) & 0x0101010101010101ULL;
+            uint64_t pairs = (lanes & 0x00FF00FF00FF00FFULL) + ((lanes >> 8) & 0x00FF00FF00FF00FFULL); /* 16-bit lanes */
+            c += (long long)((pairs * 0x0001000100010001ULL) >> 48);
+        }
+        for (; k < end[i]; k++) c += b[k] >> 7;
+        total += c;
+    }
+    return total;
+}
+
 /* ---- lean(b, rec_off, rec_end, node_codes, io_codes, value_tags, name_tag, io_kinds, attr_kind, texts) --- */
 
 typedef struct { /* a Node field the walk keeps, in record order */
@@ -209,6 +244,13 @@ typedef struct { /* what columnar._lean_attributes checks, over all attributes, 
     int heads_in, short_name, value_word, scalar, readable, exact, hot_readable;
     int64_t high;
 } AttrChecks;
+
+/* The verdict of the attributes' checks, in the order columnar._lean_attributes makes them (it reads a hot
+ * name's second word after all the others) */
+static int attr_status(const AttrChecks *ck) {
+    return !ck->heads_in ? FAULT : !ck->short_name ? UNUSUAL : !ck->value_word ? FAULT : !ck->scalar ? UNUSUAL
+           : !ck->readable ? FAULT : !ck->exact ? UNUSUAL : !ck->hot_readable ? FAULT : OK;
+}
 
 typedef struct {
     Err err;
@@ -335,6 +377,119 @@ static int walk_io(const uint8_t *b, Py_ssize_t size, Py_ssize_t p, Py_ssize_t e
 
 #define NODE_KINDS 8
 
+typedef struct { /* one top-level field of a Node record, as node_field reads it */
+    int code;             /* its tag's code (lean's node_codes) */
+    int vl;               /* the byte length of its varint */
+    uint64_t v;           /* the varint: the value, or the length of a length-delimited field */
+    Py_ssize_t at, after; /* where its value (or payload) starts, and where the field ends */
+    Py_ssize_t step;      /* its position in the record (set by next_field) */
+} NodeField;
+
+/* The Node field at b[p] of a record that ends at e: OK with *f filled, UNUSUAL (a tag the lean walk does not
+ * take) or FAULT (bytes it cannot read: cut, over-long or past the record), as the numpy walk decides them. */
+static inline int node_field(const uint8_t *b, Py_ssize_t size, Py_ssize_t p, Py_ssize_t e, const int8_t *codes,
+                             NodeField *f) {
+    if (p < 0 || p >= size) return FAULT;
+    int code = codes[b[p]];
+    if (code < 0 || (code >= 4 && code < 8) || code >= 24) return UNUSUAL;
+    int vl = read_varint(b, size, p + 1, &f->v);
+    if (vl <= 0) return FAULT;
+    Py_ssize_t at = p + 1 + vl, after = at;
+    if (code >= 8 && code < 16) { /* length-delimited: the length must fit the record */
+        if (f->v > LENGTH_LIMIT) return FAULT;
+        after += (Py_ssize_t)f->v;
+    }
+    if (after > e) return FAULT;
+    f->code = code;
+    f->vl = vl;
+    f->at = at;
+    f->after = after;
+    return OK;
+}
+
+/* The buffers lean() and columns() read: the records and the walk's tables (see lean's docstring) */
+typedef struct {
+    Buf B, O, E, NC, IC, VT, W0, W1, ID;
+    HotNames hot;
+    const uint8_t *b;
+    Py_ssize_t size, n;
+    const int64_t *rec_off, *rec_end;
+    const int8_t *codes, *io_codes;
+    const int16_t *vt;
+} Walk;
+
+/* Take the buffers of a walk (released by walk_release whatever this returns); -1 with an exception set. */
+static int walk_bufs(Walk *w, const char *name, PyObject *ob, PyObject *ooff, PyObject *oend, PyObject *onodes,
+                     PyObject *oio, PyObject *otags, PyObject *ow0, PyObject *ow1, PyObject *oid, unsigned long long mult,
+                     int shift) {
+    if (get_buf(ob, &w->B, 1, "b") < 0 || get_buf(ooff, &w->O, 8, "rec_off") < 0 || get_buf(oend, &w->E, 8, "rec_end") < 0 ||
+        get_buf(onodes, &w->NC, 1, "node_codes") < 0 || get_buf(oio, &w->IC, 1, "io_codes") < 0 ||
+        get_buf(otags, &w->VT, 2, "value_tags") < 0 || get_buf(ow0, &w->W0, 8, "hot w0") < 0 ||
+        get_buf(ow1, &w->W1, 8, "hot w1") < 0 || get_buf(oid, &w->ID, 8, "hot ids") < 0)
+        return -1;
+    if (w->O.view.len != w->E.view.len || w->NC.view.len != 256 || w->IC.view.len != 256 ||
+        w->VT.view.len != 65536 * 2 || shift < 1 || shift > 63 || w->W0.view.len != ((Py_ssize_t)8 << (64 - shift)) ||
+        w->W1.view.len != w->W0.view.len || w->ID.view.len != w->W0.view.len) {
+        PyErr_Format(PyExc_ValueError, "%s: rec_off and rec_end differ in length, or a table has the wrong size", name);
+        return -1;
+    }
+    HotNames hot = {w->W0.view.buf, w->W1.view.buf, w->ID.view.buf, (uint64_t)mult, shift};
+    w->hot = hot;
+    w->b = w->B.view.buf;
+    w->size = w->B.view.len;
+    w->n = w->O.view.len / 8;
+    w->rec_off = w->O.view.buf;
+    w->rec_end = w->E.view.buf;
+    w->codes = w->NC.view.buf;
+    w->io_codes = w->IC.view.buf;
+    w->vt = w->VT.view.buf;
+    return 0;
+}
+
+static void walk_release(Walk *w) {
+    Buf *bufs[] = {&w->B, &w->O, &w->E, &w->NC, &w->IC, &w->VT, &w->W0, &w->W1, &w->ID};
+    for (size_t k = 0; k < sizeof(bufs) / sizeof(bufs[0]); k++) release(bufs[k]);
+}
+
+static void sides_init(Side sides[2]) {
+    memset(sides, 0, 2 * sizeof(Side));
+    for (int k = 0; k < 2; k++) {
+        sides[k].steps.width = 1;
+        sides[k].first.item = sizeof(int64_t);
+        sides[k].texts.item = sizeof(Text);
+    }
+}
+
+static void sides_free(Side sides[2]) {
+    for (int k = 0; k < 2; k++) {
+        PyMem_Free(sides[k].steps.counts);
+        PyMem_Free(sides[k].first.data);
+        PyMem_Free(sides[k].texts.data);
+    }
+}
+
+typedef struct { /* where the walk of one record is: the next field at p, the record's end e, the step */
+    Py_ssize_t p, e, step;
+} Cursor;
+
+/* The step loop of the numpy walk over one record: the record's next field into *f (1), or 0 at its end, at a
+ * step past the error that decides already, or at an error (noted in err). */
+static inline int next_field(const Walk *w, Cursor *c, Err *err, NodeField *f) {
+    if (c->p >= c->e || (err->kind != OK && c->step > err->step)) return 0;
+    if (c->step >= MAX_STEPS) {
+        note(err, UNUSUAL, c->step);
+        return 0;
+    }
+    int bad = node_field(w->b, w->size, c->p, c->e, w->codes, f);
+    if (bad) {
+        note(err, bad, c->step);
+        return 0;
+    }
+    f->step = c->step++;
+    c->p = f->after;
+    return 1;
+}
+
 PyDoc_STRVAR(lean_doc,
 "lean(b, rec_off, rec_end, node_codes, io_codes, value_tags, name_tag, io_kinds, attr_kind, texts)\n\n"
 "columnar's lean walk of the Node records b[rec_off[i]:rec_end[i]] (int64 buffers), their IOInfo messages\n"
@@ -365,37 +520,23 @@ static PyObject *lean(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "lean: io_kinds and attr_kind must be distinct kinds 0..7");
         return NULL;
     }
-    Buf B = {0}, O = {0}, E = {0}, NC = {0}, IC = {0}, VT = {0}, W0 = {0}, W1 = {0}, ID = {0};
+    Walk w;
+    memset(&w, 0, sizeof(w));
     PyObject *result = NULL;
     PyObject *objs[32] = {NULL};
     int nobj = 0;
     Steps steps = {NULL, 0, 0, NODE_KINDS};
     Vec fields = {NULL, 0, 0, sizeof(Field)}, attrs = {NULL, 0, 0, sizeof(Attr)};
     Side sides[2];
-    memset(sides, 0, sizeof(sides));
-    for (int k = 0; k < 2; k++) {
-        sides[k].steps.width = 1;
-        sides[k].first.item = sizeof(int64_t);
-        sides[k].texts.item = sizeof(Text);
-    }
+    sides_init(sides);
     Py_ssize_t *pos = NULL, *inv[2] = {NULL, NULL};
-    if (get_buf(ob, &B, 1, "b") < 0 || get_buf(ooff, &O, 8, "rec_off") < 0 || get_buf(oend, &E, 8, "rec_end") < 0 ||
-        get_buf(onodes, &NC, 1, "node_codes") < 0 || get_buf(oio, &IC, 1, "io_codes") < 0 ||
-        get_buf(otags, &VT, 2, "value_tags") < 0 || get_buf(ow0, &W0, 8, "hot w0") < 0 || get_buf(ow1, &W1, 8, "hot w1") < 0 ||
-        get_buf(oid, &ID, 8, "hot ids") < 0)
-        goto done;
-    if (O.view.len != E.view.len || NC.view.len != 256 || IC.view.len != 256 || VT.view.len != 65536 * 2 || shift < 1 ||
-        shift > 63 || W0.view.len != ((Py_ssize_t)8 << (64 - shift)) || W1.view.len != W0.view.len ||
-        ID.view.len != W0.view.len) {
-        PyErr_SetString(PyExc_ValueError, "lean: rec_off and rec_end differ in length, or a table has the wrong size");
-        goto done;
-    }
-    HotNames hot = {W0.view.buf, W1.view.buf, ID.view.buf, (uint64_t)mult, shift};
-    const uint8_t *b = B.view.buf;
-    Py_ssize_t size = B.view.len, n = O.view.len / 8;
-    const int64_t *rec_off = O.view.buf, *rec_end = E.view.buf;
-    const int8_t *codes = NC.view.buf, *io_codes = IC.view.buf;
-    const int16_t *vt = VT.view.buf;
+    if (walk_bufs(&w, "lean", ob, ooff, oend, onodes, oio, otags, ow0, ow1, oid, mult, shift) < 0) goto done;
+    const HotNames hot = w.hot;
+    const uint8_t *b = w.b;
+    Py_ssize_t size = w.size, n = w.n;
+    const int64_t *rec_off = w.rec_off, *rec_end = w.rec_end;
+    const int8_t *io_codes = w.io_codes;
+    const int16_t *vt = w.vt;
     char *scal_data = NULL;
     PyObject *scal = objs[nobj++] = new_array(4 * n * 8, &scal_data);
     if (scal == NULL) goto done;
@@ -411,41 +552,13 @@ static PyObject *lean(PyObject *self, PyObject *args) {
     int64_t high = 0;
     AttrChecks ck = {1, 1, 1, 1, 1, 1, 1, 0};
     for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t p = rec_off[i], e = rec_end[i];
-        for (Py_ssize_t step = 0; p < e; step++) {
-            if (err.kind != OK && step > err.step) break; /* decided already */
-            if (step >= MAX_STEPS) {
-                note(&err, UNUSUAL, step);
-                break;
-            }
-            if (p < 0 || p >= size) {
-                note(&err, FAULT, step);
-                break;
-            }
-            int code = codes[b[p]];
-            if (code < 0 || (code >= 4 && code < 8) || code >= 24) {
-                note(&err, UNUSUAL, step);
-                break;
-            }
-            uint64_t v;
-            int vl = read_varint(b, size, p + 1, &v);
-            if (vl <= 0) {
-                note(&err, FAULT, step);
-                break;
-            }
+        Cursor cur = {rec_off[i], rec_end[i], 0};
+        NodeField nf;
+        while (next_field(&w, &cur, &err, &nf)) {
+            int code = nf.code, vl = nf.vl;
+            uint64_t v = nf.v;
+            Py_ssize_t at = nf.at, after = nf.after, step = nf.step;
             high += vl - 1;
-            Py_ssize_t at = p + 1 + vl, after = at;
-            if (code >= 8 && code < 16) { /* length-delimited: the length must fit the record */
-                if (v > LENGTH_LIMIT) {
-                    note(&err, FAULT, step);
-                    break;
-                }
-                after += (Py_ssize_t)v;
-            }
-            if (after > e) {
-                note(&err, FAULT, step);
-                break;
-            }
             if (code < 4) {
                 scalars[(Py_ssize_t)code * n + i] = v;
             } else {
@@ -472,7 +585,6 @@ static PyObject *lean(PyObject *self, PyObject *args) {
                     }
                 }
             }
-            p = after;
         }
     }
     /* the fields placed by kind, then step, then record */
@@ -573,9 +685,7 @@ static PyObject *lean(PyObject *self, PyObject *args) {
         if (side_obj[k] == NULL) goto done;
         objs[nobj++] = side_obj[k];
     }
-    /* (columnar reads a hot name's second word after all the checks of _lean_attributes) */
-    int astatus = !ck.heads_in ? FAULT : !ck.short_name ? UNUSUAL : !ck.value_word ? FAULT : !ck.scalar ? UNUSUAL
-                  : !ck.readable ? FAULT : !ck.exact ? UNUSUAL : !ck.hot_readable ? FAULT : OK;
+    int astatus = attr_status(&ck);
     result = Py_BuildValue("(iLOOOOO)OO(iLOOOOOO)", err.kind, (long long)high, scal, cnt, rows, offs, lens,
                            side_obj[0], side_obj[1], astatus, (long long)ck.high, acol[0], acol[1], acol[2], acol[3],
                            acol[4], acol[5]);
@@ -590,20 +700,272 @@ done:
     PyMem_Free(steps.counts);
     PyMem_Free(fields.data);
     PyMem_Free(attrs.data);
-    for (int k = 0; k < 2; k++) {
-        PyMem_Free(sides[k].steps.counts);
-        PyMem_Free(sides[k].first.data);
-        PyMem_Free(sides[k].texts.data);
+    sides_free(sides);
+    walk_release(&w);
+    return result;
+}
+
+/* ---- columns(b, rec_off, rec_end, node_codes, io_codes, value_tags, name_tag, kinds, names, deps, hot, ... -- */
+
+typedef struct { /* an integer attribute of a hot name, stored into int_rows once the chunk is proven readable */
+    int64_t value;
+    int32_t row, id;
+} IntSet;
+
+typedef struct { /* a pg_name attribute: its record, the step of its field, its value as decode_attr reads it */
+    int64_t row, step, kind;
+    uint64_t value;
+    int64_t v_off;
+} PgSet;
+
+/* attrwire.int_values of one value of the oneof member decoded as `code` (columnar._INT_CODES) */
+static inline int64_t int_value(int code, uint64_t v) {
+    switch (code) {
+    case 1: return (int64_t)(int32_t)(uint32_t)v;                                 /* int32 */
+    case 2: return (int64_t)(v & 0xFFFFFFFFULL);                                  /* uint32 */
+    case 3: return v > (uint64_t)INT64_MAX ? INT64_MIN : (int64_t)v;              /* uint64 (too big: MISSING) */
+    case 4: { uint32_t u = (uint32_t)v; return (int64_t)(u >> 1) ^ -(int64_t)(u & 1); } /* sint32 */
+    case 5: return (int64_t)(v >> 1) ^ -(int64_t)(v & 1);                         /* sint64 */
+    case 6: return v != 0;                                                        /* bool */
+    default: return (int64_t)v;                                                   /* int64 */
     }
-    release(&B);
-    release(&O);
-    release(&E);
-    release(&NC);
-    release(&IC);
-    release(&VT);
-    release(&W0);
-    release(&W1);
-    release(&ID);
+}
+
+/* A packed varint list b[at:after] (after > at) as columnar._lean_deps and _checked_deps read it: its top-bit
+ * bytes added to *high and its values pushed onto `values` (NULL: checked only). FAULT if a varint crosses
+ * its end or is longer than ten bytes, or the list lies outside b; -1 out of memory. */
+static int packed_list(const uint8_t *b, Py_ssize_t size, Py_ssize_t at, Py_ssize_t after, Vec *values, int64_t *high) {
+    if (at < 0 || after > size || b[after - 1] >= 0x80) return FAULT;
+    for (Py_ssize_t k = at; k < after;) {
+        uint64_t x = 0;
+        int bytes = 0;
+        for (;;) {
+            uint8_t byte = b[k++];
+            x |= (uint64_t)(byte & 0x7F) << (7 * bytes);
+            bytes++;
+            if (byte < 0x80) break;
+            if (bytes == 10) return FAULT;
+        }
+        *high += bytes - 1;
+        if (values != NULL) {
+            uint64_t *slot = push(values);
+            if (slot == NULL) return -1;
+            *slot = x;
+        }
+    }
+    return OK;
+}
+
+PyDoc_STRVAR(columns_doc,
+"columns(b, rec_off, rec_end, node_codes, io_codes, value_tags, name_tag, kinds, names, deps, hot, int_rows,\n"
+"        int_codes, cpu_id, pg_id)\n\n"
+"columnar._lean_chunk's columns in one pass over the records, without the spans: what lean() walks and checks,\n"
+"with the same verdict, and the columns columnar builds from lean()'s results. kinds: the kinds (as lean()'s\n"
+"node_codes number them) of (name, ctrl, data, inputs, outputs, attr, single ctrl, single data); names: decode\n"
+"the names' spans; deps: the dependency lists' values (else only checked). hot: (w0, w1, id, mult, shift) as\n"
+"lean's. int_rows: writable int64 2-D buffer (a row per integer hot name, a column per record), which receives\n"
+"the integer attributes (the last of a record wins) only when status is 0. int_codes: 64 int8, how the\n"
+"integer value of each oneof member is read (-1: not an integer). cpu_id, pg_id: the hot ids of is_cpu_op\n"
+"and pg_name (-1: not decoded).\n"
+"Returns (status, proven, scalars 4 x n uint64, name_off, name_len int64, ctrl_ptr int64 n + 1, ctrl_deps\n"
+"uint64, data_ptr, data_deps, is_cpu_op int8, (row, step, kind int64, value uint64, v_off int64 of every\n"
+"pg_name attribute, in record order)); status as lean()'s, proven: the records hold no string byte with the\n"
+"top bit set.");
+
+static PyObject *columns(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *ob, *ooff, *oend, *onodes, *oio, *otags, *ow0, *ow1, *oid, *orows, *ocodes;
+    int name_tag, names, deps, shift, cpu_id, pg_id;
+    int kd[8];
+    unsigned long long mult;
+    if (!PyArg_ParseTuple(args, "OOOOOOi(iiiiiiii)pp(OOOKi)OOii", &ob, &ooff, &oend, &onodes, &oio, &otags, &name_tag,
+                          &kd[0], &kd[1], &kd[2], &kd[3], &kd[4], &kd[5], &kd[6], &kd[7], &names, &deps, &ow0, &ow1,
+                          &oid, &mult, &shift, &orows, &ocodes, &cpu_id, &pg_id))
+        return NULL;
+    int seen = 0;
+    for (int k = 0; k < 8; k++) {
+        if (kd[k] < 0 || kd[k] >= NODE_KINDS || (seen >> kd[k]) & 1) {
+            PyErr_SetString(PyExc_ValueError, "columns: kinds must be eight distinct kinds 0..7");
+            return NULL;
+        }
+        seen |= 1 << kd[k];
+    }
+    int name_kind = kd[0], ctrl_kind = kd[1], data_kind = kd[2], in_kind = kd[3], out_kind = kd[4], attr_kind = kd[5],
+        ctrl_one = kd[6], data_one = kd[7];
+    Walk w;
+    memset(&w, 0, sizeof(w));
+    Buf IK = {0};
+    Py_buffer R;
+    int r_held = 0;
+    PyObject *result = NULL;
+    PyObject *objs[24] = {NULL};
+    int nobj = 0;
+    Vec ctrl = {NULL, 0, 0, sizeof(uint64_t)}, data = {NULL, 0, 0, sizeof(uint64_t)};
+    Vec ints = {NULL, 0, 0, sizeof(IntSet)}, pgs = {NULL, 0, 0, sizeof(PgSet)};
+    Side sides[2];
+    sides_init(sides);
+    if (walk_bufs(&w, "columns", ob, ooff, oend, onodes, oio, otags, ow0, ow1, oid, mult, shift) < 0 ||
+        get_buf(ocodes, &IK, 1, "int_codes") < 0)
+        goto done;
+    if (PyObject_GetBuffer(orows, &R, PyBUF_STRIDES | PyBUF_WRITABLE) < 0) goto done;
+    r_held = 1;
+    Py_ssize_t n = w.n;
+    if (IK.view.len != 64 || R.ndim != 2 || R.itemsize != 8 || R.shape[1] != n || n > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "columns: int_codes or int_rows has the wrong size, or more than 2**31 records");
+        goto done;
+    }
+    const HotNames hot = w.hot;
+    const uint8_t *b = w.b;
+    Py_ssize_t size = w.size;
+    const int64_t *rec_off = w.rec_off, *rec_end = w.rec_end;
+    const int8_t *io_codes = w.io_codes, *int_codes = IK.view.buf;
+    const int16_t *vt = w.vt;
+    Py_ssize_t n_ints = R.shape[0];
+    char *sd = NULL, *nod = NULL, *nld = NULL, *cpd = NULL, *dpd = NULL, *cud = NULL;
+    PyObject *scal = objs[nobj++] = new_array(4 * n * 8, &sd);
+    PyObject *noff = objs[nobj++] = new_array(names ? n * 8 : 0, &nod);
+    PyObject *nlen = objs[nobj++] = new_array(names ? n * 8 : 0, &nld);
+    PyObject *cptr = objs[nobj++] = new_array((n + 1) * 8, &cpd);
+    PyObject *dptr = objs[nobj++] = new_array((n + 1) * 8, &dpd);
+    PyObject *cpu = objs[nobj++] = new_array(n, &cud);
+    for (int k = 0; k < nobj; k++)
+        if (objs[k] == NULL) goto done;
+    uint64_t *scalars = (uint64_t *)sd;
+    int64_t *name_off = (int64_t *)nod, *name_len = (int64_t *)nld, *ctrl_ptr = (int64_t *)cpd, *data_ptr = (int64_t *)dpd;
+    int8_t *cpu_col = (int8_t *)cud;
+    memset(scalars, 0, (size_t)4 * n * 8);
+    if (names) {
+        memset(name_off, 0, (size_t)n * 8);
+        memset(name_len, 0, (size_t)n * 8);
+    }
+    memset(ctrl_ptr, 0, (size_t)(n + 1) * 8);
+    memset(data_ptr, 0, (size_t)(n + 1) * 8);
+    memset(cpu_col, 0xFF, (size_t)n);
+    if (n) { /* room for an attribute per 32 bytes (real traces have fewer), 32 a record at most */
+        Py_ssize_t bytes = rec_end[n - 1] - rec_off[0];
+        if (bytes > 0 && grow(&ints, bytes / 32 < 32 * n ? bytes / 32 : 32 * n) < 0) goto nomem;
+    }
+    Err err = {OK, 0};
+    int64_t high = 0, dep_high = 0;
+    int dep_fault = 0;
+    AttrChecks ck = {1, 1, 1, 1, 1, 1, 1, 0};
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Cursor cur = {rec_off[i], rec_end[i], 0};
+        NodeField nf;
+        while (next_field(&w, &cur, &err, &nf)) {
+            high += nf.vl - 1;
+            if (nf.code < 4) {
+                scalars[(Py_ssize_t)nf.code * n + i] = nf.v;
+                continue;
+            }
+            if (err.kind != OK) continue; /* (after an error, nothing kept would be used) */
+            int kind = nf.code & 7;
+            if (nf.code >= 16) { /* a single dependency: its value */
+                if (deps && !dep_fault && (kind == ctrl_one || kind == data_one)) {
+                    uint64_t *slot = push(kind == ctrl_one ? &ctrl : &data);
+                    if (slot == NULL) goto nomem;
+                    *slot = nf.v;
+                }
+            } else if (kind == name_kind) {
+                if (names) { /* a later name wins */
+                    name_off[i] = nf.at;
+                    name_len[i] = (int64_t)nf.v;
+                }
+            } else if (kind == attr_kind) {
+                Attr a = {0, 0, 0, 0, 0, -1};
+                decode_attr(b, size, nf.at, nf.after, vt, name_tag, &hot, &a, &ck);
+                if (a.id >= 0) {
+                    int code = int_codes[a.kind & 63];
+                    if (code >= 0) {
+                        int64_t value = int_value(code, a.value);
+                        if (a.id < n_ints) {
+                            IntSet *set = push(&ints);
+                            if (set == NULL) goto nomem;
+                            set->value = value;
+                            set->row = (int32_t)i;
+                            set->id = (int32_t)a.id;
+                        } else if (a.id == cpu_id) {
+                            cpu_col[i] = value != 0;
+                        }
+                    }
+                    if (a.id == pg_id) {
+                        PgSet *pg = push(&pgs);
+                        if (pg == NULL) goto nomem;
+                        pg->row = i;
+                        pg->step = nf.step;
+                        pg->kind = a.kind;
+                        pg->value = a.value;
+                        pg->v_off = a.v_off;
+                    }
+                }
+            } else if (kind == in_kind || kind == out_kind) {
+                if (walk_io(b, size, nf.at, nf.after, io_codes, 0, &sides[kind == out_kind]) < 0) goto nomem;
+            } else if ((kind == ctrl_kind || kind == data_kind) && nf.v > 0 && !dep_fault) {
+                int got = packed_list(b, size, nf.at, nf.after, deps ? (kind == ctrl_kind ? &ctrl : &data) : NULL,
+                                      &dep_high);
+                if (got < 0) goto nomem;
+                dep_fault = got != OK;
+            }
+        }
+        if (deps) {
+            ctrl_ptr[i + 1] = ctrl.size;
+            data_ptr[i + 1] = data.size;
+        }
+    }
+    /* the verdict, decided in the order columnar's steps decide it: the walk of the records, of each side's
+     * IOInfo, of the attributes, the dependency lists, the records' bytes */
+    int status = err.kind;
+    for (int k = 0; k < 2 && status == OK; k++) status = sides[k].err.kind;
+    if (status == OK)
+        status = attr_status(&ck);
+    if (status == OK && dep_fault) status = FAULT;
+    long long record_high = 0;
+    if (status == OK && n) {
+        record_high = count_high(b, size, rec_off, rec_end, n);
+        if (record_high < 0) status = record_high == -1 ? UNUSUAL : FAULT;
+    }
+    int proven = record_high == high + sides[0].high + sides[1].high + ck.high + dep_high;
+    if (status == OK) {
+        const IntSet *set = (const IntSet *)ints.data;
+        char *base = R.buf;
+        for (Py_ssize_t j = 0; j < ints.size; j++)
+            *(int64_t *)(base + set[j].id * R.strides[0] + (Py_ssize_t)set[j].row * R.strides[1]) = set[j].value;
+    }
+    char *cdd = NULL, *ddd = NULL;
+    PyObject *cdeps = objs[nobj++] = new_array(ctrl.size * 8, &cdd);
+    PyObject *ddeps = objs[nobj++] = new_array(data.size * 8, &ddd);
+    if (cdeps == NULL || ddeps == NULL) goto done;
+    if (ctrl.size) memcpy(cdd, ctrl.data, (size_t)ctrl.size * 8);
+    if (data.size) memcpy(ddd, data.data, (size_t)data.size * 8);
+    char *pd[5] = {NULL};
+    PyObject *pcol[5];
+    for (int k = 0; k < 5; k++) {
+        pcol[k] = objs[nobj++] = new_array(pgs.size * 8, &pd[k]);
+        if (pcol[k] == NULL) goto done;
+    }
+    const PgSet *ps = (const PgSet *)pgs.data;
+    for (Py_ssize_t j = 0; j < pgs.size; j++) {
+        ((int64_t *)pd[0])[j] = ps[j].row;
+        ((int64_t *)pd[1])[j] = ps[j].step;
+        ((int64_t *)pd[2])[j] = ps[j].kind;
+        ((uint64_t *)pd[3])[j] = ps[j].value;
+        ((int64_t *)pd[4])[j] = ps[j].v_off;
+    }
+    result = Py_BuildValue("iOOOOOOOOO(OOOOO)", status, proven ? Py_True : Py_False, scal, noff, nlen, cptr, cdeps,
+                           dptr, ddeps, cpu, pcol[0], pcol[1], pcol[2], pcol[3], pcol[4]);
+    goto done;
+nomem:
+    PyErr_NoMemory();
+done:
+    for (int k = 0; k < nobj; k++) Py_XDECREF(objs[k]);
+    PyMem_Free(ctrl.data);
+    PyMem_Free(data.data);
+    PyMem_Free(ints.data);
+    PyMem_Free(pgs.data);
+    sides_free(sides);
+    if (r_held) PyBuffer_Release(&R);
+    walk_release(&w);
+    release(&IK);
     return result;
 }
 
@@ -854,24 +1216,29 @@ done:
 /* ---- frames(buf) ----------------------------------------------------------------------------------- */
 
 PyDoc_STRVAR(frames_doc,
-"frames(buf)\n\n"
+"frames(buf, table=False)\n\n"
 "Where every frame of buf starts, following the chain of varint32 length prefixes from byte 0, as\n"
 "etkit.format.stream._frame_starts does (int64 bytearray); None if a prefix is cut or longer than five\n"
-"bytes. Only the last frame can run past the end of buf (the caller checks).");
+"bytes. Only the last frame can run past the end of buf (the caller checks). With table: (starts, payload\n"
+"offsets, payload lengths), as etkit.format.stream.frame_table decodes them from the starts.");
 
 static PyObject *frames(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *ob;
-    if (!PyArg_ParseTuple(args, "O", &ob)) return NULL;
+    int table = 0;
+    if (!PyArg_ParseTuple(args, "O|p", &ob, &table)) return NULL;
     Buf B = {0};
-    PyObject *result = NULL;
-    Vec starts = {NULL, 0, 0, sizeof(int64_t)};
+    PyObject *result = NULL, *cols[3] = {NULL, NULL, NULL};
+    Vec vecs[3] = {{NULL, 0, 0, sizeof(int64_t)}, {NULL, 0, 0, sizeof(int64_t)}, {NULL, 0, 0, sizeof(int64_t)}};
+    int kept = table ? 3 : 1;
     if (get_buf(ob, &B, 1, "buf") < 0) goto done;
     const uint8_t *b = B.view.buf;
     Py_ssize_t size = B.view.len, pos = 0;
-    if (size && grow(&starts, size / 64) < 0) goto nomem;
+    for (int c = 0; c < kept; c++)
+        if (size && grow(&vecs[c], size / 64) < 0) goto nomem;
     while (pos < size) {
-        int64_t *at = push(&starts);
+        ahead(b, size, pos);
+        int64_t *at = push(&vecs[0]);
         if (at == NULL) goto nomem;
         *at = pos;
         uint64_t length = 0;
@@ -886,16 +1253,35 @@ static PyObject *frames(PyObject *self, PyObject *args) {
             length |= (uint64_t)(byte & 0x7F) << (7 * k);
             if (byte < 0x80) break;
         }
-        pos += k + 1 + (Py_ssize_t)(length & 0xFFFFFFFFULL);
+        length &= 0xFFFFFFFFULL;
+        if (table) {
+            int64_t *off = push(&vecs[1]), *len = push(&vecs[2]);
+            if (off == NULL || len == NULL) goto nomem;
+            *off = pos + k + 1;
+            *len = (int64_t)length;
+        }
+        pos += k + 1 + (Py_ssize_t)length;
     }
-    char *data = NULL;
-    result = new_array(starts.size * 8, &data);
-    if (result != NULL && starts.size) memcpy(data, starts.data, (size_t)starts.size * 8);
+    for (int c = 0; c < kept; c++) {
+        char *data = NULL;
+        cols[c] = new_array(vecs[c].size * 8, &data);
+        if (cols[c] == NULL) goto done;
+        if (vecs[c].size) memcpy(data, vecs[c].data, (size_t)vecs[c].size * 8);
+    }
+    if (table) {
+        result = PyTuple_Pack(3, cols[0], cols[1], cols[2]);
+    } else {
+        result = cols[0];
+        cols[0] = NULL;
+    }
     goto done;
 nomem:
     PyErr_NoMemory();
 done:
-    PyMem_Free(starts.data);
+    for (int c = 0; c < 3; c++) {
+        Py_XDECREF(cols[c]);
+        PyMem_Free(vecs[c].data);
+    }
     release(&B);
     return result;
 }
@@ -921,28 +1307,7 @@ static PyObject *high_bytes(PyObject *self, PyObject *args) {
     const uint8_t *b = B.view.buf;
     Py_ssize_t size = B.view.len, n = S.view.len / 8;
     const int64_t *start = S.view.buf, *end = E.view.buf;
-    long long total = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (i && start[i] < end[i - 1]) {
-            total = -1;
-            break;
-        }
-        if (start[i] < 0 || end[i] > size || start[i] > end[i]) {
-            total = -2;
-            break;
-        }
-        long long c = 0;
-        Py_ssize_t k = start[i];
-        while (k + 8 <= end[i]) { /* eight byte lanes count the top bits of up to 255 words, then are summed */
-            uint64_t lanes = 0;
-            for (int w = 0; w < 255 && k + 8 <= end[i]; w++, k += 8) lanes += (load64(b + k) >> 7) & 0x0101010101010101ULL;
-            uint64_t pairs = (lanes & 0x00FF00FF00FF00FFULL) + ((lanes >> 8) & 0x00FF00FF00FF00FFULL); /* 16-bit lanes */
-            c += (long long)((pairs * 0x0001000100010001ULL) >> 48);
-        }
-        for (; k < end[i]; k++) c += b[k] >> 7;
-        total += c;
-    }
-    result = PyLong_FromLongLong(total);
+    result = PyLong_FromLongLong(count_high(b, size, start, end, n));
 done:
     release(&B);
     release(&S);
@@ -952,6 +1317,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"lean", lean, METH_VARARGS, lean_doc},
+    {"columns", columns, METH_VARARGS, columns_doc},
     {"strings", strings, METH_VARARGS, strings_doc},
     {"packed", packed, METH_VARARGS, packed_doc},
     {"frames", frames, METH_VARARGS, frames_doc},

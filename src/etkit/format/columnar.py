@@ -1324,6 +1324,8 @@ def _lean_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndar
     ``int_rows``) when the records are not of its shape. ``keep``: the chunk's :class:`WalkSpans` is appended."""
     n = rec_off.size
     hot = hot or _hot(None)
+    if keep is None and _wire.KERNEL is not None:
+        return _kernel_chunk(buf, b, rec_off, rec_end, int_rows, names, hot)
     words = word_view(b)
     scalars, spans, io_texts, attrs, name_ids, high = _lean_parts(b, words, rec_off, rec_end, keep is not None, hot)
     io_spans = [spans[tag].cat() for tag in (_TAG_INPUTS, _TAG_OUTPUTS)]
@@ -1357,6 +1359,51 @@ def _lean_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndar
         keep.append(WalkSpans(io_spans, [_joined_texts(side or []) for side in io_texts], owner, a_start, a_len,
                               spans[_TAG_ATTR].steps(), attrs))
     return columns, proven
+
+
+#: How the C kernel reads the integer value of each oneof member (``_walk.columns``' int_codes; -1: not an integer),
+#: from the decoders :func:`~etkit.format.attrwire.int_values` applies.
+_INT_CODES = np.full(64, -1, dtype=np.int8)
+for _number, (_, _decoder) in VALUE_FIELDS.items():
+    _INT_CODES[_number] = ("int64", "int32", "uint32", "uint64", "sint32", "sint64", "bool").index(_decoder)
+#: The kinds of ``_walk.columns``: name, ctrl and data lists, inputs, outputs, attributes, single ctrl and data deps.
+_KERNEL_COLUMN_KINDS = tuple(_KERNEL_NODE_KINDS.index(tag) for tag in (
+    _TAG_NAME, _TAG_CTRL, _TAG_DATA, _TAG_INPUTS, _TAG_OUTPUTS, _TAG_ATTR, _TAG_CTRL_ONE, _TAG_DATA_ONE))
+
+
+def _kernel_chunk(buf: bytes, b: np.ndarray, rec_off: np.ndarray, rec_end: np.ndarray, int_rows: np.ndarray,
+                  names: bool, hot: _Hot) -> tuple[Columns, bool]:
+    """:func:`_lean_chunk` without spans to keep, by the C kernel's ``columns``: one pass over the records that walks
+    and checks them as :func:`_lean_parts` does and builds the columns that :func:`_lean_chunk` builds from its
+    results (the same columns, the same verdict); the ``pg_name`` strings are then tabled here as there."""
+    n = rec_off.size
+    status, proven, scal, name_off, name_len, ctrl_ptr, ctrl_deps, data_ptr, data_deps, cpu, pg_found = \
+        _wire.KERNEL.columns(b, int64s(rec_off), int64s(rec_end), _KERNEL_NODE_CODES, _KERNEL_IO_CODES, _VALUE_TAGS,
+                             tags.ATTR_NAME, _KERNEL_COLUMN_KINDS, names, hot.deps,
+                             (hot.slot_w0, hot.slot_w1, hot.slot_id, int(hot.slot_mult), int(hot.slot_shift)),
+                             int_rows, _INT_CODES, hot.cpu, hot.pg)
+    _raise_kernel(status, "records the lean walk does not take")
+    ids, raw_type, start, duration = np.frombuffer(scal, dtype=np.uint64).reshape(len(_SCALAR_ROW), n)
+    types = (raw_type & _U32).astype(np.uint32).view(np.int32)
+    if names:
+        name_idx, strings = _string_table(buf, b, np.frombuffer(name_off, dtype=np.int64),
+                                          np.frombuffer(name_len, dtype=np.int64))
+    else:
+        name_idx, strings = np.full(n, -1, dtype=np.int32), []
+    pg = np.full(n, -1, dtype=np.int32)
+    row, step, kind, value, v_off = (np.frombuffer(x, dtype=np.uint64 if k == 3 else np.int64)
+                                     for k, x in enumerate(pg_found))
+    if row.size:  # in walk order (by step, then record), as _hot_columns meets them
+        order = np.argsort(step, kind="stable")
+        row, kind, value, v_off = row[order], kind[order], value[order], v_off[order]
+        pg_strings = _pg_column(buf, b, np.arange(row.size), row, kind, value, v_off, INT_KIND[kind], pg)
+        if pg_strings:
+            pg = _remapped(pg, _merged(strings, pg_strings))
+    columns = Columns(ids, types, name_idx, strings, start, duration, np.frombuffer(data_ptr, dtype=np.int64),
+                      np.frombuffer(data_deps, dtype=np.uint64), np.frombuffer(ctrl_ptr, dtype=np.int64),
+                      np.frombuffer(ctrl_deps, dtype=np.uint64), np.frombuffer(cpu, dtype=np.int8), pg,
+                      dict(zip(hot.ints, int_rows)))
+    return columns, bool(proven)
 
 
 def _joined_texts(steps: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
@@ -1408,8 +1455,11 @@ def join_columns(parts: list[Columns], ints: dict[str, np.ndarray] | None = None
     def cat(column: str) -> np.ndarray:
         return np.concatenate(take(column))
 
+    identity = [bool((remap == np.arange(remap.size)).all()) for remap in remaps]  # (the first part's, at least)
+
     def strings(column: str) -> np.ndarray:
-        return np.concatenate([_remapped(idx, remap) for idx, remap in zip(take(column), remaps)])
+        return np.concatenate([idx if same and idx.dtype == np.int32 else _remapped(idx, remap)
+                               for idx, remap, same in zip(take(column), remaps, identity)])
 
     def csr(ptr_column: str) -> np.ndarray:
         ptrs = take(ptr_column)

@@ -41,6 +41,9 @@ __all__ = [
     "FrameTable",
 ]
 
+#: What the frame readers read: a file's bytes, or a view of them (a batch's joined files without their padding).
+Bytes = bytes | memoryview
+
 _CHUNK = 1 << 20
 _MAX_VARINT32_BYTES = 5
 
@@ -70,7 +73,7 @@ def frame(record: bytes) -> bytes:
     return _prefix(len(record)) + record
 
 
-def _long_length(buf: bytes, pos: int, end: int, path: str | os.PathLike[str], index: int,
+def _long_length(buf: Bytes, pos: int, end: int, path: str | os.PathLike[str], index: int,
                  offset: int) -> tuple[int, int]:
     """Decode a multi-byte varint32 record length at ``pos``; returns (length, position after it)."""
     length = 0
@@ -101,14 +104,19 @@ class FrameTable:
         return int(self.start.size)
 
 
-def frame_table(buf: bytes, path: str | os.PathLike[str], *, allow_empty: bool = False) -> FrameTable:
+def frame_table(buf: Bytes, path: str | os.PathLike[str], *, allow_empty: bool = False) -> FrameTable:
     """Every record of a whole-file buffer as numpy columns; same checks and messages as :func:`iter_records`.
 
     The records' positions depend on each other, so one tight loop follows the chain of length
     prefixes and notes only where each frame starts; lengths and payload offsets are then decoded from
-    those starts with numpy. Any fault sends the file through :func:`_scan_frames_exact`, which raises
-    the precise error for the first faulty record.
+    those starts with numpy (the C kernel's loop notes them as it follows the chain). Any fault sends the
+    file through :func:`_scan_frames_exact`, which raises the precise error for the first faulty record.
     """
+    if wire.KERNEL is not None:  # the chain walk decodes the lengths it follows: (starts, offsets, lengths)
+        found = wire.KERNEL.frames(buf, True)
+        if found is None:
+            return _frame_table_exact(buf, path, allow_empty)
+        return _checked_table(buf, path, allow_empty, *(np.frombuffer(column, dtype=np.int64) for column in found))
     starts = _frame_starts(buf)
     if starts is None:
         return _frame_table_exact(buf, path, allow_empty)
@@ -124,13 +132,20 @@ def frame_table(buf: bytes, path: str | os.PathLike[str], *, allow_empty: bool =
             start = int(starts[row])
             length[row], after = _varint_or_none(buf, start, len(buf))  # type: ignore[misc]
             header[row] = after - start
-    offset = starts + header
+    return _checked_table(buf, path, allow_empty, starts, starts + header, length)
+
+
+def _checked_table(buf: Bytes, path: str | os.PathLike[str], allow_empty: bool, starts: np.ndarray, offset: np.ndarray,
+                   length: np.ndarray) -> FrameTable:
+    """The :class:`FrameTable` of the frames found, once they are known to be the file's: none empty (unless
+    ``allow_empty``), the last ending where the buffer ends; else the record-by-record scan raises the error of
+    the first faulty record."""
     if (not allow_empty and not length[1:].all()) or (starts.size and int(offset[-1] + length[-1]) != len(buf)):
-        return _frame_table_exact(buf, path, allow_empty)  # raises the error of the first faulty record
+        return _frame_table_exact(buf, path, allow_empty)
     return FrameTable(starts, offset, length)
 
 
-def _varint_or_none(buf: bytes, pos: int, end: int) -> tuple[int, int] | None:
+def _varint_or_none(buf: Bytes, pos: int, end: int) -> tuple[int, int] | None:
     """A varint32 record length at ``pos`` and the position after it; ``None`` if cut or over-long."""
     length = 0
     for shift in range(0, 7 * _MAX_VARINT32_BYTES, 7):
@@ -144,7 +159,7 @@ def _varint_or_none(buf: bytes, pos: int, end: int) -> tuple[int, int] | None:
     return None
 
 
-def _frame_starts(buf: bytes) -> np.ndarray | None:
+def _frame_starts(buf: Bytes) -> np.ndarray | None:
     """Start of every frame, following the chain of length prefixes; ``None`` if a prefix is cut or over-long.
 
     Only the last record can run past the end of the buffer; the caller checks that. The C kernel, where
@@ -160,7 +175,7 @@ def _frame_starts(buf: bytes) -> np.ndarray | None:
     return None if walked is None else np.frombuffer(walked[0], dtype=np.int64)
 
 
-def _chain(buf: bytes, pos: int, stop: int) -> tuple[array[int], int] | None:
+def _chain(buf: Bytes, pos: int, stop: int) -> tuple[array[int], int] | None:
     """Frame starts from ``pos`` (a frame start) while below ``stop``, and the first position at or past it;
     ``None`` if a prefix is cut or over-long."""
     starts = array("q")
@@ -192,7 +207,7 @@ _SEGMENT, _GUESS_WINDOW = 1 << 14, 1 << 9
 _MIN_WINDOW = 1 << 7
 
 
-def _split_frame_starts(buf: bytes) -> np.ndarray | None:
+def _split_frame_starts(buf: Bytes) -> np.ndarray | None:
     """:func:`_frame_starts` of a big buffer, the chains of many segments walked in lock-step with numpy.
 
     The chain of length prefixes is inherently sequential, so each segment's walk starts at a guessed
@@ -262,7 +277,7 @@ def _split_frame_starts(buf: bytes) -> np.ndarray | None:
     return np.concatenate([redone[k] if k in redone else out[first[k]:first[k + 1]] for k in range(chains)])
 
 
-def _guessed_starts(buf: bytes, b: np.ndarray) -> np.ndarray:
+def _guessed_starts(buf: Bytes, b: np.ndarray) -> np.ndarray:
     """A likely frame start shortly after the start of each segment (sorted; segments without one are left out).
 
     A likely start is a one- or two-byte length prefix followed by the byte that begins most of the
@@ -311,7 +326,7 @@ def _starts_there(b: np.ndarray, pos: np.ndarray, mark: int) -> np.ndarray:
     return there
 
 
-def _frame_table_exact(buf: bytes, path: str | os.PathLike[str], allow_empty: bool) -> FrameTable:
+def _frame_table_exact(buf: Bytes, path: str | os.PathLike[str], allow_empty: bool) -> FrameTable:
     start, offset, length = _scan_frames_exact(buf, path, allow_empty=allow_empty)
     return FrameTable(*(np.asarray(column, dtype=np.int64) for column in (start, offset, length)))
 
@@ -326,7 +341,7 @@ def scan_frames(buf: bytes, path: str | os.PathLike[str], *, allow_empty: bool =
     return table.start.tolist(), table.offset.tolist(), table.length.tolist()
 
 
-def _scan_frames_exact(buf: bytes, path: str | os.PathLike[str], *,
+def _scan_frames_exact(buf: Bytes, path: str | os.PathLike[str], *,
                        allow_empty: bool = False) -> tuple[list[int], list[int], list[int]]:
     """The record-by-record scan: every check in file order, so the first fault raises its own error."""
     frame_start: list[int] = []

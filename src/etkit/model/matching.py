@@ -31,7 +31,7 @@ import numpy as np
 
 from ..format.schema import CommType, NodeType
 from .groups import ProcessGroups, communicator_key
-from .trace import MISSING, Trace, TraceBatch, comm_type_name
+from .trace import MISSING, Trace, TraceBatch, comm_type_name, is_comm
 
 __all__ = ["CommRecord", "comm_record", "comm_records", "Mismatch", "Instance", "Matching", "match_comm", "match_p2p",
            "collectives_by_group", "ERROR", "WARNING", "DISAGREEMENTS"]
@@ -75,7 +75,7 @@ class CommRecord:
 def comm_record(trace: Trace, rank: int, order: np.ndarray | None = None) -> CommRecord:
     """The :class:`CommRecord` of ``trace`` as rank ``rank``; ``order``: rows in issue order (default: by id)."""
     types = trace.types
-    comm = np.isin(types, np.array([_COLL, _SEND, _RECV], dtype=types.dtype))
+    comm = is_comm(types)
     if order is None:
         rows = np.flatnonzero(comm)
         rows = rows[np.argsort(trace.ids[rows], kind="stable")]
@@ -100,7 +100,7 @@ def comm_records(batch: TraceBatch, ranks: Sequence[int]) -> list[CommRecord]:
         return [comm_record(trace, rank) for trace, rank in zip(batch.traces(), ranks, strict=True)]
     cols, bounds = batch.columns, batch.bounds
     types, ids = cols.types, cols.ids
-    rows = np.flatnonzero(np.isin(types, np.array([_COLL, _SEND, _RECV], dtype=types.dtype)))
+    rows = np.flatnonzero(is_comm(types))
     file = np.searchsorted(bounds, rows, side="right") - 1
     order = np.lexsort((ids[rows], file))  # by file, then id (stable, as comm_record's argsort)
     rows, file = rows[order], file[order]

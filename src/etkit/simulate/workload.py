@@ -371,34 +371,45 @@ def _canonical_peers(values: np.ndarray, rank: int) -> tuple[np.ndarray, tuple[i
     return out, tuple(int(v) for v in uniq[order])
 
 
+def _update(digest: hashlib._Hash, values: np.ndarray) -> None:
+    """Hash the bytes of ``values`` through the array's buffer (no copy of a contiguous one)."""
+    digest.update(np.ascontiguousarray(values))  # type: ignore[arg-type]
+
+
 def rank_shape(trace: Trace, rank: int) -> RankShape:
     """The :class:`RankShape` of ``rank``'s trace."""
     digest = hashlib.sha256()  # (compared for equality only; SHA-256 runs on the CPU's SHA extensions: 2.4x blake2b)
-    for name in _SIGNATURE_COLUMNS:
-        digest.update(np.ascontiguousarray(getattr(trace, name)).tobytes())
+    for name in _SIGNATURE_COLUMNS:  # (hashed through their buffers: no copy of a contiguous column)
+        _update(digest, getattr(trace, name))
     timed = trace.start > 0
-    first = int(trace.start[timed].min()) if timed.any() else 0
-    digest.update(np.where(timed, trace.start - np.uint64(first), 0).tobytes())  # programs read time differences only
-    p2p = np.flatnonzero(np.isin(trace.types, (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE)))
-    src, dst = trace.comm_src.copy(), trace.comm_dst.copy()
-    canon, peers = _canonical_peers(np.concatenate([src[p2p], dst[p2p]]), rank)
-    src[p2p], dst[p2p] = canon[:len(p2p)], canon[len(p2p):]
-    own = np.where(trace.types[p2p] == NodeType.COMM_SEND_NODE, trace.comm_src[p2p], trace.comm_dst[p2p])
-    digest.update(src.tobytes())
-    digest.update(dst.tobytes())
+    any_timed = bool(timed.any())
+    first = int(trace.start[timed].min()) if any_timed else 0
+    _update(digest, np.where(timed, trace.start - np.uint64(first), 0))  # programs read time differences only
+    src, dst = trace.comm_src, trace.comm_dst
+    p2p = np.flatnonzero((trace.types == NodeType.COMM_SEND_NODE) | (trace.types == NodeType.COMM_RECV_NODE))
+    peers: tuple[int, ...] = ()
+    odd_p2p = False
+    if p2p.size:
+        src, dst = src.copy(), dst.copy()
+        canon, peers = _canonical_peers(np.concatenate([src[p2p], dst[p2p]]), rank)
+        src[p2p], dst[p2p] = canon[:len(p2p)], canon[len(p2p):]
+        own = np.where(trace.types[p2p] == NodeType.COMM_SEND_NODE, trace.comm_src[p2p], trace.comm_dst[p2p])
+        odd_p2p = bool(((own != rank) & (own != MISSING)).any())
+    _update(digest, src)
+    _update(digest, dst)
     used, first_use = np.unique(trace.pg_idx, return_index=True)
     used = used[np.argsort(first_use, kind="stable")]
     canon_pg = np.full(len(trace.strings) + 1, -1, dtype=np.int64)
     canon_pg[used] = np.arange(len(used))  # (-1, no pg_name, indexes the extra last entry)
-    digest.update(canon_pg[trace.pg_idx].tobytes())
-    digest.update(np.argsort(trace.ids, kind="stable").tobytes())
-    digest.update(trace.rows_of(trace.data_deps).tobytes())
-    digest.update(trace.rows_of(trace.ctrl_deps).tobytes())
+    _update(digest, canon_pg[trace.pg_idx])
+    _update(digest, np.argsort(trace.ids, kind="stable"))
+    _update(digest, trace.rows_of(trace.data_deps))
+    _update(digest, trace.rows_of(trace.ctrl_deps))
     recorded = None
-    if timed.any():
+    if any_timed:
         recorded = (float(first), float((trace.start + trace.duration)[timed].max()) - first)
     return RankShape(rank, len(trace), digest.digest()[:16], tuple(None if i < 0 else trace.strings[i] for i in used.tolist()),
-                     peers, bool(((own != rank) & (own != MISSING)).any()), recorded)
+                     peers, odd_p2p, recorded)
 
 
 def recorded_starts(job: Job) -> dict[int, float]:
