@@ -22,11 +22,15 @@ import itertools
 import json
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 #: One node's JSON text -> its record, or None for the general path (:class:`etkit.format.protojson.LineEncoder`).
 LineCoder = Callable[[bytes], "bytes | None"]
+#: Many node lines -> their framed records: ``(buf, start, end) -> (records, count, stop)``, the lines from ``start``
+#: up to the first one it does not take, which starts at ``stop`` (``etkit.format._jsonin.lines``).
+LinesCoder = Callable[[bytes, int, int], "tuple[bytes, int, int]"]
 
 from ..errors import TraceFormatError
 from ..fileio import atomic_output, open_maybe_gzip
@@ -36,6 +40,20 @@ from .jsonfast import metadata_json as fast_metadata_json
 __all__ = ["to_json", "from_json", "iter_json_trace", "FORMAT_NAME"]
 
 FORMAT_NAME = "etkit-et-json"
+
+#: The size of each read of the twin's lines for :data:`LinesCoder`: the buffer of the gzip stream that
+#: ``open_maybe_gzip`` opens, so that each read (``read1``) is one read of the stream under it, of the size that
+#: reading the lines one by one reads.
+_RUN_READ = 1 << 20
+
+
+@dataclass(frozen=True)
+class FramedRun:
+    """The records of consecutive node lines, each after its varint length (as in an ``.et`` file)."""
+
+    records: bytes
+    count: int
+
 
 # to-json imports no protobuf, numpy or orjson unless a record needs them (start-up is most of the CPU
 # time on a file of 10,000 nodes); the readers import them when they run.
@@ -139,11 +157,13 @@ def _bad(path: str | os.PathLike[str], message: str, record: int | None = None) 
     return TraceFormatError(path, message, record=record)
 
 
-def _iter_dicts(path: str | os.PathLike[str], encode_line: LineCoder | None = None) -> Iterator[tuple[int, Any]]:
+def _iter_dicts(path: str | os.PathLike[str], encode_line: LineCoder | None = None,
+                encode_lines: LinesCoder | None = None) -> Iterator[tuple[int, Any]]:
     """``(index, object)``: index 0 is the metadata object, then one per node (JSON syntax checked).
 
     With ``encode_line``, a node line of the twin's layout that it encodes comes as its record
-    (``bytes``) instead of its object."""
+    (``bytes``) instead of its object; with ``encode_lines``, a run of such lines that it encodes comes as one
+    :class:`FramedRun` (its index that of its first line), the other lines as before."""
     from .jsonizer import split_objects
     try:
         stream = open_maybe_gzip(path)
@@ -155,7 +175,7 @@ def _iter_dicts(path: str | os.PathLike[str], encode_line: LineCoder | None = No
         except (OSError, EOFError) as exc:
             raise _bad(path, f"cannot read ({exc})") from None
         if first_line.startswith(b'{"format":"' + FORMAT_NAME.encode()) and first_line.rstrip().endswith(b'"nodes":['):
-            yield from _iter_line_layout(path, first_line, stream, encode_line)
+            yield from _iter_line_layout(path, first_line, stream, encode_line, encode_lines)
             return
         if first_line.rstrip(b"\r\n") == b"{" or first_line.startswith(b"{}{"):  # jsonizer's layout: streamed
             objects = _parsed_pieces(path, split_objects(first_line, stream))
@@ -188,7 +208,8 @@ def _parsed_pieces(path: str | os.PathLike[str], pieces: Iterator[bytes]) -> Ite
 
 
 def _iter_line_layout(path: str | os.PathLike[str], first_line: bytes, stream: Any,
-                      encode_line: LineCoder | None = None) -> Iterator[tuple[int, Any]]:
+                      encode_line: LineCoder | None = None,
+                      encode_lines: LinesCoder | None = None) -> Iterator[tuple[int, Any]]:
     import orjson
     try:
         header = orjson.loads(first_line.rstrip()[: -len(b',"nodes":[')] + b"}")
@@ -197,7 +218,13 @@ def _iter_line_layout(path: str | os.PathLike[str], first_line: bytes, stream: A
     yield 0, header.get("metadata", {})
     index = 0
     closed = False
-    for raw in stream:
+    for raw in (stream if encode_lines is None else _line_runs(stream, encode_lines)):
+        if isinstance(raw, FramedRun):  # (lines of node objects only: never blank, never the closing line)
+            if closed:
+                raise _bad(path, "text after the end of the document")
+            yield index + 1, raw
+            index += raw.count
+            continue
         line = raw.strip()
         if not line:
             continue
@@ -218,6 +245,44 @@ def _iter_line_layout(path: str | os.PathLike[str], first_line: bytes, stream: A
             raise _bad(path, f"invalid JSON ({exc})", index) from None
     if not closed:
         raise _bad(path, "truncated document (no closing ]})")
+
+
+def _line_runs(stream: Any, encode_lines: LinesCoder) -> Iterator[bytes | FramedRun]:
+    """The lines of ``stream`` (each with its ``\\n``, as iterating over it gives them), where ``encode_lines``
+    takes a run of them that run's :class:`FramedRun` instead. Each read is one ``read1``: a gzip stream is read
+    as line by line reading reads it, so a fault in it comes after the same lines."""
+    tail: list[bytes] = []  # the start of a line not ended in the reads so far
+    while True:
+        chunk = stream.read1(_RUN_READ)
+        if not chunk:
+            break
+        first = chunk.find(b"\n")
+        if first < 0:
+            tail.append(chunk)
+            continue
+        start = 0
+        if tail:
+            joined = b"".join(tail) + chunk[:first + 1]
+            yield from _runs(joined, 0, len(joined), encode_lines)
+            start = first + 1
+        end = chunk.rfind(b"\n") + 1
+        yield from _runs(chunk, start, end, encode_lines)
+        tail = [chunk[end:]] if end < len(chunk) else []
+    if tail:
+        yield b"".join(tail)
+
+
+def _runs(buf: bytes, pos: int, end: int, encode_lines: LinesCoder) -> Iterator[bytes | FramedRun]:
+    """The lines of ``buf[pos:end]`` (whole lines), runs that ``encode_lines`` takes as :class:`FramedRun`."""
+    while pos < end:
+        records, count, stop = encode_lines(buf, pos, end)
+        if count:
+            yield FramedRun(records, count)
+        if stop >= end:
+            return
+        after = buf.index(b"\n", stop) + 1
+        yield buf[stop:after]
+        pos = after
 
 
 def _raw_decoded(path: str | os.PathLike[str], text: str) -> Iterator[Any]:
@@ -294,11 +359,12 @@ def from_json(json_path: str | os.PathLike[str], et_path: str | os.PathLike[str]
 
     Records are restored exactly (``_raw`` bytes as they are); an empty node is refused.
     """
-    from .protojson import LineEncoder, NodeEncoder
+    from . import protojson
     from .schema import Node
     from .stream import TraceWriter
-    encoder = NodeEncoder()
-    items = _iter_dicts(json_path, LineEncoder(encoder).encode)
+    encoder = protojson.NodeEncoder()
+    kernel = protojson.JSONIN
+    items = _iter_dicts(json_path, protojson.LineEncoder(encoder).encode, None if kernel is None else kernel.lines)
     index, data = next(items)
     count = 0
 
@@ -307,6 +373,10 @@ def from_json(json_path: str | os.PathLike[str], et_path: str | os.PathLike[str]
 
     with TraceWriter(et_path, _convert(json_path, index, data, _metadata_payload)) as writer:
         for index, data in items:
+            if type(data) is FramedRun:
+                writer.write_framed(data.records, data.count)
+                count += data.count
+                continue
             payload = data if type(data) is bytes else _convert(json_path, index, data, node_payload)
             if not payload:
                 raise _bad(json_path, "empty node (id 0 and no other field) cannot be written", index)

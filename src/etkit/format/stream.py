@@ -730,6 +730,17 @@ class TraceWriter:
         self._append(payload)
         self._records_written += 1
 
+    def write_framed(self, framed: bytes, count: int) -> None:
+        """Append ``count`` already-encoded, non-empty Node records that are already framed (each after its varint
+        length, as in the file), as they are: the lossless path, a run of records at once."""
+        if self._nodes:
+            self._drain_nodes()  # keep file order
+        self._pending.append(framed)
+        self._pending_bytes += len(framed)
+        self._records_written += count
+        if self._pending_bytes >= self._FLUSH_BYTES:
+            self._flush()
+
     def write_records(self, payloads: Iterable[bytes]) -> None:
         for payload in payloads:
             self.write_record(payload)
