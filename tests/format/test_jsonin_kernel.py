@@ -65,9 +65,19 @@ def _unframed(framed: bytes) -> list[bytes]:
     return [framed[o:o + n] for o, n in zip(frames.offset.tolist(), frames.length.tolist())]
 
 
+def _lines(buf: bytes, start: int = 0, end: int | None = None) -> tuple[bytes, int, int]:
+    """The C path on ``buf[start:end]``: its records, how many lines it took and where it stopped (into a fresh
+    bytearray, and into one that holds more than it needs: the same)."""
+    out, used = bytearray(), bytearray(b"\xee" * 100_000)
+    size, count, stop = KERNEL.lines(bytearray(buf), start, len(buf) if end is None else end, out)
+    assert KERNEL.lines(buf, start, len(buf) if end is None else end, used) == (size, count, stop)
+    assert used[:size] == out[:size] and size <= len(out)
+    return bytes(out[:size]), count, stop
+
+
 def _taken(buf: bytes) -> list[tuple[bytes, bytes]]:
     """The lines of ``buf`` the C path takes from its start, each with its record (their framing checked)."""
-    records, count, stop = KERNEL.lines(buf, 0, len(buf))
+    records, count, stop = _lines(buf)
     unframed = _unframed(records)
     lines = buf.split(b"\n")
     assert len(unframed) == count and stop == sum(len(line) + 1 for line in lines[:count])
@@ -88,7 +98,7 @@ def _check_every_line(body: bytes) -> int:
     """:func:`_check_taken` from each line the C path declines on (as from_json goes on after it): how many it took."""
     taken = pos = 0
     while pos < len(body):
-        records, count, stop = KERNEL.lines(body, pos, len(body))
+        records, count, stop = _lines(body, pos)
         taken += _check_taken(body[pos:])
         pos = body.index(b"\n", stop) + 1 if stop < len(body) else stop
     return taken
@@ -217,19 +227,32 @@ def test_every_kind_it_takes_is_protobufs() -> None:
     b'{"id":"1","ctrlDeps":["1",]}', b'{"id":"1","ctrlDeps":null}', b"]}", b"", b"{",
 ])
 def test_lines_outside_its_subset_are_declined(line: bytes) -> None:
-    records, count, stop = KERNEL.lines(line + b"\n" + _FULL + b"\n", 0, len(line) + len(_FULL) + 2)
-    assert (records, count, stop) == (b"", 0, 0)
+    assert _lines(line + b"\n" + _FULL + b"\n") == (b"", 0, 0)
 
 
 def test_lines_not_ended_by_a_newline_before_the_end_are_not_taken() -> None:
     buf = b'{"id":"1"}\n{"id":"2"}'
-    assert KERNEL.lines(buf, 0, len(buf))[1:] == (1, 11)
-    assert KERNEL.lines(buf, 11, len(buf))[1:] == (0, 11)
-    assert KERNEL.lines(buf, 0, 5)[1:] == (0, 0)
-    with pytest.raises(ValueError):
-        KERNEL.lines(buf, 5, len(buf) + 1)
-    with pytest.raises(ValueError):
-        KERNEL.lines(buf, 6, 5)
+    assert _lines(buf)[1:] == (1, 11)
+    assert _lines(buf, 11)[1:] == (0, 11)
+    assert _lines(buf, 0, 5)[1:] == (0, 0)
+
+
+def test_bad_arguments_are_refused() -> None:
+    buf = bytearray(b'{"id":"1"}\n{"id":"2"}\n')
+    for start, end in ((5, len(buf) + 1), (6, 5), (-1, 3)):
+        with pytest.raises(ValueError, match="not within"):
+            KERNEL.lines(buf, start, end, bytearray())
+    with pytest.raises(ValueError, match="out holds"):
+        KERNEL.lines(buf, 0, len(buf), buf)
+    with memoryview(buf) as view:
+        with pytest.raises(ValueError, match="out holds"):
+            KERNEL.lines(view[11:], 0, 11, buf)
+    with pytest.raises(TypeError):
+        KERNEL.lines(buf, 0, len(buf), memoryview(bytearray(100)))
+    out = bytearray()
+    with memoryview(out):  # (an exported bytearray cannot grow)
+        with pytest.raises(BufferError):
+            KERNEL.lines(buf, 0, len(buf), out)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -333,14 +356,19 @@ def test_a_corrupt_gzip_twin_fails_after_the_same_lines(tmp_path: Path, monkeypa
 
 
 def test_framed_runs_are_written_as_records(tmp_path: Path) -> None:
-    """TraceWriter.write_framed: the records of a run, in file order with those written one by one."""
-    records = [Node(id=i + 1, name="n").SerializeToString() for i in range(5)]
-    framed = b"".join(encode_varint(len(r)) + r for r in records[1:4])
+    """TraceWriter.write_framed: the records of a run (short ones batched, long ones written at once; neither kept),
+    in file order with those written one by one."""
+    records = [Node(id=i + 1, name="n" * (i * 10_000)).SerializeToString() for i in range(9)]
+    framed = [bytearray(b"".join(encode_varint(len(r)) + r for r in part)) for part in (records[1:4], records[5:8])]
     with TraceWriter(tmp_path / "a.et") as writer:
-        writer.write(Node(id=1, name="n"))
-        writer.write_framed(framed, 3)
+        writer.write(Node(id=1))
+        writer.write_framed(memoryview(framed[0]), 3)
+        framed[0][:] = b"x" * 10  # (a view it was given is not kept)
         writer.write_record(records[4])
-        assert writer.nodes_written == 5
+        writer.write_framed(framed[1], 3)
+        writer.write_framed(b"", 0)
+        writer.write(Node(id=9, name="n" * 80_000))
+        assert writer.nodes_written == 9
     with TraceWriter(tmp_path / "b.et") as writer:
         writer.write_records(records)
     assert (tmp_path / "a.et").read_bytes() == (tmp_path / "b.et").read_bytes()

@@ -1,6 +1,6 @@
 /* etkit.format._jsonin: the node lines of etkit's JSON twin straight to their .et records, in C.
  *
- * lines(buf, start, end) encodes the twin's node lines (one proto3-JSON Node object a line, as to-json writes
+ * lines(buf, start, end, out) encodes the twin's node lines (one proto3-JSON Node object a line, as to-json writes
  * them) from buf[start] on, each into the record protobuf serializes for it (exactly the bytes of
  * etkit.format.protojson's NodeEncoder / LineEncoder), and stops at the first line it does not vouch for.
  *
@@ -90,28 +90,29 @@ static const Member MEMBERS[] = {
 /* ---- the output: records, each framed by its varint length ---------------------------------------------- */
 
 typedef struct {
-    uint8_t *data;
+    PyObject *array; /* the caller's bytearray, grown as it fills (its size is the capacity) */
+    uint8_t *data;   /* its bytes */
     Py_ssize_t size, cap;
-    int failed; /* out of memory */
+    int failed; /* out of memory, or the bytearray could not grow (the error set) */
 } Out;
 
 static int reserve(Out *o, Py_ssize_t n) {
     if (LIKELY(o->size + n <= o->cap)) return 1;
     if (o->failed) return 0;
-    Py_ssize_t cap = o->cap ? o->cap : 1 << 16;
+    Py_ssize_t cap = o->cap > 4096 ? o->cap : 4096;
     while (cap < o->size + n) {
         if (cap > PY_SSIZE_T_MAX / 2) {
+            PyErr_NoMemory();
             o->failed = 1;
             return 0;
         }
         cap *= 2;
     }
-    uint8_t *grown = PyMem_Realloc(o->data, (size_t)cap);
-    if (grown == NULL) {
+    if (PyByteArray_Resize(o->array, cap) < 0) {
         o->failed = 1;
         return 0;
     }
-    o->data = grown;
+    o->data = (uint8_t *)PyByteArray_AS_STRING(o->array);
     o->cap = cap;
     return 1;
 }
@@ -479,7 +480,7 @@ static int member(Cur *c, Out *o, int i) {
 }
 
 /* The record of the node line b[s:e] (its `,` and `\n` not included), framed, appended to o: 1, or 0 with o as
- * it was (declined, or out of memory: o->failed). */
+ * it was (declined, or out of memory: o->failed, the error set). */
 static int encode_line(const uint8_t *s, const uint8_t *e, Out *o) {
     Cur c = {s, e};
     Py_ssize_t start = o->size;
@@ -508,17 +509,18 @@ decline:
 /* ---- lines(buf, start, end) ------------------------------------------------------------------------- */
 
 PyDoc_STRVAR(lines_doc,
-"lines(buf, start, end) -> (records, count, stop)\n\n"
+"lines(buf, start, end, out) -> (size, count, stop)\n\n"
 "The node lines of buf[start:end] (a buffer of twin lines, each ended by b'\\n') encoded, from the first on,\n"
-"up to the first line this module does not vouch for: records holds their records, each framed by its\n"
-"varint length, as they follow in an .et file; count is how many; stop is where the first line not taken\n"
-"starts (end when all were taken; a line not ended by b'\\n' before end is not taken).");
+"up to the first line this module does not vouch for: their records, each framed by its varint length, as\n"
+"they follow in an .et file, are written into the bytearray out (out[:size]; out is grown as needed, never\n"
+"shrunk); count is how many; stop is where the first line not taken starts (end when all were taken; a line\n"
+"not ended by b'\\n' before end is not taken).");
 
 static PyObject *lines(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *obuf;
+    PyObject *obuf, *out;
     Py_ssize_t start, end;
-    if (!PyArg_ParseTuple(args, "Onn", &obuf, &start, &end)) return NULL;
+    if (!PyArg_ParseTuple(args, "OnnO!", &obuf, &start, &end, &PyByteArray_Type, &out)) return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(obuf, &view, PyBUF_C_CONTIGUOUS) < 0) return NULL;
     PyObject *result = NULL;
@@ -526,11 +528,14 @@ static PyObject *lines(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "lines: [%zd, %zd) is not within the buffer's %zd bytes", start, end, view.len);
         goto done;
     }
-    const uint8_t *b = view.buf;
-    Out o = {NULL, 0, 0, 0};
+    const uint8_t *b = view.buf, *o0 = (const uint8_t *)PyByteArray_AS_STRING(out);
+    if (b < o0 + PyByteArray_GET_SIZE(out) && o0 < b + view.len) {
+        PyErr_SetString(PyExc_ValueError, "lines: out holds bytes of the buffer read");
+        goto done;
+    }
     Py_ssize_t pos = start, count = 0;
-    reserve(&o, (end - start) / 4 * 3 + 64);
-    while (pos < end && !o.failed) {
+    Out o = {out, (uint8_t *)PyByteArray_AS_STRING(out), 0, PyByteArray_GET_SIZE(out), 0};
+    while (pos < end) {
         const uint8_t *nl = memchr(b + pos, '\n', (size_t)(end - pos));
         if (nl == NULL) break;
         const uint8_t *e = nl;
@@ -539,12 +544,7 @@ static PyObject *lines(PyObject *self, PyObject *args) {
         count++;
         pos = nl + 1 - b;
     }
-    if (o.failed) {
-        PyErr_NoMemory();
-    } else {
-        result = Py_BuildValue("y#nn", o.data ? (const char *)o.data : "", o.size, count, pos);
-    }
-    PyMem_Free(o.data);
+    if (!o.failed) result = Py_BuildValue("nnn", o.size, count, pos);
 done:
     PyBuffer_Release(&view);
     return result;

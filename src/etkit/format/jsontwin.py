@@ -28,9 +28,13 @@ from typing import Any
 
 #: One node's JSON text -> its record, or None for the general path (:class:`etkit.format.protojson.LineEncoder`).
 LineCoder = Callable[[bytes], "bytes | None"]
-#: Many node lines -> their framed records: ``(buf, start, end) -> (records, count, stop)``, the lines from ``start``
-#: up to the first one it does not take, which starts at ``stop`` (``etkit.format._jsonin.lines``).
-LinesCoder = Callable[[bytes, int, int], "tuple[bytes, int, int]"]
+#: Many node lines -> their framed records: ``(buf, start, end, out) -> (size, count, stop)``: the records of the
+#: lines of ``buf`` from ``start`` up to the first one it does not take (which starts at ``stop``), in ``out[:size]``
+#: (a bytearray it grows as needed: ``etkit.format._jsonin.lines``).
+LinesCoder = Callable[[bytearray, int, int, bytearray], "tuple[int, int, int]"]
+#: Where those records go as they are made: ``(framed, count)``, ``framed`` valid only during the call
+#: (``TraceWriter.write_framed``).
+FramedSink = Callable[[memoryview, int], None]
 
 from ..errors import TraceFormatError
 from ..fileio import atomic_output, open_maybe_gzip
@@ -48,10 +52,17 @@ _RUN_READ = 1 << 20
 
 
 @dataclass(frozen=True)
-class FramedRun:
-    """The records of consecutive node lines, each after its varint length (as in an ``.et`` file)."""
+class LineRuns:
+    """The C path of the twin's node lines: runs of them encoded by ``encode``, their records given to ``write``."""
 
-    records: bytes
+    encode: LinesCoder
+    write: FramedSink
+
+
+@dataclass(frozen=True)
+class WrittenRun:
+    """``count`` consecutive node lines whose records :attr:`LineRuns.write` has been given."""
+
     count: int
 
 
@@ -158,12 +169,12 @@ def _bad(path: str | os.PathLike[str], message: str, record: int | None = None) 
 
 
 def _iter_dicts(path: str | os.PathLike[str], encode_line: LineCoder | None = None,
-                encode_lines: LinesCoder | None = None) -> Iterator[tuple[int, Any]]:
+                runs: LineRuns | None = None) -> Iterator[tuple[int, Any]]:
     """``(index, object)``: index 0 is the metadata object, then one per node (JSON syntax checked).
 
     With ``encode_line``, a node line of the twin's layout that it encodes comes as its record
-    (``bytes``) instead of its object; with ``encode_lines``, a run of such lines that it encodes comes as one
-    :class:`FramedRun` (its index that of its first line), the other lines as before."""
+    (``bytes``) instead of its object; with ``runs``, a run of such lines that it encodes is written at once and
+    comes as one :class:`WrittenRun` (its index that of its first line), the other lines as before."""
     from .jsonizer import split_objects
     try:
         stream = open_maybe_gzip(path)
@@ -175,7 +186,7 @@ def _iter_dicts(path: str | os.PathLike[str], encode_line: LineCoder | None = No
         except (OSError, EOFError) as exc:
             raise _bad(path, f"cannot read ({exc})") from None
         if first_line.startswith(b'{"format":"' + FORMAT_NAME.encode()) and first_line.rstrip().endswith(b'"nodes":['):
-            yield from _iter_line_layout(path, first_line, stream, encode_line, encode_lines)
+            yield from _iter_line_layout(path, first_line, stream, encode_line, runs)
             return
         if first_line.rstrip(b"\r\n") == b"{" or first_line.startswith(b"{}{"):  # jsonizer's layout: streamed
             objects = _parsed_pieces(path, split_objects(first_line, stream))
@@ -208,8 +219,7 @@ def _parsed_pieces(path: str | os.PathLike[str], pieces: Iterator[bytes]) -> Ite
 
 
 def _iter_line_layout(path: str | os.PathLike[str], first_line: bytes, stream: Any,
-                      encode_line: LineCoder | None = None,
-                      encode_lines: LinesCoder | None = None) -> Iterator[tuple[int, Any]]:
+                      encode_line: LineCoder | None = None, runs: LineRuns | None = None) -> Iterator[tuple[int, Any]]:
     import orjson
     try:
         header = orjson.loads(first_line.rstrip()[: -len(b',"nodes":[')] + b"}")
@@ -218,8 +228,8 @@ def _iter_line_layout(path: str | os.PathLike[str], first_line: bytes, stream: A
     yield 0, header.get("metadata", {})
     index = 0
     closed = False
-    for raw in (stream if encode_lines is None else _line_runs(stream, encode_lines)):
-        if isinstance(raw, FramedRun):  # (lines of node objects only: never blank, never the closing line)
+    for raw in (stream if runs is None else _line_runs(stream, runs)):
+        if isinstance(raw, WrittenRun):  # (lines of node objects only: never blank, never the closing line)
             if closed:
                 raise _bad(path, "text after the end of the document")
             yield index + 1, raw
@@ -247,41 +257,45 @@ def _iter_line_layout(path: str | os.PathLike[str], first_line: bytes, stream: A
         raise _bad(path, "truncated document (no closing ]})")
 
 
-def _line_runs(stream: Any, encode_lines: LinesCoder) -> Iterator[bytes | FramedRun]:
-    """The lines of ``stream`` (each with its ``\\n``, as iterating over it gives them), where ``encode_lines``
-    takes a run of them that run's :class:`FramedRun` instead. Each read is one ``read1``: a gzip stream is read
-    as line by line reading reads it, so a fault in it comes after the same lines."""
-    tail: list[bytes] = []  # the start of a line not ended in the reads so far
+def _line_runs(stream: Any, runs: LineRuns) -> Iterator[bytes | WrittenRun]:
+    """The lines of ``stream`` (each with its ``\\n``, as iterating over it gives them), where ``runs`` takes a
+    run of them that run written and its :class:`WrittenRun` instead. The stream is read into one buffer, each read
+    one ``readinto1`` of :data:`_RUN_READ` bytes after the line that the reads so far have not ended: a gzip stream
+    is read as reading it line by line reads it, so that a fault in it comes after the same lines."""
+    buf, out = bytearray(2 * _RUN_READ), bytearray()  # (both kept from read to read: no fresh pages)
+    held = 0  # buf[:held]: the start of a line not ended in the reads so far
     while True:
-        chunk = stream.read1(_RUN_READ)
-        if not chunk:
+        if held + _RUN_READ > len(buf):  # a line longer than the buffer: a bigger one
+            buf.extend(bytes(held + _RUN_READ - len(buf)))
+        with memoryview(buf) as view:
+            got = stream.readinto1(view[held:held + _RUN_READ])
+        if not got:
             break
-        first = chunk.find(b"\n")
-        if first < 0:
-            tail.append(chunk)
-            continue
-        start = 0
-        if tail:
-            joined = b"".join(tail) + chunk[:first + 1]
-            yield from _runs(joined, 0, len(joined), encode_lines)
-            start = first + 1
-        end = chunk.rfind(b"\n") + 1
-        yield from _runs(chunk, start, end, encode_lines)
-        tail = [chunk[end:]] if end < len(chunk) else []
-    if tail:
-        yield b"".join(tail)
+        size = held + got
+        end = buf.rfind(b"\n", held, size) + 1
+        if end:
+            yield from _runs(buf, end, out, runs)
+            held = size - end
+            buf[:held] = buf[end:size]
+        else:
+            held = size
+    if held:
+        yield bytes(buf[:held])
 
 
-def _runs(buf: bytes, pos: int, end: int, encode_lines: LinesCoder) -> Iterator[bytes | FramedRun]:
-    """The lines of ``buf[pos:end]`` (whole lines), runs that ``encode_lines`` takes as :class:`FramedRun`."""
+def _runs(buf: bytearray, end: int, out: bytearray, runs: LineRuns) -> Iterator[bytes | WrittenRun]:
+    """The whole lines of ``buf[:end]``, runs that ``runs`` takes written and given as :class:`WrittenRun`."""
+    pos = 0
     while pos < end:
-        records, count, stop = encode_lines(buf, pos, end)
+        size, count, stop = runs.encode(buf, pos, end, out)
         if count:
-            yield FramedRun(records, count)
+            with memoryview(out) as view:
+                runs.write(view[:size], count)
+            yield WrittenRun(count)
         if stop >= end:
             return
         after = buf.index(b"\n", stop) + 1
-        yield buf[stop:after]
+        yield bytes(buf[stop:after])
         pos = after
 
 
@@ -364,7 +378,9 @@ def from_json(json_path: str | os.PathLike[str], et_path: str | os.PathLike[str]
     from .stream import TraceWriter
     encoder = protojson.NodeEncoder()
     kernel = protojson.JSONIN
-    items = _iter_dicts(json_path, protojson.LineEncoder(encoder).encode, None if kernel is None else kernel.lines)
+    opened: list[TraceWriter] = []  # the writer, once the metadata has opened it (node lines come after it)
+    runs = None if kernel is None else LineRuns(kernel.lines, lambda framed, n: opened[0].write_framed(framed, n))
+    items = _iter_dicts(json_path, protojson.LineEncoder(encoder).encode, runs)
     index, data = next(items)
     count = 0
 
@@ -372,9 +388,9 @@ def from_json(json_path: str | os.PathLike[str], et_path: str | os.PathLike[str]
         return _payload(data, Node, encoder.encode)
 
     with TraceWriter(et_path, _convert(json_path, index, data, _metadata_payload)) as writer:
+        opened.append(writer)
         for index, data in items:
-            if type(data) is FramedRun:
-                writer.write_framed(data.records, data.count)
+            if type(data) is WrittenRun:
                 count += data.count
                 continue
             payload = data if type(data) is bytes else _convert(json_path, index, data, node_payload)
