@@ -30,10 +30,10 @@
 
 #if defined(__GNUC__)
 #define LIKELY(x) __builtin_expect(!!(x), 1)
-#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define HOT inline __attribute__((always_inline))
 #else
 #define LIKELY(x) (x)
-#define UNLIKELY(x) (x)
+#define HOT inline
 #endif
 
 /* ---- the keys of et_def.proto (field number << 3 | wire type) ------------------------------------------ */
@@ -96,8 +96,8 @@ typedef struct {
     int failed; /* out of memory, or the bytearray could not grow (the error set) */
 } Out;
 
-static int reserve(Out *o, Py_ssize_t n) {
-    if (LIKELY(o->size + n <= o->cap)) return 1;
+/* reserve() past the capacity: the bytearray grown (doubled) to hold n more bytes */
+static int grow(Out *o, Py_ssize_t n) {
     if (o->failed) return 0;
     Py_ssize_t cap = o->cap > 4096 ? o->cap : 4096;
     while (cap < o->size + n) {
@@ -117,6 +117,9 @@ static int reserve(Out *o, Py_ssize_t n) {
     return 1;
 }
 
+/* room for n more bytes: 1, or 0 (o->failed) */
+static HOT int reserve(Out *o, Py_ssize_t n) { return LIKELY(o->size + n <= o->cap) ? 1 : grow(o, n); }
+
 static inline int varint_size(uint64_t v) {
     int n = 1;
     while (v >= 0x80) {
@@ -135,7 +138,7 @@ static inline void put_varint_at(Out *o, Py_ssize_t at, uint64_t v) {
     o->data[at] = (uint8_t)v;
 }
 
-static inline int put_varint(Out *o, uint64_t v) {
+static HOT int put_varint(Out *o, uint64_t v) {
     if (!reserve(o, 10)) return 0;
     int n = varint_size(v);
     put_varint_at(o, o->size, v);
@@ -143,7 +146,7 @@ static inline int put_varint(Out *o, uint64_t v) {
     return 1;
 }
 
-static inline int put_byte(Out *o, uint8_t c) {
+static HOT int put_byte(Out *o, uint8_t c) {
     if (!reserve(o, 1)) return 0;
     o->data[o->size++] = c;
     return 1;
@@ -152,7 +155,7 @@ static inline int put_byte(Out *o, uint8_t c) {
 /* a key of one or two bytes (field numbers below 2048) */
 static inline int put_key(Out *o, unsigned key) { return key < 0x80 ? put_byte(o, (uint8_t)key) : put_varint(o, key); }
 
-static inline int put_bytes(Out *o, const uint8_t *s, Py_ssize_t n) {
+static HOT int put_bytes(Out *o, const uint8_t *s, Py_ssize_t n) {
     if (!reserve(o, n)) return 0;
     memcpy(o->data + o->size, s, (size_t)n);
     o->size += n;
@@ -218,7 +221,7 @@ static inline uint64_t load64(const uint8_t *p) {
 
 /* A string of printable ASCII (0x20..0x7E, no backslash) between quotes: its bytes, the cursor after it.
  * Eight bytes at a time: the lowest byte flagged is the first quote, backslash, control or high byte. */
-static inline int take_string(Cur *c, const uint8_t **s, Py_ssize_t *n) {
+static HOT int take_string(Cur *c, const uint8_t **s, Py_ssize_t *n) {
     if (!take(c, '"')) return 0;
     const uint8_t *p = c->p, *e = c->e;
     while (e - p >= 8) {
@@ -244,7 +247,7 @@ found:
 
 /* A plain decimal: `-?(0|[1-9][0-9]*)`, `-` only when signed, no "-0"; its magnitude (at most max_pos, or
  * max_neg when negative) and sign. The next byte is not looked at (the grammar around it is). */
-static inline int take_decimal(Cur *c, int is_signed, uint64_t max_pos, uint64_t max_neg, uint64_t *mag, int *neg) {
+static HOT int take_decimal(Cur *c, int is_signed, uint64_t max_pos, uint64_t max_neg, uint64_t *mag, int *neg) {
     *neg = 0;
     if (is_signed && take(c, '-')) *neg = 1;
     const uint8_t *p = c->p, *e = c->e;

@@ -265,8 +265,8 @@ def _line_runs(stream: Any, runs: LineRuns) -> Iterator[bytes | WrittenRun]:
     buf, out = bytearray(2 * _RUN_READ), bytearray()  # (both kept from read to read: no fresh pages)
     held = 0  # buf[:held]: the start of a line not ended in the reads so far
     while True:
-        if held + _RUN_READ > len(buf):  # a line longer than the buffer: a bigger one
-            buf.extend(bytes(held + _RUN_READ - len(buf)))
+        if held + _RUN_READ > len(buf):  # a line longer than the buffer: one twice as big
+            buf.extend(bytes(len(buf)))
         with memoryview(buf) as view:
             got = stream.readinto1(view[held:held + _RUN_READ])
         if not got:
