@@ -22,11 +22,19 @@ import itertools
 import json
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 #: One node's JSON text -> its record, or None for the general path (:class:`etkit.format.protojson.LineEncoder`).
 LineCoder = Callable[[bytes], "bytes | None"]
+#: Many node lines -> their framed records: ``(buf, start, end, out) -> (size, count, stop)``: the records of the
+#: lines of ``buf`` from ``start`` up to the first one it does not take (which starts at ``stop``), in ``out[:size]``
+#: (a bytearray it grows as needed: ``etkit.format._jsonin.lines``).
+LinesCoder = Callable[[bytearray, int, int, bytearray], "tuple[int, int, int]"]
+#: Where those records go as they are made: ``(framed, count)``, ``framed`` valid only during the call
+#: (``TraceWriter.write_framed``).
+FramedSink = Callable[[memoryview, int], None]
 
 from ..errors import TraceFormatError
 from ..fileio import atomic_output, open_maybe_gzip
@@ -36,6 +44,27 @@ from .jsonfast import metadata_json as fast_metadata_json
 __all__ = ["to_json", "from_json", "iter_json_trace", "FORMAT_NAME"]
 
 FORMAT_NAME = "etkit-et-json"
+
+#: The size of each read of the twin's lines for :data:`LinesCoder`: the buffer of the gzip stream that
+#: ``open_maybe_gzip`` opens, so that each read (``read1``) is one read of the stream under it, of the size that
+#: reading the lines one by one reads.
+_RUN_READ = 1 << 20
+
+
+@dataclass(frozen=True)
+class LineRuns:
+    """The C path of the twin's node lines: runs of them encoded by ``encode``, their records given to ``write``."""
+
+    encode: LinesCoder
+    write: FramedSink
+
+
+@dataclass(frozen=True)
+class WrittenRun:
+    """``count`` consecutive node lines whose records :attr:`LineRuns.write` has been given."""
+
+    count: int
+
 
 # to-json imports no protobuf, numpy or orjson unless a record needs them (start-up is most of the CPU
 # time on a file of 10,000 nodes); the readers import them when they run.
@@ -139,11 +168,13 @@ def _bad(path: str | os.PathLike[str], message: str, record: int | None = None) 
     return TraceFormatError(path, message, record=record)
 
 
-def _iter_dicts(path: str | os.PathLike[str], encode_line: LineCoder | None = None) -> Iterator[tuple[int, Any]]:
+def _iter_dicts(path: str | os.PathLike[str], encode_line: LineCoder | None = None,
+                runs: LineRuns | None = None) -> Iterator[tuple[int, Any]]:
     """``(index, object)``: index 0 is the metadata object, then one per node (JSON syntax checked).
 
     With ``encode_line``, a node line of the twin's layout that it encodes comes as its record
-    (``bytes``) instead of its object."""
+    (``bytes``) instead of its object; with ``runs``, a run of such lines that it encodes is written at once and
+    comes as one :class:`WrittenRun` (its index that of its first line), the other lines as before."""
     from .jsonizer import split_objects
     try:
         stream = open_maybe_gzip(path)
@@ -155,7 +186,7 @@ def _iter_dicts(path: str | os.PathLike[str], encode_line: LineCoder | None = No
         except (OSError, EOFError) as exc:
             raise _bad(path, f"cannot read ({exc})") from None
         if first_line.startswith(b'{"format":"' + FORMAT_NAME.encode()) and first_line.rstrip().endswith(b'"nodes":['):
-            yield from _iter_line_layout(path, first_line, stream, encode_line)
+            yield from _iter_line_layout(path, first_line, stream, encode_line, runs)
             return
         if first_line.rstrip(b"\r\n") == b"{" or first_line.startswith(b"{}{"):  # jsonizer's layout: streamed
             objects = _parsed_pieces(path, split_objects(first_line, stream))
@@ -188,7 +219,7 @@ def _parsed_pieces(path: str | os.PathLike[str], pieces: Iterator[bytes]) -> Ite
 
 
 def _iter_line_layout(path: str | os.PathLike[str], first_line: bytes, stream: Any,
-                      encode_line: LineCoder | None = None) -> Iterator[tuple[int, Any]]:
+                      encode_line: LineCoder | None = None, runs: LineRuns | None = None) -> Iterator[tuple[int, Any]]:
     import orjson
     try:
         header = orjson.loads(first_line.rstrip()[: -len(b',"nodes":[')] + b"}")
@@ -197,7 +228,13 @@ def _iter_line_layout(path: str | os.PathLike[str], first_line: bytes, stream: A
     yield 0, header.get("metadata", {})
     index = 0
     closed = False
-    for raw in stream:
+    for raw in (stream if runs is None else _line_runs(stream, runs)):
+        if isinstance(raw, WrittenRun):  # (lines of node objects only: never blank, never the closing line)
+            if closed:
+                raise _bad(path, "text after the end of the document")
+            yield index + 1, raw
+            index += raw.count
+            continue
         line = raw.strip()
         if not line:
             continue
@@ -218,6 +255,48 @@ def _iter_line_layout(path: str | os.PathLike[str], first_line: bytes, stream: A
             raise _bad(path, f"invalid JSON ({exc})", index) from None
     if not closed:
         raise _bad(path, "truncated document (no closing ]})")
+
+
+def _line_runs(stream: Any, runs: LineRuns) -> Iterator[bytes | WrittenRun]:
+    """The lines of ``stream`` (each with its ``\\n``, as iterating over it gives them), where ``runs`` takes a
+    run of them that run written and its :class:`WrittenRun` instead. The stream is read into one buffer, each read
+    one ``readinto1`` of :data:`_RUN_READ` bytes after the line that the reads so far have not ended: a gzip stream
+    is read as reading it line by line reads it, so that a fault in it comes after the same lines."""
+    buf, out = bytearray(2 * _RUN_READ), bytearray()  # (both kept from read to read: no fresh pages)
+    held = 0  # buf[:held]: the start of a line not ended in the reads so far
+    while True:
+        if held + _RUN_READ > len(buf):  # a line longer than the buffer: one twice as big
+            buf.extend(bytes(len(buf)))
+        with memoryview(buf) as view:
+            got = stream.readinto1(view[held:held + _RUN_READ])
+        if not got:
+            break
+        size = held + got
+        end = buf.rfind(b"\n", held, size) + 1
+        if end:
+            yield from _runs(buf, end, out, runs)
+            held = size - end
+            buf[:held] = buf[end:size]
+        else:
+            held = size
+    if held:
+        yield bytes(buf[:held])
+
+
+def _runs(buf: bytearray, end: int, out: bytearray, runs: LineRuns) -> Iterator[bytes | WrittenRun]:
+    """The whole lines of ``buf[:end]``, runs that ``runs`` takes written and given as :class:`WrittenRun`."""
+    pos = 0
+    while pos < end:
+        size, count, stop = runs.encode(buf, pos, end, out)
+        if count:
+            with memoryview(out) as view:
+                runs.write(view[:size], count)
+            yield WrittenRun(count)
+        if stop >= end:
+            return
+        after = buf.index(b"\n", stop) + 1
+        yield bytes(buf[stop:after])
+        pos = after
 
 
 def _raw_decoded(path: str | os.PathLike[str], text: str) -> Iterator[Any]:
@@ -294,11 +373,14 @@ def from_json(json_path: str | os.PathLike[str], et_path: str | os.PathLike[str]
 
     Records are restored exactly (``_raw`` bytes as they are); an empty node is refused.
     """
-    from .protojson import LineEncoder, NodeEncoder
+    from . import protojson
     from .schema import Node
     from .stream import TraceWriter
-    encoder = NodeEncoder()
-    items = _iter_dicts(json_path, LineEncoder(encoder).encode)
+    encoder = protojson.NodeEncoder()
+    kernel = protojson.JSONIN
+    opened: list[TraceWriter] = []  # the writer, once the metadata has opened it (node lines come after it)
+    runs = None if kernel is None else LineRuns(kernel.lines, lambda framed, n: opened[0].write_framed(framed, n))
+    items = _iter_dicts(json_path, protojson.LineEncoder(encoder).encode, runs)
     index, data = next(items)
     count = 0
 
@@ -306,7 +388,11 @@ def from_json(json_path: str | os.PathLike[str], et_path: str | os.PathLike[str]
         return _payload(data, Node, encoder.encode)
 
     with TraceWriter(et_path, _convert(json_path, index, data, _metadata_payload)) as writer:
+        opened.append(writer)
         for index, data in items:
+            if type(data) is WrittenRun:
+                count += data.count
+                continue
             payload = data if type(data) is bytes else _convert(json_path, index, data, node_payload)
             if not payload:
                 raise _bad(json_path, "empty node (id 0 and no other field) cannot be written", index)

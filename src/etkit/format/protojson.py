@@ -21,6 +21,14 @@ from .stream import _PREFIXES as _VARINTS_BELOW_2_14
 from .stream import encode_varint
 from .tags import key_byte
 
+try:
+    from . import _jsonin as JSONIN
+except ImportError:  # pragma: no cover - a build without the extension
+    JSONIN = None
+#: JSONIN: the twin's node lines to their framed records in C (``etkit.format._jsonin``: ``lines(buf, start, end)``),
+#: or None where the package was built without a C compiler. This is its one home: ``from_json`` asks
+#: ``protojson.JSONIN`` when it runs; without it, :class:`LineEncoder` gives the same bytes one line at a time.
+
 _NAME_KEY, _TYPE_KEY, _ATTR_KEY = (key_byte(k) for k in (tags.NODE_NAME, tags.NODE_TYPE, tags.NODE_ATTR))
 _IO_VALUES, _IO_SHAPES, _IO_TYPES = (key_byte(k) for k in (tags.IO_VALUES, tags.IO_SHAPES, tags.IO_TYPES))
 _ID_KEY, _CTRL_KEY, _DATA_KEY, _START_KEY, _DURATION_KEY, _INPUTS_KEY, _OUTPUTS_KEY = (key_byte(k) for k in (
@@ -29,7 +37,7 @@ _ID_KEY, _CTRL_KEY, _DATA_KEY, _START_KEY, _DURATION_KEY, _INPUTS_KEY, _OUTPUTS_
 __all__ = [
     "attr_to_dict", "attr_json", "compact", "io_to_dict", "node_to_dict", "metadata_to_dict",
     "dict_to_node", "dict_to_metadata", "NodeEncoder", "KIND_JSON", "NODE_TYPE_NAMES", "WIDE_SCALARS",
-    "Fragments", "node_json", "node_text", "metadata_json", "LineEncoder",
+    "Fragments", "node_json", "node_text", "metadata_json", "LineEncoder", "JSONIN",
 ]
 
 NODE_TYPE_NAMES = {t.value: t.name for t in NodeType}

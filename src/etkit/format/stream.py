@@ -745,6 +745,22 @@ class TraceWriter:
         self._append(payload)
         self._records_written += 1
 
+    def write_framed(self, framed: bytes | bytearray | memoryview, count: int) -> None:
+        """Append ``count`` already-encoded, non-empty Node records already framed (each after its varint length, as
+        in the file), as they are: the lossless path, a run of records at once (``framed`` is not kept)."""
+        if self._nodes:
+            self._drain_nodes()  # keep file order
+        self._records_written += count
+        if len(framed) < self._FLUSH_BYTES >> 4:
+            self._pending.append(bytes(framed))
+            self._pending_bytes += len(framed)
+            if self._pending_bytes >= self._FLUSH_BYTES:
+                self._flush()
+            return
+        if self._pending:
+            self._flush()
+        self._stream().write(framed)  # (a long run as it is: not copied into a batch)
+
     def write_records(self, payloads: Iterable[bytes]) -> None:
         for payload in payloads:
             self.write_record(payload)
