@@ -212,3 +212,11 @@ def test_a_bad_node_after_good_chunks_is_reported(tmp_path):
     path.write_bytes(gzip.compress(('{"schema": "1.1.0-chakra.0.0.4", "pid": 1, "nodes": [\n  ' + nodes + "\n]}").encode()))
     with pytest.raises(HostTraceError, match="node 500: field 'name' is missing or not a string"):
         load_host_trace(path)
+
+
+@pytest.mark.skipif(host.KERNEL is None, reason="etkit.pytorch._hostops is not built")
+@pytest.mark.parametrize("text", [b"", b"1" * 19, b"1" * 20, b"x" + b"0" * 20 + b"y", b"-9223372036854775808,1",
+                                  b"18446744073709551616", b"1234567890 1234567890", "é1".encode() * 20,
+                                  CORNERS["an integer beyond 64 bits (orjson: a float)"].encode()])
+def test_the_c_long_number_check_is_the_translate_one(text):
+    assert host.KERNEL.long_number(text) is (host._LONG_NUMBER in text.translate(host._DIGITS_TO_ZERO))

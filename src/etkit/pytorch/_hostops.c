@@ -249,8 +249,29 @@ static PyObject *ops(PyObject *self, PyObject *args) {
     return out;
 }
 
+PyDoc_STRVAR(long_number_doc,
+"long_number(text) -> bool\n\n"
+"Whether the bytes hold 20 ASCII digits in a row (host._LONG_NUMBER in text.translate(host._DIGITS_TO_ZERO)).");
+
+static PyObject *long_number(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *p = view.buf, *end = p + view.len;
+    int run = 0, found = 0;
+    for (; p < end; p++) {
+        if ((unsigned)(*p - '0') < 10) {
+            if (++run >= 20) { found = 1; break; }
+        } else {
+            run = 0;
+        }
+    }
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(found);
+}
+
 static PyMethodDef methods[] = {
     {"ops", ops, METH_VARARGS, ops_doc},
+    {"long_number", long_number, METH_O, long_number_doc},
     {NULL, NULL, 0, NULL},
 };
 

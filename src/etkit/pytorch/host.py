@@ -266,7 +266,7 @@ class _Compactor:
         into :class:`_Node` records, no dict per node or attribute; ``None`` when this chunk needs the dict
         path (an integer of more than 64 bits, which orjson reads as a float; anything malformed, which the
         dict path then reports)."""
-        if _LONG_NUMBER in text.translate(_DIGITS_TO_ZERO):
+        if (KERNEL.long_number(text) if KERNEL is not None else _LONG_NUMBER in text.translate(_DIGITS_TO_ZERO)):
             return None
         try:
             nodes = _decode_nodes(text)
