@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -58,3 +59,42 @@ def test_varint_equals_protobuf(value):
     # field 1 of a Node (id, uint64; 0 would be omitted) is tag 0x08 then the varint: compare through protobuf
     node = Node(id=value & U64)
     assert b"\x08" + varint(value) == node.SerializeToString()
+
+
+def _c_and_python(call):  # noqa: ANN001, ANN202 - a callable of (node_record, IoPieces())
+    """``call`` with the C joins and with assemble's Python ones: the same bytes, or the same error."""
+    from etkit.format import assemble
+
+    kernel = assemble.KERNEL
+    if kernel is None:
+        pytest.skip("etkit.format._assemble is not built")
+    results = []
+    try:
+        for k, record in ((kernel, assemble.node_record), (None, assemble.py_node_record)):
+            assemble.KERNEL = k
+            try:
+                results.append(call(record, IoPieces()))
+            except (IndexError, TypeError, UnicodeEncodeError) as exc:
+                results.append(type(exc))
+    finally:
+        assemble.KERNEL = kernel
+    assert results[0] == results[1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(node_id=st.integers(-IDS, IDS + 2), node_type=st.integers(-130, 130),
+       ctrl=st.one_of(st.none(), st.integers(-IDS, IDS + 2)), deps=st.lists(st.integers(-IDS, IDS + 2), max_size=80),
+       start=st.one_of(big, st.integers(-(1 << 70), 1 << 70), st.sampled_from([1 << 64, -(1 << 64), 0])),
+       duration=st.one_of(big, st.integers(-(1 << 70), 1 << 70)), values=st.text(max_size=300),
+       shapes=st.sampled_from(["", "[[]]" * 40]), types=st.sampled_from(["", "['Int']"]))
+def test_the_c_joins_give_the_python_bytes(node_id, node_type, ctrl, deps, start, duration, values, shapes, types):
+    """The C record and IOInfo joins against assemble's Python, on the edges protobuf never sees (negative
+    and over-long ints, Python's list indexing, non-ASCII and surrogate values, long dependency lists)."""
+    table = id_varints(IDS)
+
+    def call(record, pieces):  # noqa: ANN001, ANN202
+        io = pieces.field(INPUTS, values, shapes, types) + pieces.field(OUTPUTS, "", shapes, types)
+        return record(node_id, pieces.name("aten::mm"), node_type, ctrl, deps, start, duration, io, b"\x52\x00", table)
+
+    _c_and_python(call)
+    _c_and_python(lambda record, pieces: pieces.field(INPUTS, "\udc80" + values, shapes, types))

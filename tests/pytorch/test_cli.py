@@ -9,7 +9,7 @@ import pytest
 
 from etkit.cli.main import main
 
-from ..conftest import PYTORCH_JOBS
+from ..conftest import PYTORCH_JOBS, UPSTREAM
 
 pytestmark = pytest.mark.shared_data
 
@@ -95,3 +95,23 @@ def test_a_bad_argument_is_told_before_the_converter_is_imported(tmp_path, argv,
     code, heavy = json.loads(proc.stdout.strip().splitlines()[-1])
     assert code == 2 and needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert heavy == []
+
+
+def test_a_host_trace_alone_is_converted_without_the_kineto_reader_or_the_trace_model(tmp_path):
+    """``convert pytorch HOST.json`` imports what it uses: no Kineto reader, no trace model (etkit.model and
+    its columnar reader: about 0.1 s of the start-up), and writes what the in-process converter writes."""
+    import subprocess
+    import sys
+
+    from etkit.pytorch.job import convert_files
+
+    host = UPSTREAM / "facebookresearch-param" / "et_replay" / "tests" / "inputs" / "1.0.3-chakra.0.0.4" / \
+        "resnet_1gpu_et.json.gz"  # (no times, no process groups)
+    probe = ("import json, sys\nfrom etkit.cli.main import main\ncode = main(sys.argv[1:])\n"
+             "print(json.dumps([code, sorted(m for m in sys.modules if m.startswith(('etkit.pytorch.kineto', "
+             "'etkit.model')))]))")
+    proc = subprocess.run([sys.executable, "-c", probe, "convert", "pytorch", str(host), "-o", "cli", "-q"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [0, []], proc.stderr
+    convert_files(host, tmp_path / "lib")
+    assert (tmp_path / "cli.0.et").read_bytes() == (tmp_path / "lib.0.et").read_bytes()

@@ -83,6 +83,19 @@ def test_typed_path_gives_the_dict_paths_ops(case):
         assert typed == plain
 
 
+@pytest.mark.skipif(host.KERNEL is None, reason="etkit.pytorch._hostops is not built")
+@pytest.mark.parametrize("case", sorted(CORNERS))
+def test_the_c_typed_path_gives_the_python_typed_paths_ops(monkeypatch, case):
+    """Each corner twice in one chunk: the first node teaches the compactor its name and strings, so the
+    second one is made by the C kernel where it is common; the result is what typed_op alone gives."""
+    text = ("[" + CORNERS[case] + ",\n" + CORNERS[case] + "]").encode()
+    with_c = _both(text)
+    monkeypatch.setattr(host, "KERNEL", None)
+    assert _both(text) == with_c
+    if with_c[0] is not None:
+        assert with_c[0] == with_c[1]
+
+
 def test_integers_beyond_64_bits_take_the_dict_path():
     # msgspec would read the integer exactly; orjson reads a float, and that is what the ET always had
     assert _both(("[" + CORNERS["an integer beyond 64 bits (orjson: a float)"] + "]").encode())[0] is None
@@ -115,6 +128,19 @@ def test_a_fault_gets_the_dict_paths_error(case):
     text = FAULTS[case] if FAULTS[case].startswith("[") else "[" + FAULTS[case] + "]"
     assert _Compactor("t", False).typed_chunk(text.encode()) is None  # left to the dict path ...
     with pytest.raises(HostTraceError):  # ... which says what is wrong
+        [_Compactor("t", False).op(raw) for raw in orjson.loads(text)]
+
+
+@pytest.mark.skipif(host.KERNEL is None, reason="etkit.pytorch._hostops is not built")
+@pytest.mark.parametrize("case", sorted(FAULTS))
+def test_a_fault_after_a_common_node_of_its_name_still_gets_the_dict_path(case):
+    """A faulty node whose name and strings the C kernel knows (a good node of the same name before it):
+    the chunk still goes to the dict path, which reports the fault."""
+    good = _node(name='"aten::add"')
+    bad = FAULTS[case] if not FAULTS[case].startswith("[") else FAULTS[case][1:-1]
+    text = "[" + good + ",\n" + good + ",\n" + bad + "]"
+    assert _Compactor("t", False).typed_chunk(text.encode()) is None
+    with pytest.raises(HostTraceError):
         [_Compactor("t", False).op(raw) for raw in orjson.loads(text)]
 
 
@@ -153,6 +179,22 @@ def test_real_traces_read_alike_on_both_paths(tmp_path):
 
 
 @pytest.mark.shared_data
+@pytest.mark.skipif(host.KERNEL is None, reason="etkit.pytorch._hostops is not built")
+def test_whole_traces_read_alike_with_and_without_the_c_kernel(monkeypatch):
+    """Param's resnet traces (1.0.3 and 1.1.0, 14,391 nodes each) and the PyTorch jobs' host traces: the same
+    ops with the C kernel as with typed_op alone, and most nodes made by the kernel."""
+    paths = [PARAM / "1.0.3-chakra.0.0.4" / "resnet_1gpu_et.json.gz", PARAM / "1.1.0-chakra.0.0.4" / "resnet_2gpu_et.json.gz",
+             *_host_traces()[1:]]
+    slow_calls = []
+    typed_op = _Compactor.typed_op
+    monkeypatch.setattr(_Compactor, "typed_op", lambda self, node: slow_calls.append(1) or typed_op(self, node))
+    with_c = [[_fields(op) for op in load_host_trace(path).ops] for path in paths]
+    assert 0 < len(slow_calls) < sum(map(len, with_c)) / 5
+    monkeypatch.setattr(host, "KERNEL", None)
+    assert [[_fields(op) for op in load_host_trace(path).ops] for path in paths] == with_c
+
+
+@pytest.mark.shared_data
 def test_whole_trace_equals_the_dict_path(monkeypatch):
     """load_host_trace with and without the typed path: the same ops (resnet, 14,391 nodes)."""
     path = PARAM / "1.1.0-chakra.0.0.4" / "resnet_2gpu_et.json.gz"
@@ -170,3 +212,11 @@ def test_a_bad_node_after_good_chunks_is_reported(tmp_path):
     path.write_bytes(gzip.compress(('{"schema": "1.1.0-chakra.0.0.4", "pid": 1, "nodes": [\n  ' + nodes + "\n]}").encode()))
     with pytest.raises(HostTraceError, match="node 500: field 'name' is missing or not a string"):
         load_host_trace(path)
+
+
+@pytest.mark.skipif(host.KERNEL is None, reason="etkit.pytorch._hostops is not built")
+@pytest.mark.parametrize("text", [b"", b"1" * 19, b"1" * 20, b"x" + b"0" * 20 + b"y", b"-9223372036854775808,1",
+                                  b"18446744073709551616", b"1234567890 1234567890", "é1".encode() * 20,
+                                  CORNERS["an integer beyond 64 bits (orjson: a float)"].encode()])
+def test_the_c_long_number_check_is_the_translate_one(text):
+    assert host.KERNEL.long_number(text) is (host._LONG_NUMBER in text.translate(host._DIGITS_TO_ZERO))

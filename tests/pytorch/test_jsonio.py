@@ -57,3 +57,37 @@ def test_an_array_followed_by_malformed_json_is_still_an_error(tmp_path):
     path.write_text(json.dumps(DOC, indent=2)[:-2] + ',\n  "INFO": ["a"], "x": [1,]\n}')
     with pytest.raises(EtkitError, match="bad.json: not valid JSON"):
         list(read_array_document(path, "nodes").chunks())
+
+
+@pytest.mark.parametrize("text", [
+    json.dumps(DOC),
+    json.dumps(DOC, indent=2),
+    json.dumps(DOC, indent=None, separators=(",", ":")).replace('},{"id"', '},\n    {"id"'),
+    json.dumps(DOC, indent=2)[:-2] + ',\n  "INFO": ["a ] b", ["c"]], "n": 1\n}',
+])
+def test_a_mapped_file_reads_as_the_same_bytes_read_whole(tmp_path, monkeypatch, text):
+    # a large plain file is mapped, not read (jsonio.MAP_BYTES): every path (chunks, the array ending
+    # before the document's last "]", a boundary inside an element) gives what the read bytes give
+    from etkit.pytorch import jsonio
+
+    path = tmp_path / "doc.json"
+    path.write_text(text)
+    read = read_array_document(path, "nodes", data=path.read_bytes())
+    expected = (read.header, [n for c in read.chunks(7) for n in c])
+    monkeypatch.setattr(jsonio, "MAP_BYTES", 1)
+    doc = read_array_document(path, "nodes")
+    assert type(doc._data).__name__ == "mmap"
+    assert (doc.header, [n for c in doc.chunks(7) for n in c]) == expected
+
+
+def test_a_mapped_file_that_is_no_array_document_is_parsed_whole_or_refused(tmp_path, monkeypatch):
+    from etkit.pytorch import jsonio
+
+    monkeypatch.setattr(jsonio, "MAP_BYTES", 1)
+    path = tmp_path / "plain.json"
+    path.write_text('{"pid": 1, "nodes": "none"}')  # no array: the whole document, as from the read bytes
+    with pytest.raises(EtkitError, match="plain.json: 'nodes' is not a JSON array"):
+        read_array_document(path, "nodes")
+    path.write_text('{"nodes": [ {"id": 1}, ')
+    with pytest.raises(EtkitError, match="plain.json: not valid JSON"):
+        list(read_array_document(path, "nodes").chunks())

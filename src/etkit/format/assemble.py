@@ -9,6 +9,9 @@ The payload is exactly what protobuf writes for the same message (``Node.Seriali
 in field-number order (et-format.md §1.1), proto3 scalars omitted when zero or empty, a set sub-message
 (``inputs``/``outputs``) written even when empty, packed repeated ids, attributes framed one by one in
 the order given. ``tests/format/test_assemble.py`` checks this byte for byte against protobuf.
+
+:func:`node_record` and :meth:`IoPieces.field` join their bytes in C where etkit's extension
+``etkit.format._assemble`` is built (the same bytes as the Python here, which runs without it).
 """
 
 from __future__ import annotations
@@ -21,6 +24,11 @@ from . import tags
 from .attrs import make_attr
 from .stream import encode_varint
 from .tags import key_byte
+
+try:  # the byte joins in C (optional: the Python below gives the same bytes)
+    from . import _assemble as KERNEL
+except ImportError:  # pragma: no cover - built without a C compiler
+    KERNEL = None
 
 __all__ = ["varint", "varints_column", "AttrPieces", "IoPieces", "node_record", "id_varints", "INPUTS", "OUTPUTS"]
 
@@ -152,6 +160,9 @@ class IoPieces:
         tail = self._tail.get((shapes, types))
         if tail is None:
             tail = self._new_tail(shapes, types)
+        if KERNEL is not None:
+            joined: bytes = KERNEL.io_field(key, values, tail)
+            return joined
         if not values:
             return _length_delimited(key, tail)
         encoded = values.encode()
@@ -174,8 +185,8 @@ def id_varints(count: int) -> list[bytes]:
     return [varint(i) for i in range(count)]
 
 
-def node_record(node_id: int, name_field: bytes, node_type: int, ctrl: int | None, deps: list[int],
-                start: int, duration: int, io: bytes, attrs: bytes, ids: list[bytes]) -> bytes:
+def py_node_record(node_id: int, name_field: bytes, node_type: int, ctrl: int | None, deps: list[int],
+                   start: int, duration: int, io: bytes, attrs: bytes, ids: list[bytes]) -> bytes:
     """One Node payload. ``name_field`` comes from :meth:`IoPieces.name`; ``io`` is the encoded inputs and
     outputs fields (or empty); ``attrs`` the framed attributes in order; ``ctrl`` the single ctrl dep or None;
     ``ids`` the :func:`id_varints` of every id the node names."""
@@ -193,3 +204,7 @@ def node_record(node_id: int, name_field: bytes, node_type: int, ctrl: int | Non
     return b"".join((_ID + ids[node_id] if node_id else b"", name_field, _TYPE_FIELD[node_type], ctrl_field,
                      data_field, _START + varint(start) if start else b"",
                      _DUR + varint(duration) if duration else b"", io, attrs))
+
+
+#: :func:`py_node_record`, in C where etkit's extension is built (the same bytes)
+node_record = KERNEL.record if KERNEL is not None else py_node_record

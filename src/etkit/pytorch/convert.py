@@ -51,7 +51,6 @@ from .comm import (
 )
 from .device import DeviceWaits, device_waits, gpu_node_type
 from .host import KNOWN_SCHEMAS, HostOp, HostTraceError
-from .kineto import us_to_ns
 from .link import LinkedRank
 
 __all__ = ["RankReport", "P2PCall", "convert_linked", "convert_linked_bytes", "GroupInfo", "groups_of_rank"]
@@ -258,14 +257,19 @@ class _Converter:
     def _std_attrs(self, op: HostOp, is_cpu_op: bool) -> bytes:
         """rf_id, seq_id (per op), then fw_parent, scope, tid, fw_tid, op_schema, is_cpu_op (templated)."""
         int64 = self.attr_pieces.int64
-        key = (op.fw_parent, op.scope, op.tid, op.fw_tid, op.op_schema, is_cpu_op)
-        template = self.templates.get(key)
+        template = self.templates.get((op.fw_parent, op.scope, op.tid, op.fw_tid, op.op_schema, is_cpu_op))
         if template is None:
-            a = self.attr
-            template = self.templates[key] = b"".join([
-                a("fw_parent", op.fw_parent), a("scope", op.scope), a("tid", op.tid), a("fw_tid", op.fw_tid),
-                a("op_schema", op.op_schema), a("is_cpu_op", is_cpu_op)])
+            template = self._template(op, is_cpu_op)
         return b"".join((int64("rf_id", op.rf_id), int64("seq_id", op.seq_id), template))
+
+    def _template(self, op: HostOp, is_cpu_op: bool) -> bytes:
+        """The encoded fw_parent, scope, tid, fw_tid, op_schema and is_cpu_op of ``op`` (kept for the next op
+        with the same values)."""
+        a = self.attr
+        template = self.templates[(op.fw_parent, op.scope, op.tid, op.fw_tid, op.op_schema, is_cpu_op)] = b"".join([
+            a("fw_parent", op.fw_parent), a("scope", op.scope), a("tid", op.tid), a("fw_tid", op.fw_tid),
+            a("op_schema", op.op_schema), a("is_cpu_op", is_cpu_op)])
+        return template
 
     def run(self, writer_path: str | None) -> RankReport:
         """Convert the rank: write ``writer_path``, or (``None``) keep the framed records in :attr:`framed`."""
@@ -480,26 +484,43 @@ class _Converter:
         """The COMP (or process_group:init METADATA) node of host op ``i``: after the op before it on its thread
         and the device work it waited for; outside a collective's subtree, after the collective whose tensors
         it touches first and after the other thread's op that wrote a tensor it reads."""
+        # (runs for every host op: _issued, _io and _std_attrs are inlined)
         op = self.ops[i]
-        ctrl_id, lane, deps = self._issued(i, walk, st)
+        p = walk.ctrl[i]
+        lane = walk.lane_of[i]
+        last_on_lane = st.last_on_lane
+        prev = last_on_lane.get(lane)
+        deps = [prev] if prev is not None else []
+        ctrl_id = st.new_id.get(p) if p >= 0 else None
         if i == walk.pg_init:
-            node_type = int(NodeType.METADATA_NODE)
+            node_type = _METADATA
             entries = walk.pg_entries or _pg_init_entries(op)
             io = self.io_pieces.field(INPUTS, str([orjson.dumps(entries).decode()]), op.io[1], op.io[2])
         else:
-            node_type, io = int(NodeType.COMP_NODE), self._io(op)
+            node_type = _COMP
+            in_values, in_shapes, in_types, out_values, out_shapes, out_types = op.io
+            field = self.io_pieces.field
+            io = field(INPUTS, in_values, in_shapes, in_types) if in_values != "[]" or in_types != "[]" else b""
+            if out_values != "[]" or out_types != "[]":
+                io += field(OUTPUTS, out_values, out_shapes, out_types)
         start = duration = 0
         t = st.ts[i]
-        timing = b""
+        int64 = self.attr_pieces.int64
+        template = self.templates.get((op.fw_parent, op.scope, op.tid, op.fw_tid, op.op_schema, True))
+        if template is None:
+            template = self._template(op, True)
+        attrs = [int64("rf_id", op.rf_id), int64("seq_id", op.seq_id), template]
         if t == t:
             start = max(0, int(t + self.linked.clock_offset_us + 0.5))
             duration = max(0, int(st.excl[i] + 0.5))
-            timing = self.op_timing[i]
-        for g in st.waits.host.get(i, ()):  # the device work this host call waited for
-            waited = st.new_id.get(-(g + 1))
-            if waited is not None and waited not in deps and waited < nid:
-                deps.append(waited)
-        st.last_on_lane[lane] = nid
+            attrs.append(self.op_timing[i])
+        waited_for = st.waits.host.get(i)
+        if waited_for:  # the device work this host call waited for
+            for g in waited_for:
+                waited = st.new_id.get(-(g + 1))
+                if waited is not None and waited not in deps and waited < nid:
+                    deps.append(waited)
+        last_on_lane[lane] = nid
         if walk.owner[i] < 0:
             pending_wait, writer_of = st.pending_wait, st.writer_of
             if pending_wait:
@@ -515,7 +536,7 @@ class _Converter:
                 writer_of[k] = (nid, lane)
         # deps are unique by construction (each added only if not present)
         return node_record(nid, self.io_pieces.name(op.name), node_type, ctrl_id, deps, start, duration, io,
-                           self._std_attrs(op, True) + timing, self.ids)
+                           b"".join(attrs), self.ids)
 
     def _issued(self, i: int, walk: _Walk, st: _WriteState) -> tuple[int | None, Any, list[int]]:
         """Op ``i``'s ctrl parent (node id), its thread lane, and its first dep: the lane's previous node."""
@@ -591,6 +612,12 @@ class _Converter:
         ``ts_ns``/``dur_ns``/``cat`` attributes, vectorised once."""
         linked = self.linked
         known = ~np.isnan(linked.ts)
+        if not linked.gpu and not known.any():  # a host trace alone: nothing is timed
+            self.op_ts_ns = self.op_dur_ns = [0] * len(linked.ts)
+            self.gpu_ts_ns, self.gpu_dur_ns, self.op_timing, self.gpu_timing = [], [], [], []
+            return
+        from .kineto import us_to_ns  # (the Kineto reader: imported where there are times)
+
         op_ts = np.where(known, linked.base_ns + us_to_ns(np.where(known, linked.ts, 0.0)), 0)
         op_dur = us_to_ns(np.where(known, linked.dur, 0.0))
         gpu_ts = linked.base_ns + us_to_ns(np.array([a.ts for a in linked.gpu], dtype=np.float64))
@@ -825,6 +852,7 @@ class _Converter:
 
 
 _NO_TIME = float("nan")
+_COMP, _METADATA = int(NodeType.COMP_NODE), int(NodeType.METADATA_NODE)
 
 
 def _kind_label(kind: CommKind) -> str:

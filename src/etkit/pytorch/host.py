@@ -9,7 +9,8 @@ argument lists (they are needed for message sizes, roots and peers).
 A chunk of the later layout is decoded by msgspec straight into typed records (no dict per node or
 attribute; shapes and types kept as their JSON text, whose ``str()`` is cached); a chunk that path cannot
 take (anything malformed, an integer beyond 64 bits) goes through orjson's dicts, which report the fault.
-Both give the same :class:`HostOp` records.
+Both give the same :class:`HostOp` records. The typed path's common nodes are made in C where etkit's
+extension ``etkit.pytorch._hostops`` is built (``typed_op`` takes every other node, and all of them without it).
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ import orjson
 
 from ..errors import EtkitError
 from .jsonio import read_array_document
+
+try:  # the typed path's common nodes in C (optional: typed_op gives the same HostOps)
+    from . import _hostops as KERNEL
+except ImportError:  # pragma: no cover - built without a C compiler
+    KERNEL = None
 
 __all__ = ["HostOp", "HostTrace", "load_host_trace", "is_tensor", "tensor_keys", "HostTraceError", "KNOWN_SCHEMAS"]
 
@@ -260,10 +266,13 @@ class _Compactor:
         into :class:`_Node` records, no dict per node or attribute; ``None`` when this chunk needs the dict
         path (an integer of more than 64 bits, which orjson reads as a float; anything malformed, which the
         dict path then reports)."""
-        if _LONG_NUMBER in text.translate(_DIGITS_TO_ZERO):
+        if (KERNEL.long_number(text) if KERNEL is not None else _LONG_NUMBER in text.translate(_DIGITS_TO_ZERO)):
             return None
         try:
             nodes = _decode_nodes(text)
+            if KERNEL is not None:  # the common nodes in C, the others by typed_op (the same HostOps)
+                return KERNEL.ops(nodes, self.names, self.raw_strings, self.strings, _KNOWN_ATTRS, msgspec.UNSET,
+                                  _EMPTY, HostOp, self.typed_op)
             return [self.typed_op(node) for node in nodes]
         except (msgspec.MsgspecError, RecursionError, HostTraceError, TypeError, orjson.JSONDecodeError):
             return None

@@ -15,18 +15,19 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..executor import Executor, default_executor
-from ..fileio import JobOutput, job_output
-from ..model.groups import ProcessGroups
-from ..model.job import comm_groups_path
-from ..model.trace import Trace
+from ..fileio import JobOutput, comm_groups_path, job_output
 from .convert import RankReport, convert_linked
 from .jsonio import paused_gc
 from .link import link_files
 from .pairing import Pairing, check_pair, job_files, pair_traces
 from .peers import match_p2p_peers
+
+if TYPE_CHECKING:  # pragma: no cover - the model (and its trace reader) is imported where a job has groups
+    from ..model.groups import ProcessGroups
+    from ..model.trace import Trace
 
 __all__ = ["RankPair", "JobReport", "find_rank_pairs", "convert_job", "convert_traces", "convert_rank",
            "convert_files", "convert_ranks", "convert_ranks_in_memory"]
@@ -148,6 +149,8 @@ def convert_ranks_in_memory(worker: Callable[[tuple[Any, ...]], tuple[RankReport
                        lambda result: result[0])
     reports = [rep for rep, _ in results]
     groups = _job_groups(reports)
+    from ..model.groups import ProcessGroups
+
     return reports, {rep.rank: trace for rep, trace in results}, ProcessGroups.from_mapping(groups)
 
 
@@ -192,6 +195,8 @@ def _finish(prefix: str, reports: list[RankReport], out: JobOutput) -> JobReport
     groups = _job_groups(reports)
     groups_path = None
     if groups:
+        from ..model.groups import ProcessGroups
+
         groups_path = str(comm_groups_path(prefix))
         ProcessGroups.from_mapping(groups).write(out.groups_path())
     return JobReport(prefix, reports, [r.path for r in reports], groups_path, groups)

@@ -9,6 +9,11 @@ The chunking relies on a property every JSON writer shares: a raw newline can ne
 JSON string, so ``}`` ``,`` <newline + the elements' indentation> ``{`` can only sit *between* objects.
 Such a boundary may still lie inside a nested array of an element; then the chunk does not parse on its
 own, and the reader falls back to parsing the whole document (same result, more memory).
+
+A large plain file is mapped (``mmap``), not read: its pages come from the page cache as the chunks are
+cut, and those already handed out are let go (``MADV_DONTNEED``), so the document's text never sits in
+the process's memory beside the records made from it (on a 1M-node host trace: 750 MB less at the peak,
+and the page faults of reading it into fresh memory saved).
 """
 
 from __future__ import annotations
@@ -16,8 +21,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
+import mmap
 import os
 import re
+import stat
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -45,7 +52,7 @@ class JsonArrayDocument:
     path: str
     key: str
     header: dict[str, Any]
-    _data: bytes | None
+    _data: bytes | mmap.mmap | None
     _body: tuple[int, int] | None
     _parsed: list[Any] | None
     found: bool = True  # whether the document has the ``key`` array at all
@@ -71,8 +78,20 @@ class JsonArrayDocument:
         data, self._data = self._data, None
         if data is None or self._body is None:
             return
+        try:
+            yield from self._converted(data, convert, fast, size)
+        finally:
+            if isinstance(data, mmap.mmap):
+                data.close()
+
+    def _converted(self, data: bytes | mmap.mmap, convert: Callable[[Any], T],
+                   fast: Callable[[bytes], list[T] | None] | None, size: int) -> Iterator[list[T]]:
+        """:meth:`converted` of the document's text ``data``."""
+        assert self._body is not None
         start, stop = self._body
         points = _split_points(data, start, stop)
+        _release(data, 0, len(data))  # (the split read every page: the chunks map theirs again)
+        released = 0
         cuts = [start] + points[size - 1::size] + [stop]
         done = 0
         for a, b in zip(cuts, cuts[1:]):
@@ -86,16 +105,44 @@ class JsonArrayDocument:
                 break
             items, ready = got
             done += len(items)
+            released = _release(data, released, b)
             for i in range(0, len(items), size):  # one piece when the writer put no newlines between elements
                 yield items[i:i + size] if ready else _apply(convert, items[i:i + size])
         else:
             return
         # A boundary fell inside an element: a chunk that parses is always made of whole elements, so
         # parse the whole document and hand out what was not handed out yet.
-        items = _loads(data, self.path).get(self.key) or []
+        items = _loads(data[:] if isinstance(data, mmap.mmap) else data, self.path).get(self.key) or []
         del data
         for i in range(done, len(items), size):
             yield _apply(convert, items[i:i + size])
+
+
+#: Plain files from this size on are mapped rather than read (below it a read costs less than a mapping).
+MAP_BYTES = 32 << 20
+
+
+def _mapped(path: str | os.PathLike[str]) -> mmap.mmap | None:
+    """A read-only mapping of ``path`` when it is a plain (not gzip) regular file of at least
+    :data:`MAP_BYTES`; ``None`` otherwise (then it is read as a whole)."""
+    try:
+        with open(path, "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode) or info.st_size < MAP_BYTES or f.read(2) == b"\x1f\x8b":
+                return None
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        return None  # (read as a whole, which reports what is wrong)
+
+
+def _release(data: bytes | mmap.mmap, done: int, upto: int) -> int:
+    """Let go of the mapped pages of ``data`` from ``done`` up to the page that holds ``upto`` (they are
+    mapped again from the page cache if read again); returns how far pages are let go. Bytes: nothing."""
+    end = upto - upto % mmap.PAGESIZE
+    if isinstance(data, mmap.mmap) and end > done and hasattr(data, "madvise"):
+        data.madvise(mmap.MADV_DONTNEED, done, end - done)
+        return end
+    return done
 
 
 def _parse_piece(text: bytes, fast: Callable[[bytes], list[Any] | None] | None) -> tuple[list[Any], bool] | None:
@@ -111,7 +158,7 @@ def _parse_piece(text: bytes, fast: Callable[[bytes], list[Any] | None] | None) 
         return None
 
 
-def _last_elements(data: bytes, start: int, a: int, stop: int) -> bytes | None:
+def _last_elements(data: bytes | mmap.mmap, start: int, a: int, stop: int) -> bytes | None:
     """The array's last elements (a JSON array's text) when its last chunk ``data[a:stop]`` does not parse
     because the array ends inside it: another array follows it in the document (Kineto's ``"INFO": [...]``
     logs), so ``stop``, the document's last ``]``, lies beyond its end. ``None`` when that end is not found
@@ -145,7 +192,7 @@ def _apply(convert: Callable[[Any], T], items: list[Any]) -> list[T]:
     return items if convert is _same else [convert(item) for item in items]
 
 
-def _split_points(data: bytes, start: int, stop: int) -> list[int]:
+def _split_points(data: bytes | mmap.mmap, start: int, stop: int) -> list[int]:
     """Offsets just after the ``,`` of every ``},<newline><indent>{`` between ``start`` and ``stop``.
 
     Pretty-printers indent every element of the array alike, so requiring the first element's
@@ -196,7 +243,7 @@ def read_array_document(path: str | os.PathLike[str], key: str, *, data: bytes |
     times its size): a small "gzip bomb" is refused after a fraction of a second, not parsed."""
     name = str(path)
     try:
-        raw = data if data is not None else read_bytes_maybe_gzip(path)
+        raw = data if data is not None else (_mapped(path) or read_bytes_maybe_gzip(path))
     except OSError as exc:
         raise _unreadable(name, exc) from None
     except EOFError:
@@ -214,6 +261,9 @@ def read_array_document(path: str | os.PathLike[str], key: str, *, data: bytes |
             if isinstance(header, dict):
                 header.pop(key, None)
                 return JsonArrayDocument(name, key, header, raw, (m.end(), close), None)
+    if isinstance(raw, mmap.mmap):
+        mapped, raw = raw, raw[:]
+        mapped.close()
     doc = _loads(raw, name)
     items = doc.pop(key, None)
     if items is not None and not isinstance(items, list):

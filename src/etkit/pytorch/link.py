@@ -23,7 +23,7 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
@@ -35,7 +35,9 @@ from ..format.schema import CommType, NodeType
 from .comm import Family, classify_op, process_group_entries
 from .host import HostOp, HostTrace, load_host_trace
 from .jsonio import read_array_document
-from .kineto import KinetoTrace, load_kineto
+
+if TYPE_CHECKING:  # pragma: no cover - the Kineto reader is imported where a Kineto trace is read
+    from .kineto import KinetoTrace
 
 __all__ = ["LinkedRank", "LinkReport", "GpuActivity", "LinkError", "link", "link_files", "write_linked_json",
            "from_linked_host", "check_same_job"]
@@ -873,7 +875,11 @@ def link_files(host_path: str | os.PathLike[str], kineto_path: str | os.PathLike
                rank: int | None = None) -> LinkedRank:
     """Read and link one rank's pair of files (gzip or plain)."""
     host = load_host_trace(host_path, rank=rank)
-    kineto = load_kineto(kineto_path, rank=rank) if kineto_path is not None else None
+    kineto = None
+    if kineto_path is not None:
+        from .kineto import load_kineto
+
+        kineto = load_kineto(kineto_path, rank=rank)
     return link(host, kineto)
 
 
