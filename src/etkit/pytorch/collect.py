@@ -226,15 +226,14 @@ def _collect(job: Any, out: Path, workload: str, ranks: int, steps: int, quiet: 
                                                       queue), daemon=False) for r in range(ranks)]
         for p in procs:
             p.start()
-        errors, timings, timed_out = _watch(procs, queue, ranks * total_steps, f"collect {workload} x{ranks}",
-                                            quiet, timeout_s)
-    if timed_out or errors:  # the logs the message points to go where it says; the traces are dropped
+        errors, timings, late = _watch(procs, queue, ranks * total_steps, f"collect {workload} x{ranks}",
+                                       quiet, timeout_s)
+    if late or errors:  # the logs the message points to go where it says; the traces are dropped
         for log in work.glob("rank-*.log"):
             os.replace(log, out / log.name)
-    if timed_out:
-        unfinished = sorted(set(range(ranks)) - set(timings))
+    if late:
         raise CollectError(f"{workload} job in {out} timed out after {timeout_s:g} s; ranks "
-                           f"{', '.join(map(str, unfinished))} had not finished (logs: {out}/rank-<r>.log)")
+                           f"{', '.join(map(str, late))} had not finished (logs: {out}/rank-<r>.log)")
     if errors:
         # errors arrive in the order the ranks failed: the first is the cause, the others usually follow from it
         lines = [f"rank {r}: {msg.splitlines()[0]} (log: {out / f'rank-{r}.log'})" for r, msg in errors.items()]
@@ -281,11 +280,13 @@ def stale_rank_files(out_dir: str | os.PathLike[str], ranks: int, *, compress: b
 
 
 def _watch(procs: list[Any], queue: Any, total: int, desc: str, quiet: bool,
-           timeout_s: float) -> tuple[dict[int, str], dict[int, Any], bool]:
-    """Follow the ranks until all exit: (errors by rank, timings by rank, whether the job timed out)."""
+           timeout_s: float) -> tuple[dict[int, str], dict[int, Any], list[int]]:
+    """Follow the ranks until all exit: (errors by rank, timings by rank, the ranks still running when the job
+    timed out: empty if it did not)."""
     errors: dict[int, str] = {}
     timings: dict[int, Any] = {}
     timed_out = False
+    late: list[int] = []
     deadline = time.monotonic() + timeout_s
     with Progress(total=total, desc=desc, quiet=quiet) as bar:
         while True:
@@ -302,6 +303,8 @@ def _watch(procs: list[Any], queue: Any, total: int, desc: str, quiet: bool,
                 break
             if errors or time.monotonic() > deadline:
                 timed_out = not errors
+                if timed_out:  # (the ranks may end during the grace below: they were late all the same)
+                    late = [r for r, p in enumerate(procs) if p.is_alive()]
                 time.sleep(2.0)  # let the other ranks report, then stop the job
                 for p in alive:
                     if p.is_alive():
@@ -318,4 +321,4 @@ def _watch(procs: list[Any], queue: Any, total: int, desc: str, quiet: bool,
     for r, p in enumerate(procs):
         if p.exitcode not in (0, None) and r not in errors and not timed_out:
             errors[r] = f"process exited with status {p.exitcode} (killed, or stopped after another rank failed)"
-    return errors, timings, timed_out
+    return errors, timings, late
