@@ -117,12 +117,13 @@ class _RankWalk:
     began; ties go to a data dependency, then to the earlier-listed one. Computed for all rows at once.
     """
 
-    def __init__(self, view: RankView, measured: bool = False) -> None:
+    def __init__(self, view: RankView, measured: bool = False,
+                 deps: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         sched = view.sched
         n = len(view.trace)
         start, end = sched.start_ns, sched.end_ns
         leaf = view.tracks.leaf
-        dst, src = dependency_rows(view.trace)
+        dst, src = deps if deps is not None else dependency_rows(view.trace)
         if view.tracks.parent is not None:
             # a dependency of a caller holds for the first op it calls; a caller as a dependency
             # ends with the last op it called (callers are not on the path, their callees are)
@@ -314,7 +315,7 @@ def critical_path(job: Job, schedule: Schedule | None = None, *,
     def walk_of(rank: int) -> _RankWalk:
         w = walks.get(rank)
         if w is None:
-            w = walks[rank] = _RankWalk(ctx.views[rank], measured=measured)
+            w = walks[rank] = _RankWalk(ctx.views[rank], measured=measured, deps=ctx.dependency_rows(rank))
             w.tie(linked.get(rank, set()))
         return w
 

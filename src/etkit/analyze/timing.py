@@ -39,14 +39,15 @@ SOURCE_TEXT = {
 }
 
 
-def resolve_schedule(job: Job, schedule: Schedule | None = None, *,
-                     cross: CrossRank | None = None) -> Schedule:
-    """The schedule to analyse ``job`` with (see the module docstring for the order)."""
+def resolve_schedule(job: Job, schedule: Schedule | None = None, *, cross: CrossRank | None = None,
+                     rows: dict[int, tuple[np.ndarray, np.ndarray]] | None = None) -> Schedule:
+    """The schedule to analyse ``job`` with (see the module docstring for the order). ``rows``: each rank's
+    :func:`dependency_rows` where known, and where this computes them (for the analyses after it)."""
     if schedule is not None:
         return schedule
     if any(has_timestamps(t) for t in job.traces.values()):
         return schedule_from_trace(job)
-    return schedule_from_durations(job, cross=cross)
+    return schedule_from_durations(job, cross=cross, rows=rows)
 
 
 def schedule_from_trace(job: Job) -> Schedule:
@@ -172,10 +173,9 @@ class _RankCursor:
     """One rank's walk in dependency order, pausing at collectives and receives that wait on others. With the
     C walk (:data:`KERNEL`) its columns are numpy arrays, else lists: the same values either way."""
 
-    def __init__(self, rank: int, trace: Trace, cross: CrossRank) -> None:
+    def __init__(self, rank: int, trace: Trace, dst: np.ndarray, src: np.ndarray) -> None:
         self.rank = rank
         n = len(trace)
-        dst, src = dependency_rows(trace)
         order = _topological_order(trace, dst, src)
         by_dst = np.argsort(dst, kind="stable")
         ptr = np.concatenate(([0], np.cumsum(np.bincount(dst, minlength=n)))).astype(np.int64)
@@ -199,10 +199,16 @@ class _RankCursor:
 
 
 @gc_paused
-def schedule_from_durations(job: Job, *, cross: CrossRank | None = None) -> Schedule:
-    """Dependency-bound schedule from ``duration_micros`` (see the module docstring)."""
+def schedule_from_durations(job: Job, *, cross: CrossRank | None = None,
+                            rows: dict[int, tuple[np.ndarray, np.ndarray]] | None = None) -> Schedule:
+    """Dependency-bound schedule from ``duration_micros`` (see the module docstring); ``rows`` as in
+    :func:`resolve_schedule`."""
     cross = cross or match_cross_rank(job)
-    cursors = {rank: _RankCursor(rank, trace, cross) for rank, trace in job.traces.items()}
+    rows = {} if rows is None else rows
+    for rank, trace in job.traces.items():
+        if rank not in rows:
+            rows[rank] = dependency_rows(trace)
+    cursors = {rank: _RankCursor(rank, trace, *rows[rank]) for rank, trace in job.traces.items()}
     for (rank, row), inst in cross.instance_of.items():
         cursors[rank].special[row] = inst
     for (rank, row), send in cross.send_of.items():
