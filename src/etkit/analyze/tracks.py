@@ -17,6 +17,7 @@ from ..model.accounting import union_intervals, union_length
 from ..model.kinds import RESOURCE_NAMES
 from ..model.schedule import RankSchedule
 from ..model.trace import MISSING, Trace
+from .groups import unique_inverse
 from .kinds import COMM, COMPUTE, CPU, KIND_NAMES, MEMORY
 
 __all__ = ["RankTracks", "rank_tracks", "union_intervals", "union_length"]
@@ -57,10 +58,10 @@ def _track_keys(trace: Trace, sched: RankSchedule, kinds: np.ndarray) -> tuple[n
     tagged = on_stream | (trace.tid != MISSING)
     if not tagged.any():
         return keys, labels
-    values, vcode = np.unique(np.where(on_stream, trace.stream, trace.tid)[tagged], return_inverse=True)
+    values, vcode = unique_inverse(np.where(on_stream, trace.stream, trace.tid)[tagged])
     # one int64 per (kind, on stream, value) in their lexicographic order: a 1-D unique, not a slow axis=0 one
     packed = (keys[tagged] * 2 + on_stream[tagged]) * len(values) + vcode.ravel()
-    combos, inverse = np.unique(packed, return_inverse=True)
+    combos, inverse = unique_inverse(packed)
     pair, v_of = np.divmod(combos, len(values))
     index: dict[str, int] = {}
     codes = [index.setdefault(f"{labels[k] if k < len(KIND_NAMES) else ''} {'stream' if is_stream else 'tid'} {v}",
@@ -109,7 +110,7 @@ def rank_tracks(trace: Trace, sched: RankSchedule, kinds: np.ndarray, *, nesting
     leaf[holder[holder >= 0]] = False
     # renumber (track, lane) pairs into tracks, lanes right after their base track
     pair = t.astype(np.int64) * (int(lane.max()) + 1) + lane
-    uniq, new_index = np.unique(pair, return_inverse=True)
+    uniq, new_index = unique_inverse(pair)
     width = int(lane.max()) + 1
     names = [labels[u // width] + (f" #{u % width + 1}" if u % width else "") for u in uniq.tolist()]
     track[rows] = new_index
