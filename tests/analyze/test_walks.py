@@ -110,12 +110,15 @@ def test_latest_predecessor_is_the_lexsort_choice():
     dst, src = rng.integers(0, n, m), rng.integers(0, n, m)
     end = rng.integers(0, 20, n).astype(np.int64)  # many ties
     is_dep = rng.integers(0, 2, m).astype(np.int8)
-    order = np.lexsort((-np.arange(m), is_dep, end[src], dst))  # the last of each dst: what the walk takes
+    parts = [(dst[is_dep == 1], src[is_dep == 1]), (dst[is_dep == 0], src[is_dep == 0])]  # data deps, then the rest
+    listed = np.concatenate([np.flatnonzero(is_dep == 1), np.flatnonzero(is_dep == 0)])
+    dst, src, is_dep = dst[listed], src[listed], is_dep[listed]
+    order = np.lexsort((-np.arange(m), is_dep, end[src], dst))  # the last of each dst: what the walk took
     last = np.ones(m, dtype=bool)
     last[:-1] = dst[order[1:]] != dst[order[:-1]]
     want = np.full(n, -1, dtype=np.int64)
     want[dst[order[last]]] = src[order[last]]
-    assert cp._latest(n, dst, src, end, is_dep).tolist() == want.tolist()
+    assert cp._latest(n, parts, end).tolist() == want.tolist()
 
 
 def test_track_time_keys_order_as_time_codes():

@@ -134,11 +134,15 @@ class _RankWalk:
         by_track = rows[np.lexsort((start[rows], view.tracks.track[rows]))]
         same = view.tracks.track[by_track[1:]] == view.tracks.track[by_track[:-1]]
         prev_dst, prev_src = by_track[1:][same], by_track[:-1][same]
-        cand_dst = np.concatenate((dst, prev_dst))
-        cand_src = np.concatenate((src, prev_src))
-        is_dep = np.concatenate((np.ones(len(dst), dtype=np.int8), np.zeros(len(prev_dst), dtype=np.int8)))
-        ok = leaf[cand_src] & _precedes(cand_src, cand_dst, start, end)
-        pred = _latest(n, cand_dst[ok], cand_src[ok], end, is_dep[ok])
+        del rows, by_track, same
+        # the candidates that could have released each row, data dependencies first (kept apart: no concatenated
+        # copies of them, whose fresh pages were much of the walk's system time)
+        parts = []
+        for d, s in ((dst, src), (prev_dst, prev_src)):
+            ok = leaf[s] & _precedes(s, d, start, end)
+            parts.append((d[ok], s[ok]))
+        del prev_dst, prev_src
+        pred = _latest(n, parts, end)
         self.implicit = 0
         if measured:
             pred = self._wait_on_latest(pred, start, end, leaf)
@@ -218,23 +222,24 @@ class _RankWalk:
         return out
 
 
-def _latest(n: int, dst: np.ndarray, src: np.ndarray, end: np.ndarray, is_dep: np.ndarray) -> np.ndarray:
-    """Per row, the candidate ``src`` of the edges ``src -> dst`` into it that ended last (-1: none); ties go to
-    a data dependency (``is_dep``), then to the earlier-listed edge."""
+def _latest(n: int, parts: list[tuple[np.ndarray, np.ndarray]], end: np.ndarray) -> np.ndarray:
+    """Per row, the candidate ``src`` of the edges ``src -> dst`` into it (``parts``: ``(dst, src)`` arrays, listed
+    in their order) that ended last (-1: none); ties go to the earliest part, then to the earlier-listed edge."""
     pred = np.full(n, -1, dtype=np.int64)
-    if not len(dst):
-        return pred
-    ends = end[src]
     best = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
-    np.maximum.at(best, dst, ends)
-    keep = np.flatnonzero(ends == best[dst])
-    dep = np.zeros(n, dtype=np.int8)
-    np.maximum.at(dep, dst[keep], is_dep[keep])
-    keep = keep[is_dep[keep] == dep[dst[keep]]]
-    first = np.full(n, len(dst), dtype=np.int64)
-    np.minimum.at(first, dst[keep], keep)
-    won = np.flatnonzero(first < len(dst))
-    pred[won] = src[first[won]]
+    ends = [end[src] for _, src in parts]
+    for (dst, _), e in zip(parts, ends):
+        np.maximum.at(best, dst, e)
+    taken = np.zeros(n, dtype=bool)  # rows an earlier part gives their predecessor
+    for (dst, src), e in zip(parts, ends):
+        keep = np.flatnonzero((e == best[dst]) & ~taken[dst])
+        if not len(keep):
+            continue
+        first = np.full(n, len(dst), dtype=np.int64)
+        np.minimum.at(first, dst[keep], keep)
+        won = np.flatnonzero(first < len(dst))
+        pred[won] = src[first[won]]
+        taken[won] = True
     return pred
 
 
