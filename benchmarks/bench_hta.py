@@ -15,6 +15,7 @@ run it when it is quiet (the load average is printed).
 
     python benchmarks/bench_hta.py                 # every trace, 3 runs each
     python benchmarks/bench_hta.py --runs 5 --only hta-diff-test param-linear
+    python benchmarks/bench_hta.py --baseline OLD/src   # also an older etkit tree, in the same alternation
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=3, help="runs per tool and trace (medians printed)")
     p.add_argument("--only", nargs="+", choices=sorted(KINETO_TRACES), help="these traces only")
+    p.add_argument("--baseline", type=Path, metavar="SRC",
+                   help="also time the etkit of this src/ tree (e.g. a git worktree of main), alternating with the others")
     args = p.parse_args()
     if not (REF_VENV / "bin" / "python").exists():
         raise SystemExit(f"HTA's environment {REF_VENV} is missing: make refenv")
@@ -80,10 +83,12 @@ def main() -> int:
     print(f"{'trace':24} {'etkit s':>8} {'HTA s':>8} {'wall x':>7} {'etkit cpu':>9} {'HTA cpu':>8} {'cpu x':>6} "
           f"{'etkit MiB':>9} {'HTA MiB':>8} {'mem ratio':>9}")
     totals = [0.0, 0.0, 0.0, 0.0]
+    base_cpu: list[float] = []
     # both tools as installed: their modules' bytecode cached (PYTHONDONTWRITEBYTECODE would make every etkit
     # run compile its modules again, while HTA's site-packages hold compiled bytecode), warmed up by one run each
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     hta_env = {**env, "HTA_DISABLE_NS_ROUNDING": "1"}
+    base_env = {**env, "PYTHONPATH": str(args.baseline.resolve())} if args.baseline else None
     with tempfile.TemporaryDirectory(prefix="etkit-bench-hta-") as tmp:
         root = Path(tmp)
         warm = True
@@ -93,12 +98,17 @@ def main() -> int:
                 _measure([*ETKIT, "analyze", str(d), "-q", "-j", "1", "--csv", str(root / "warm-up")], env)
                 _measure([*HTA, str(d)], hta_env)
                 warm = False
-            ours, theirs = [], []
+            ours, theirs, base = [], [], []
+            analyze = [*ETKIT, "analyze", str(d), "-q", "-j", "1", "--csv", str(root / f"{name}-csv")]
             for _ in range(args.runs):  # alternating, so that both tools see the same load
-                ours.append(_measure([*ETKIT, "analyze", str(d), "-q", "-j", "1", "--csv", str(root / f"{name}-csv")],
-                                     env))
+                ours.append(_measure(analyze, env))
                 theirs.append(_measure([*HTA, str(d)], hta_env))
+                if base_env is not None:
+                    base.append(_measure(analyze, base_env))
             (ew, ec, em), (hw, hc, hm) = _medians(ours), _medians(theirs)
+            if base:
+                base_cpu.append(_medians(base)[1])
+                print(f"{'':24} baseline etkit cpu {base_cpu[-1]:.2f} s ({base_cpu[-1] / ec:.2f}x of it now)")
             for k, v in enumerate((ew, hw, ec, hc)):
                 totals[k] += v
             print(f"{name:24} {ew:8.2f} {hw:8.2f} {hw / ew:6.2f}x {ec:9.2f} {hc:8.2f} {hc / ec:5.2f}x "
@@ -106,6 +116,9 @@ def main() -> int:
     ew, hw, ec, hc = totals
     print(f"{'all traces':24} {ew:8.2f} {hw:8.2f} {hw / ew:6.2f}x {ec:9.2f} {hc:8.2f} {hc / ec:5.2f}x   "
           f"(target >= 5x, memory ratio <= 1); load average now {os.getloadavg()[0]:.1f}")
+    if base_cpu:
+        print(f"{'baseline etkit':24} cpu {sum(base_cpu):.2f} s: HTA / baseline {hc / sum(base_cpu):.2f}x, "
+              f"baseline / now {sum(base_cpu) / ec:.2f}x")
     return 0
 
 

@@ -342,3 +342,9 @@ def test_an_in_memory_writer_holds_the_bytes_the_file_gets(tmp_path: Path) -> No
             in_memory.getvalue()
     assert in_memory.getvalue() == (tmp_path / "t.et").read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.et"]
+
+
+def test_length_prefix_table_is_the_varint_of_every_length() -> None:
+    from etkit.format.stream import _PREFIXES, encode_varint
+
+    assert _PREFIXES == [encode_varint(n) for n in range(0x4000)]

@@ -19,10 +19,13 @@ from ..model.trace import Trace
 from .crossrank import CrossRank, match_cross_rank
 from .kinds import node_kinds, time_kinds
 from .roles import RoleClass, role_classes
-from .timing import SOURCE_TEXT, resolve_schedule
+from .timing import SOURCE_TEXT, dependency_rows, resolve_schedule
 from .tracks import RankTracks, rank_tracks
 
 __all__ = ["AnalysisContext", "RankView", "prepare"]
+
+#: ``AnalysisContext.cache`` key of every rank's dependency rows.
+DEPENDENCY_ROWS = "dependency_rows"
 
 
 @dataclass
@@ -56,6 +59,14 @@ class AnalysisContext:
 
     _roles: list | None = None
     cache: dict = field(default_factory=dict)  # derived per-job tables analyses share (e.g. analyze.gpu's)
+
+    def dependency_rows(self, rank: int) -> tuple[np.ndarray, np.ndarray]:
+        """Rank ``rank``'s :func:`etkit.analyze.timing.dependency_rows`, computed once (the schedule without
+        timestamps and the critical path both walk them)."""
+        rows = self.cache.setdefault(DEPENDENCY_ROWS, {})
+        if rank not in rows:
+            rows[rank] = dependency_rows(self.views[rank].trace)
+        return rows[rank]
 
     @property
     def roles(self) -> list[RoleClass]:
@@ -138,7 +149,8 @@ def prepare(job: Job, schedule: Schedule | None = None, *, executor: Executor | 
     if context is not None:
         return context
     cross = match_cross_rank(job)
-    schedule = resolve_schedule(job, schedule, cross=cross)
+    rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # each rank's dependency rows, once (DEPENDENCY_ROWS)
+    schedule = resolve_schedule(job, schedule, cross=cross, rows=rows)
     missing = [r for r in job.traces if r not in schedule.ranks]
     if missing:
         from ..errors import UsageError
@@ -147,7 +159,7 @@ def prepare(job: Job, schedule: Schedule | None = None, *, executor: Executor | 
     views = _views(job, schedule, executor or SerialExecutor())
     for rank, transfer in transfer_times(cross, {r: v.sched for r, v in views.items()}).items():
         views[rank].transfer = transfer
-    return AnalysisContext(job, schedule, cross, views)
+    return AnalysisContext(job, schedule, cross, views, cache={DEPENDENCY_ROWS: rows})
 
 
 @dataclass

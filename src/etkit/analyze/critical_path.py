@@ -32,7 +32,7 @@ from .context import AnalysisContext, RankView, prepare
 from .gcpause import gc_paused
 from .kinds import KIND_NAMES
 from .tables import Table
-from .timing import dependency_rows
+from .timing import KERNEL, dependency_rows
 
 __all__ = ["CriticalPath", "critical_path"]
 
@@ -117,12 +117,13 @@ class _RankWalk:
     began; ties go to a data dependency, then to the earlier-listed one. Computed for all rows at once.
     """
 
-    def __init__(self, view: RankView, measured: bool = False) -> None:
+    def __init__(self, view: RankView, measured: bool = False,
+                 deps: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         sched = view.sched
         n = len(view.trace)
         start, end = sched.start_ns, sched.end_ns
         leaf = view.tracks.leaf
-        dst, src = dependency_rows(view.trace)
+        dst, src = deps if deps is not None else dependency_rows(view.trace)
         if view.tracks.parent is not None:
             # a dependency of a caller holds for the first op it calls; a caller as a dependency
             # ends with the last op it called (callers are not on the path, their callees are)
@@ -133,26 +134,62 @@ class _RankWalk:
         by_track = rows[np.lexsort((start[rows], view.tracks.track[rows]))]
         same = view.tracks.track[by_track[1:]] == view.tracks.track[by_track[:-1]]
         prev_dst, prev_src = by_track[1:][same], by_track[:-1][same]
-        cand_dst = np.concatenate((dst, prev_dst))
-        cand_src = np.concatenate((src, prev_src))
-        is_dep = np.concatenate((np.ones(len(dst), dtype=np.int8), np.zeros(len(prev_dst), dtype=np.int8)))
-        listed = -np.arange(len(cand_dst))  # earlier-listed first among equals
-        ok = leaf[cand_src] & _precedes(cand_src, cand_dst, start, end)
-        cand_dst, cand_src, is_dep, listed = cand_dst[ok], cand_src[ok], is_dep[ok], listed[ok]
-        order = np.lexsort((listed, is_dep, end[cand_src], cand_dst))
-        last = np.ones(len(order), dtype=bool)
-        last[:-1] = cand_dst[order[1:]] != cand_dst[order[:-1]]
-        pred = np.full(n, -1, dtype=np.int64)
-        pred[cand_dst[order[last]]] = cand_src[order[last]]
+        del rows, by_track, same
+        # the candidates that could have released each row, data dependencies first (kept apart: no concatenated
+        # copies of them, whose fresh pages were much of the walk's system time)
+        parts = []
+        for d, s in ((dst, src), (prev_dst, prev_src)):
+            ok = leaf[s] & _precedes(s, d, start, end)
+            parts.append((d[ok], s[ok]))
+        del prev_dst, prev_src
+        pred = _latest(n, parts, end)
         self.implicit = 0
         if measured:
             pred = self._wait_on_latest(pred, start, end, leaf)
             pred = self._started_before(pred, start, leaf)
-        self.pred = pred.tolist()
-        self.start = start.tolist()
-        self.end = end.tolist()
-        self.leaf = leaf.tolist()
+        # (arrays: the walk reads them a row at a time, as Python ints, or in C)
+        self.pred = np.ascontiguousarray(pred, dtype=np.int64)
+        self.start = np.ascontiguousarray(start, dtype=np.int64)
+        self.end = end
+        self.leaf = leaf
         self.linked: set[int] = set()  # rows tied to other ranks (collective members, receives)
+        self.tied = np.zeros(n, dtype=np.uint8)  # the same, as flags
+        self.on_path: set[int] = set()  # rows already on the path (it is a simple path)
+        self.seen = np.zeros(n, dtype=np.uint8)  # the same, as flags (for the C walk)
+
+    def tie(self, rows: set[int]) -> None:
+        """``rows`` are tied to other ranks: the walk along pred stops at them."""
+        self.linked = rows
+        self.tied[list(rows)] = 1
+
+    def put(self, row: int) -> None:
+        """``row`` is on the path."""
+        self.on_path.add(row)
+        self.seen[row] = 1
+
+    def chase(self, pred: int, limit: int, rows: list[int], limits: list[int]) -> tuple[int, int]:
+        """Follow ``pred`` while it is a row that neither ties the path to another rank nor is on it: each
+        such row goes on the path (``rows``, with the ``limits`` its credit ends at) and the limit becomes its
+        start. Returns the pred and limit it stopped at."""
+        if KERNEL is not None:
+            got, got_limits, pred, limit = KERNEL.chase(self.pred, self.start, self.tied, self.seen, pred, limit)
+            chased = np.frombuffer(got, dtype=np.int64).tolist()
+            rows.extend(chased)
+            limits.extend(np.frombuffer(got_limits, dtype=np.int64).tolist())
+            self.on_path.update(chased)
+            return pred, limit
+        start, pred_of, tied, on_path = self.start.tolist(), self.pred.tolist(), self.linked, self.on_path
+        while pred >= 0 and pred not in tied and pred not in on_path:
+            rows.append(pred)
+            limits.append(limit)
+            on_path.add(pred)
+            limit = start[pred]
+            pred = pred_of[pred]
+        return pred, limit
+
+    def at(self, row: int) -> tuple[int, int, bool]:
+        """Row ``row``'s start, end and whether it is a leaf."""
+        return int(self.start[row]), int(self.end[row]), bool(self.leaf[row])
 
     def _started_before(self, pred: np.ndarray, start: np.ndarray, leaf: np.ndarray) -> np.ndarray:
         out, found = _started_before_impl(pred, start, leaf)
@@ -185,6 +222,27 @@ class _RankWalk:
         return out
 
 
+def _latest(n: int, parts: list[tuple[np.ndarray, np.ndarray]], end: np.ndarray) -> np.ndarray:
+    """Per row, the candidate ``src`` of the edges ``src -> dst`` into it (``parts``: ``(dst, src)`` arrays, listed
+    in their order) that ended last (-1: none); ties go to the earliest part, then to the earlier-listed edge."""
+    pred = np.full(n, -1, dtype=np.int64)
+    best = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    ends = [end[src] for _, src in parts]
+    for (dst, _), e in zip(parts, ends):
+        np.maximum.at(best, dst, e)
+    taken = np.zeros(n, dtype=bool)  # rows an earlier part gives their predecessor
+    for (dst, src), e in zip(parts, ends):
+        keep = np.flatnonzero((e == best[dst]) & ~taken[dst])
+        if not len(keep):
+            continue
+        first = np.full(n, len(dst), dtype=np.int64)
+        np.minimum.at(first, dst[keep], keep)
+        won = np.flatnonzero(first < len(dst))
+        pred[won] = src[first[won]]
+        taken[won] = True
+    return pred
+
+
 def _started_before_impl(pred: np.ndarray, start: np.ndarray, leaf: np.ndarray) -> tuple[np.ndarray, int]:
     """For a leaf that nothing before it explains (no predecessor ended by its start), the leaf of its rank
     that started last before it: it was running when this one began (the op launching a kernel, the thread
@@ -202,8 +260,9 @@ def _started_before_impl(pred: np.ndarray, start: np.ndarray, leaf: np.ndarray) 
 def _precedes(src: np.ndarray, dst: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Whether row ``src`` can have released row ``dst``: it ended by ``dst``'s start; two zero-length
     rows at one instant only in row order (so the relation has no cycle and the path no repeated node)."""
-    ok = end[src] <= start[dst] + _EPS_NS
-    tie = (start[src] == end[src]) & (start[dst] == end[dst]) & (start[src] == start[dst])
+    src_start, src_end, dst_start = start[src], end[src], start[dst]
+    ok = src_end <= dst_start + _EPS_NS
+    tie = (src_start == src_end) & (dst_start == end[dst]) & (src_start == dst_start)
     return ok & ~(tie & (src >= dst))
 
 
@@ -261,43 +320,33 @@ def critical_path(job: Job, schedule: Schedule | None = None, *,
     def walk_of(rank: int) -> _RankWalk:
         w = walks.get(rank)
         if w is None:
-            w = walks[rank] = _RankWalk(ctx.views[rank], measured=measured)
-            w.linked = linked.get(rank, set())
+            w = walks[rank] = _RankWalk(ctx.views[rank], measured=measured, deps=ctx.dependency_rows(rank))
+            w.tie(linked.get(rank, set()))
         return w
 
     path_rank: list[int] = []  # the path, last node first: rank, row, and where its credit ends
     path_row: list[int] = []
     path_limit: list[int] = []
-    seen: dict[int, set[int]] = {}  # rows already on the path, per rank: the path is a simple path
     cur = _last_leaf(ctx)
-    limit = walk_of(cur[0]).end[cur[1]] if cur is not None else 0
+    limit = walk_of(cur[0]).at(cur[1])[1] if cur is not None else 0
     while cur is not None:
         if cur[1] in walk_of(cur[0]).linked:
             cur, pred = _released_by(ctx, cur, walk_of)
         else:
             pred = _best_pred(walk_of(cur[0]), cur[1])[0]
         rank, row = cur
-        on_path = seen.setdefault(rank, set())
-        if row in on_path:
-            break
         w = walk_of(rank)
+        if row in w.on_path:
+            break
         path_rank.append(rank)
         path_row.append(row)
         path_limit.append(limit)
-        on_path.add(row)
-        limit = w.start[row]
+        w.put(row)
         # stay on this rank while nothing ties the path to another one (the common, fast case)
-        start, preds, tied = w.start, w.pred, w.linked
         first = len(path_row)
-        while pred >= 0 and pred not in tied and pred not in on_path:
-            row = pred
-            path_row.append(row)
-            path_limit.append(limit)
-            on_path.add(row)
-            limit = start[row]
-            pred = preds[row]
+        pred, limit = w.chase(pred, w.at(row)[0], path_row, path_limit)
         path_rank.extend([rank] * (len(path_row) - first))
-        cur = (rank, pred) if pred >= 0 and pred not in on_path else None
+        cur = (rank, pred) if pred >= 0 and pred not in w.on_path else None
     result = _build(ctx, path_rank[::-1], path_row[::-1], path_limit[::-1])
     implicit = sum(w.implicit for w in walks.values())
     if implicit:
@@ -308,8 +357,8 @@ def critical_path(job: Job, schedule: Schedule | None = None, *,
 
 def _best_pred(w: _RankWalk, row: int) -> tuple[int, int]:
     """The predecessor that released ``row`` on its rank and when it ended (-1, int64 min: none)."""
-    pred = w.pred[row]
-    return pred, (w.end[pred] if pred >= 0 else _NEVER)
+    pred = int(w.pred[row])
+    return pred, (w.at(pred)[1] if pred >= 0 else _NEVER)
 
 
 def _released_by(ctx: AnalysisContext, node: tuple[int, int], walk_of) -> tuple[tuple[int, int], int]:  # type: ignore[no-untyped-def]
@@ -333,13 +382,14 @@ def _released_by(ctx: AnalysisContext, node: tuple[int, int], walk_of) -> tuple[
     if len(candidates) == 1:
         return node, _best_pred(walk_of(node[0]), node[1])[0]
     # a partner that began only after this node ended cannot be what it waited for
-    own_end = walk_of(node[0]).end[node[1]]
-    candidates = [(r, row) for r, row in candidates if walk_of(r).start[row] <= own_end + _EPS_NS]
-    latest = max(walk_of(r).start[row] for r, row in candidates)
+    own_end = walk_of(node[0]).at(node[1])[1]
+    candidates = [(r, row) for r, row in candidates if walk_of(r).at(row)[0] <= own_end + _EPS_NS]
+    latest = max(walk_of(r).at(row)[0] for r, row in candidates)
     best: tuple[int, bool, tuple[int, int], int] | None = None
     for r, row in candidates:
         w = walk_of(r)
-        if w.start[row] < latest - _EPS_NS or not w.leaf[row]:
+        start, _, is_leaf = w.at(row)
+        if start < latest - _EPS_NS or not is_leaf:
             continue
         pred, pred_end = _best_pred(w, row)
         key = (pred_end, (r, row) == node, (r, row), pred)
@@ -352,8 +402,9 @@ def _released_by(ctx: AnalysisContext, node: tuple[int, int], walk_of) -> tuple[
 
 def _send_waited(ws: _RankWalk, send: int, wr: _RankWalk, recv: int) -> bool:
     """Whether a measured send ended with its receive (it waited for the receiver), not long before or after."""
-    slack = max(_EPS_NS, (ws.end[send] - ws.start[send]) // 20)
-    return abs(wr.end[recv] - ws.end[send]) <= slack
+    send_start, send_end, _ = ws.at(send)
+    slack = max(_EPS_NS, (send_end - send_start) // 20)
+    return abs(wr.at(recv)[1] - send_end) <= slack
 
 
 def _build(ctx: AnalysisContext, ranks: list[int], rows: list[int], limits: list[int]) -> CriticalPath:

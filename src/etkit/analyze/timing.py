@@ -23,8 +23,13 @@ from .crossrank import CrossRank, match_cross_rank
 from .gcpause import gc_paused
 from .kinds import COMM, node_kinds
 
+try:  # the walks in C (optional: the Python loops below give the same results)
+    from . import _walks as KERNEL
+except ImportError:  # pragma: no cover - not built
+    KERNEL = None
+
 __all__ = ["resolve_schedule", "schedule_from_trace", "schedule_from_durations", "schedule_from_simulation", "SOURCE_TEXT",
-           "dependency_rows", "topological_order"]
+           "dependency_rows", "topological_order", "KERNEL"]
 
 #: How each ``Schedule.source`` is described to users.
 SOURCE_TEXT = {
@@ -34,14 +39,15 @@ SOURCE_TEXT = {
 }
 
 
-def resolve_schedule(job: Job, schedule: Schedule | None = None, *,
-                     cross: CrossRank | None = None) -> Schedule:
-    """The schedule to analyse ``job`` with (see the module docstring for the order)."""
+def resolve_schedule(job: Job, schedule: Schedule | None = None, *, cross: CrossRank | None = None,
+                     rows: dict[int, tuple[np.ndarray, np.ndarray]] | None = None) -> Schedule:
+    """The schedule to analyse ``job`` with (see the module docstring for the order). ``rows``: each rank's
+    :func:`dependency_rows` where known, and where this computes them (for the analyses after it)."""
     if schedule is not None:
         return schedule
     if any(has_timestamps(t) for t in job.traces.values()):
         return schedule_from_trace(job)
-    return schedule_from_durations(job, cross=cross)
+    return schedule_from_durations(job, cross=cross, rows=rows)
 
 
 def schedule_from_trace(job: Job) -> Schedule:
@@ -126,15 +132,30 @@ def dependency_rows(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 
 def topological_order(trace: Trace) -> np.ndarray:
     """Rows in an order where every data dependency comes first (file order when it already is)."""
-    dst, src = dependency_rows(trace)
+    return _topological_order(trace, *dependency_rows(trace))
+
+
+def _topological_order(trace: Trace, dst: np.ndarray, src: np.ndarray) -> np.ndarray:
+    """:func:`topological_order` given the trace's :func:`dependency_rows`."""
     n = len(trace)
     if not len(dst) or bool((src < dst).all()):
         return np.arange(n, dtype=np.int64)
     indeg = np.bincount(dst, minlength=n)
     order_edges = np.argsort(src, kind="stable")
     succ_ptr = np.concatenate(([0], np.cumsum(np.bincount(src, minlength=n))))
-    succ = dst[order_edges].tolist()
-    ptr = succ_ptr.tolist()
+    if KERNEL is not None:
+        out = np.frombuffer(KERNEL.topo(np.ascontiguousarray(dst[order_edges], dtype=np.int64),
+                                        succ_ptr.astype(np.int64), indeg.astype(np.int64)), dtype=np.int64)
+    else:
+        out = _kahn(dst[order_edges].tolist(), succ_ptr.tolist(), indeg)
+    if len(out) < n:
+        raise DependencyError(f"{trace.path}: {n - len(out)} node(s) are on a dependency cycle")
+    return out
+
+
+def _kahn(succ: list[int], ptr: list[int], indeg: np.ndarray) -> np.ndarray:
+    """Kahn's order, first in first out (what ``KERNEL.topo`` gives): rows of in-degree 0 in row order, then
+    each row's successors ``succ[ptr[row]:ptr[row + 1]]`` as their last dependency is placed."""
     deg = indeg.tolist()
     ready = deque(np.flatnonzero(indeg == 0).tolist())
     out: list[int] = []
@@ -145,41 +166,55 @@ def topological_order(trace: Trace) -> np.ndarray:
             deg[child] -= 1
             if deg[child] == 0:
                 ready.append(child)
-    if len(out) < n:
-        raise DependencyError(f"{trace.path}: {n - len(out)} node(s) are on a dependency cycle")
     return np.asarray(out, dtype=np.int64)
 
 
 class _RankCursor:
-    """One rank's walk in dependency order, pausing at collectives and receives that wait on others."""
+    """One rank's walk in dependency order, pausing at collectives and receives that wait on others. With the
+    C walk (:data:`KERNEL`) its columns are numpy arrays, else lists: the same values either way."""
 
-    def __init__(self, rank: int, trace: Trace, cross: CrossRank) -> None:
+    def __init__(self, rank: int, trace: Trace, dst: np.ndarray, src: np.ndarray) -> None:
         self.rank = rank
         n = len(trace)
-        self.order = topological_order(trace).tolist()
-        dst, src = dependency_rows(trace)
+        order = _topological_order(trace, dst, src)
         by_dst = np.argsort(dst, kind="stable")
-        self.ptr = np.concatenate(([0], np.cumsum(np.bincount(dst, minlength=n)))).tolist()
-        self.deps = src[by_dst].tolist()
-        self.dur = (trace.duration.astype(np.int64) * 1000).tolist()
-        self.start: list[float] = [0] * n
-        self.end: list[float] = [0] * n
-        self.done = [False] * n
+        ptr = np.concatenate(([0], np.cumsum(np.bincount(dst, minlength=n)))).astype(np.int64)
+        deps = src[by_dst].astype(np.int64)
+        dur = trace.duration.astype(np.int64) * 1000
+        self.start: Any
+        self.end: Any
+        self.done: Any
+        if KERNEL is not None:
+            self.order, self.ptr, self.deps, self.dur = order, ptr, deps, dur
+            self.start, self.end = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+            self.done = np.zeros(n, dtype=np.uint8)
+        else:
+            self.order, self.ptr, self.deps, self.dur = order.tolist(), ptr.tolist(), deps.tolist(), dur.tolist()
+            self.start, self.end, self.done = [0] * n, [0] * n, [False] * n
         self.pos = 0
         self.arrived: set[int] = set()
         #: rows that wait on other ranks: collective member -> instance (int), receive -> its send (tuple)
         self.special: dict[int, int | tuple[int, int]] = {}
+        self.waits = np.zeros(n, dtype=np.uint8)  # (the rows of special, for the C walk)
 
 
 @gc_paused
-def schedule_from_durations(job: Job, *, cross: CrossRank | None = None) -> Schedule:
-    """Dependency-bound schedule from ``duration_micros`` (see the module docstring)."""
+def schedule_from_durations(job: Job, *, cross: CrossRank | None = None,
+                            rows: dict[int, tuple[np.ndarray, np.ndarray]] | None = None) -> Schedule:
+    """Dependency-bound schedule from ``duration_micros`` (see the module docstring); ``rows`` as in
+    :func:`resolve_schedule`."""
     cross = cross or match_cross_rank(job)
-    cursors = {rank: _RankCursor(rank, trace, cross) for rank, trace in job.traces.items()}
+    rows = {} if rows is None else rows
+    for rank, trace in job.traces.items():
+        if rank not in rows:
+            rows[rank] = dependency_rows(trace)
+    cursors = {rank: _RankCursor(rank, trace, *rows[rank]) for rank, trace in job.traces.items()}
     for (rank, row), inst in cross.instance_of.items():
         cursors[rank].special[row] = inst
     for (rank, row), send in cross.send_of.items():
         cursors[rank].special[row] = send
+    for cur in cursors.values():
+        cur.waits[list(cur.special)] = 1
     arrivals: dict[int, dict[tuple[int, int], float]] = {}
     progress = True
     while progress:
@@ -203,13 +238,17 @@ def _advance(cur: _RankCursor, cursors: dict[int, _RankCursor], cross: CrossRank
     pos, n = cur.pos, len(order)
     first = pos
     while pos < n:
-        row = order[pos]
+        if KERNEL is not None:  # the rows up to the next one that waits on another rank, in C
+            pos = KERNEL.advance(order, ptr, deps, dur, start, end, done, cur.waits, pos)
+            if pos >= n:
+                break
+        row = int(order[pos])
         if not done[row]:
             lo, hi = ptr[row], ptr[row + 1]
             ready = 0
             for dep in deps[lo:hi]:
                 if end[dep] > ready:
-                    ready = end[dep]
+                    ready = int(end[dep])
             link = special.get(row)
             if link is None:
                 start[row] = ready
@@ -229,7 +268,7 @@ def _advance(cur: _RankCursor, cursors: dict[int, _RankCursor], cross: CrossRank
                 if peer is None or not peer.done[link[1]]:
                     cur.pos = pos
                     return pos > first
-                start[row] = max(ready, peer.start[link[1]])
+                start[row] = max(ready, int(peer.start[link[1]]))
                 end[row] = max(start[row] + dur[row], peer.end[link[1]])
                 done[row] = True
         pos += 1

@@ -15,6 +15,7 @@ from ..model.job import Job
 from ..model.schedule import Schedule, measured_times
 from ..model.trace import node_type_name
 from .context import AnalysisContext, prepare
+from .groups import unique_inverse
 from .kinds import COMM, KIND_NAMES
 from .tables import Table
 
@@ -92,7 +93,7 @@ def top_ops(job: Job, schedule: Schedule | None = None, *, context: AnalysisCont
         excl = np.maximum(excl - waited, 0)
         # key = (name index, kind): one operator name can appear as two kinds (e.g. cpu and compute)
         key = trace.name_idx.astype(np.int64) * len(KIND_NAMES) + view.kinds
-        uniq, inverse = np.unique(key[ran], return_inverse=True)
+        uniq, inverse = unique_inverse(key[ran])
         count = np.bincount(inverse, minlength=len(uniq))
         total = _sum_by(inverse, dur[ran], len(uniq))
         exclusive = _sum_by(inverse, excl[ran], len(uniq))
@@ -104,7 +105,7 @@ def top_ops(job: Job, schedule: Schedule | None = None, *, context: AnalysisCont
         kinds[:, 0] += np.bincount(view.kinds[ran], minlength=len(KIND_NAMES))
         kinds[:, 1] += _sum_by(view.kinds[ran], dur[ran], len(KIND_NAMES))
         kinds[:, 2] += _sum_by(view.kinds[ran], excl[ran], len(KIND_NAMES))
-        tu, ti = np.unique(trace.types[ran], return_inverse=True)
+        tu, ti = unique_inverse(trace.types[ran])
         for t, c, d, x in zip(tu.tolist(), np.bincount(ti).tolist(), _sum_by(ti, dur[ran], len(tu)).tolist(),
                               _sum_by(ti, excl[ran], len(tu)).tolist()):
             entry = types.setdefault(t, [0, 0, 0])

@@ -17,6 +17,7 @@ from ..model.accounting import union_intervals, union_length
 from ..model.kinds import RESOURCE_NAMES
 from ..model.schedule import RankSchedule
 from ..model.trace import MISSING, Trace
+from .groups import unique_inverse
 from .kinds import COMM, COMPUTE, CPU, KIND_NAMES, MEMORY
 
 __all__ = ["RankTracks", "rank_tracks", "union_intervals", "union_length"]
@@ -57,10 +58,10 @@ def _track_keys(trace: Trace, sched: RankSchedule, kinds: np.ndarray) -> tuple[n
     tagged = on_stream | (trace.tid != MISSING)
     if not tagged.any():
         return keys, labels
-    values, vcode = np.unique(np.where(on_stream, trace.stream, trace.tid)[tagged], return_inverse=True)
+    values, vcode = unique_inverse(np.where(on_stream, trace.stream, trace.tid)[tagged])
     # one int64 per (kind, on stream, value) in their lexicographic order: a 1-D unique, not a slow axis=0 one
     packed = (keys[tagged] * 2 + on_stream[tagged]) * len(values) + vcode.ravel()
-    combos, inverse = np.unique(packed, return_inverse=True)
+    combos, inverse = unique_inverse(packed)
     pair, v_of = np.divmod(combos, len(values))
     index: dict[str, int] = {}
     codes = [index.setdefault(f"{labels[k] if k < len(KIND_NAMES) else ''} {'stream' if is_stream else 'tid'} {v}",
@@ -94,10 +95,8 @@ def rank_tracks(trace: Trace, sched: RankSchedule, kinds: np.ndarray, *, nesting
     rows = ran_rows[order]
     t, s, e = track[rows], start[rows], end[rows]
     # does a node start before some earlier node of its track ended? A running maximum of ends
-    # per track: exact integer keys (track, time code) keep one track's maximum from leaking into the next
-    codes, inverse = np.unique(np.concatenate((s, e)), return_inverse=True)
-    base = t.astype(np.int64) * (len(codes) + 1)
-    start_key, end_key = base + inverse[:len(s)], base + inverse[len(s):]
+    # per track: exact integer keys (track, time) keep one track's maximum from leaking into the next
+    start_key, end_key = _track_time_keys(t, s, e)
     overlaps = np.zeros(len(rows), dtype=bool)
     overlaps[1:] = (t[1:] == t[:-1]) & (start_key[1:] < np.maximum.accumulate(end_key)[:-1])
     leaf = np.zeros(n, dtype=bool)
@@ -111,13 +110,28 @@ def rank_tracks(trace: Trace, sched: RankSchedule, kinds: np.ndarray, *, nesting
     leaf[holder[holder >= 0]] = False
     # renumber (track, lane) pairs into tracks, lanes right after their base track
     pair = t.astype(np.int64) * (int(lane.max()) + 1) + lane
-    uniq, new_index = np.unique(pair, return_inverse=True)
+    uniq, new_index = unique_inverse(pair)
     width = int(lane.max()) + 1
     names = [labels[u // width] + (f" #{u % width + 1}" if u % width else "") for u in uniq.tolist()]
     track[rows] = new_index
     seg_s, seg_e, seg_r = seg
     by_time = np.lexsort((seg_s, track[seg_r]))
     return RankTracks(track, names, leaf, seg_s[by_time], seg_e[by_time], seg_r[by_time], parent=parent)
+
+
+def _track_time_keys(t: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """int64 keys of the starts and ends, ordered by (track, time): each track's times offset into a range of
+    their own (a time code, the time's rank among all of them, where the offsets would not fit 64 bits)."""
+    if not len(t):
+        return s.astype(np.int64), e.astype(np.int64)
+    lo, hi = min(int(s.min()), int(e.min())), max(int(s.max()), int(e.max()))
+    width = hi - lo + 1
+    if (int(t.max()) + 1) * width < 1 << 62:
+        base = t.astype(np.int64) * width - lo
+        return base + s, base + e
+    codes, inverse = np.unique(np.concatenate((s, e)), return_inverse=True)
+    base = t.astype(np.int64) * (len(codes) + 1)
+    return base + inverse[:len(s)], base + inverse[len(s):]
 
 
 def _track_sort_key(label: str) -> tuple[int, str]:
