@@ -91,3 +91,25 @@ def test_a_mapped_file_that_is_no_array_document_is_parsed_whole_or_refused(tmp_
     path.write_text('{"nodes": [ {"id": 1}, ')
     with pytest.raises(EtkitError, match="plain.json: not valid JSON"):
         list(read_array_document(path, "nodes").chunks())
+
+
+def test_the_mapping_check_does_not_open_a_fifo(tmp_path):
+    """Opening a FIFO to see whether it can be mapped would take its writer's bytes (or wait for a writer
+    forever): the check must decide from the path alone, and the document is then read from the FIFO once."""
+    import os
+    import threading
+
+    from etkit.pytorch import jsonio
+
+    fifo = tmp_path / "host.json"
+    os.mkfifo(fifo)
+    verdict: list[object] = []
+    probe = threading.Thread(target=lambda: verdict.append(jsonio._mapped(fifo)), daemon=True)
+    probe.start()
+    probe.join(5.0)
+    if probe.is_alive():  # it opened the FIFO and waits for a writer: give it one, then fail
+        with open(fifo, "wb"):
+            pass
+        probe.join(5.0)
+        pytest.fail("jsonio._mapped opened a FIFO")
+    assert verdict == [None]

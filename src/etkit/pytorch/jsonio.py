@@ -126,9 +126,11 @@ def _mapped(path: str | os.PathLike[str]) -> mmap.mmap | None:
     """A read-only mapping of ``path`` when it is a plain (not gzip) regular file of at least
     :data:`MAP_BYTES`; ``None`` otherwise (then it is read as a whole)."""
     try:
+        info = os.stat(path)  # before opening: opening a FIFO to look at it would consume its writer
+        if not stat.S_ISREG(info.st_mode) or info.st_size < MAP_BYTES:
+            return None
         with open(path, "rb") as f:
-            info = os.fstat(f.fileno())
-            if not stat.S_ISREG(info.st_mode) or info.st_size < MAP_BYTES or f.read(2) == b"\x1f\x8b":
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode) or f.read(2) == b"\x1f\x8b":
                 return None
             return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     except (OSError, ValueError):
