@@ -30,7 +30,7 @@ try:  # the byte joins in C (optional: the Python below gives the same bytes)
 except ImportError:  # pragma: no cover - built without a C compiler
     KERNEL = None
 
-__all__ = ["varint", "varints_column", "AttrPieces", "IoPieces", "node_record", "id_varints", "INPUTS", "OUTPUTS"]
+__all__ = ["KERNEL", "varint", "varints_column", "AttrPieces", "IoPieces", "node_record", "id_varints", "INPUTS", "OUTPUTS"]
 
 _U64 = (1 << 64) - 1
 _SMALL = [bytes((n,)) for n in range(0x80)]
@@ -120,9 +120,13 @@ class AttrPieces:
 
     def int64_column(self, name: str, values: np.ndarray) -> list[bytes]:
         """:meth:`int64` of every value of a column at once (non-negative values, vectorised varints)."""
-        heads = self._int_heads.get(name) or self._new_int_heads(name)
+        heads = self.int64_heads(name)
         encoded = varints_column(values)
         return [heads[len(e)] + e for e in encoded]
+
+    def int64_heads(self, name: str) -> list[bytes]:
+        """The prefixes :meth:`int64` puts before a value's varint, by its length (index 1-10)."""
+        return self._int_heads.get(name) or self._new_int_heads(name)
 
     def _new_int_heads(self, name: str) -> list[bytes]:
         """Key, length and name part of the framed attribute, by the length of the value's varint (1-10)."""
@@ -141,6 +145,16 @@ class IoPieces:
     def __init__(self) -> None:
         self._tail: dict[tuple[str, str], bytes] = {}
         self._names: dict[str, bytes] = {}
+
+    @property
+    def names(self) -> dict[str, bytes]:
+        """The encoded ``name`` fields so far, by name (what :meth:`name` returns)."""
+        return self._names
+
+    @property
+    def tails(self) -> dict[tuple[str, str], bytes]:
+        """The encoded shapes and types of an IOInfo so far, by (shapes, types) (what :meth:`field` appends)."""
+        return self._tail
 
     def name(self, name: str) -> bytes:
         """The encoded ``name`` field (names repeat: cached)."""
