@@ -652,10 +652,8 @@ class _Converter:
 
     def _timing_column(self, ts: np.ndarray, dur: np.ndarray, cat: np.ndarray) -> list[bytes]:
         """The encoded ``ts_ns``, ``dur_ns`` (and ``cat`` where known) attributes of each row."""
-        column = self.attr_pieces.int64_column
-        cats = column("cat", np.maximum(cat, 0))
-        return [t + d + (c if k >= 0 else b"") for t, d, c, k in
-                zip(column("ts_ns", np.maximum(ts, 0)), column("dur_ns", np.maximum(dur, 0)), cats, cat.tolist())]
+        return self.attr_pieces.int64_rows(("ts_ns", "dur_ns", "cat"),
+                                           (np.maximum(ts, 0), np.maximum(dur, 0), np.maximum(cat, 0)), cat >= 0)
 
     def _ns_attrs(self, ts_ns: int, dur_ns: int, cat: int) -> bytes:
         """``ts_ns``/``dur_ns`` (the measured start in Unix ns and inclusive duration) and ``cat``."""
