@@ -132,3 +132,18 @@ def test_int64_rows_c_and_python_and_protobuf(rows, masked):
     assert python == expected
     if kernel is not None:
         assert kernel is assemble.KERNEL and AttrPieces().int64_rows(names, columns, present) == python
+
+
+@pytest.mark.parametrize("count", [0, 1, 0x80, 0x4000 + 3, 300_000])
+def test_id_varints_c_and_python(count):
+    """The node ids' varints (C: int64_rows of one column with empty heads) are assemble.varint's."""
+    from etkit.format import assemble
+
+    kernel = assemble.KERNEL
+    try:
+        assemble.KERNEL = None
+        python = assemble.id_varints(count)
+    finally:
+        assemble.KERNEL = kernel
+    assert python == [varint(i) for i in range(count)]
+    assert assemble.id_varints(count) == python
