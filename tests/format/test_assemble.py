@@ -98,3 +98,52 @@ def test_the_c_joins_give_the_python_bytes(node_id, node_type, ctrl, deps, start
 
     _c_and_python(call)
     _c_and_python(lambda record, pieces: pieces.field(INPUTS, "\udc80" + values, shapes, types))
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(-(1 << 63), U64), st.integers(0, U64), st.integers(-3, 40)), max_size=60),
+       masked=st.booleans())
+def test_int64_rows_c_and_python_and_protobuf(rows, masked):
+    """AttrPieces.int64_rows in C and in Python, against the attributes protobuf frames one by one (values as
+    uint64, the last one left out where it is negative when masked)."""
+    import numpy as np
+
+    from etkit.format import assemble
+
+    a = np.array([r[0] & U64 for r in rows], dtype=np.uint64)
+    b = np.array([r[1] for r in rows], dtype=np.uint64)
+    c = np.array([r[2] for r in rows], dtype=np.int64)
+    present = c >= 0 if masked else None
+    columns = (a, b, np.maximum(c, 0))
+    names = ("ts_ns", "dur_ns", "cat")
+    kernel = assemble.KERNEL
+    try:
+        assemble.KERNEL = None
+        python = AttrPieces().int64_rows(names, columns, present)
+    finally:
+        assemble.KERNEL = kernel
+    pieces = AttrPieces()
+
+    def framed(name: str, value: int) -> bytes:  # the int64 attribute of a uint64's bits, as protobuf frames it
+        return pieces.framed(name, value - (1 << 64) if value >= 1 << 63 else value)
+
+    expected = [framed("ts_ns", int(x)) + framed("dur_ns", int(y)) + (framed("cat", max(int(z), 0)) if not masked or z >= 0 else b"")
+                for x, y, z in zip(a.tolist(), b.tolist(), c.tolist())]
+    assert python == expected
+    if kernel is not None:
+        assert kernel is assemble.KERNEL and AttrPieces().int64_rows(names, columns, present) == python
+
+
+@pytest.mark.parametrize("count", [0, 1, 0x80, 0x4000 + 3, 300_000])
+def test_id_varints_c_and_python(count):
+    """The node ids' varints (C: int64_rows of one column with empty heads) are assemble.varint's."""
+    from etkit.format import assemble
+
+    kernel = assemble.KERNEL
+    try:
+        assemble.KERNEL = None
+        python = assemble.id_varints(count)
+    finally:
+        assemble.KERNEL = kernel
+    assert python == [varint(i) for i in range(count)]
+    assert assemble.id_varints(count) == python

@@ -155,9 +155,78 @@ static PyObject *io_field(PyObject *self, PyObject *const *args, Py_ssize_t narg
     return out;
 }
 
+PyDoc_STRVAR(int64_rows_doc,
+"int64_rows(heads, columns, present) -> list[bytes]\n\n"
+"AttrPieces.int64_rows: per row, heads[j][len(varint)] + varint(columns[j][row]) for every column, joined\n"
+"(columns: C-contiguous uint64 buffers of one length; present: a bool buffer for the last column, or None).");
+
+static PyObject *int64_rows(PyObject *self, PyObject *args) {
+    PyObject *heads, *columns, *present_obj;
+    if (!PyArg_ParseTuple(args, "O!O!O", &PyList_Type, &heads, &PyList_Type, &columns, &present_obj)) return NULL;
+    Py_ssize_t n_cols = PyList_GET_SIZE(columns);
+    if (n_cols < 1 || n_cols > 8 || PyList_GET_SIZE(heads) != n_cols) {
+        PyErr_SetString(PyExc_ValueError, "int64_rows: 1-8 columns, one heads list each");
+        return NULL;
+    }
+    for (Py_ssize_t j = 0; j < n_cols; j++) {
+        PyObject *h = PyList_GET_ITEM(heads, j);
+        if (!PyList_Check(h) || PyList_GET_SIZE(h) < 11) {
+            PyErr_SetString(PyExc_ValueError, "int64_rows: each heads list holds 11 bytes");
+            return NULL;
+        }
+        for (Py_ssize_t k = 1; k < 11; k++)
+            if (!PyBytes_Check(PyList_GET_ITEM(h, k))) { PyErr_SetString(PyExc_TypeError, "int64_rows: heads hold bytes"); return NULL; }
+    }
+    Py_buffer views[9];
+    int got = 0;
+    PyObject *out = NULL;
+    Py_ssize_t rows = -1;
+    for (; got < n_cols; got++) {
+        if (PyObject_GetBuffer(PyList_GET_ITEM(columns, got), &views[got], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto done;
+        Py_buffer *v = &views[got];
+        if (v->itemsize != 8 || v->format == NULL || (strcmp(v->format, "Q") && strcmp(v->format, "L") && strcmp(v->format, "<Q"))) {
+            got++;
+            PyErr_SetString(PyExc_TypeError, "int64_rows: columns are uint64 arrays");
+            goto done;
+        }
+        Py_ssize_t n = v->len / 8;
+        if (rows >= 0 && n != rows) { got++; PyErr_SetString(PyExc_ValueError, "int64_rows: columns of different lengths"); goto done; }
+        rows = n;
+    }
+    const unsigned char *present = NULL;
+    if (present_obj != Py_None) {
+        if (PyObject_GetBuffer(present_obj, &views[got], PyBUF_C_CONTIGUOUS) < 0) goto done;
+        got++;
+        if (views[got - 1].len != rows) { PyErr_SetString(PyExc_ValueError, "int64_rows: present has another length"); goto done; }
+        present = views[got - 1].buf;
+    }
+    if ((out = PyList_New(rows)) == NULL) goto done;
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        char buf[8 * (10 + 64)];
+        Py_ssize_t size = 0;
+        for (Py_ssize_t j = 0; j < n_cols; j++) {
+            if (j == n_cols - 1 && present != NULL && !present[r]) continue;
+            uint64_t value = ((const uint64_t *)views[j].buf)[r];
+            int len = varint_len(value);
+            PyObject *head = PyList_GET_ITEM(PyList_GET_ITEM(heads, j), len);
+            Py_ssize_t hn = PyBytes_GET_SIZE(head);
+            if (hn > 64) { PyErr_SetString(PyExc_ValueError, "int64_rows: attribute name too long"); Py_CLEAR(out); goto done; }
+            memcpy(buf + size, PyBytes_AS_STRING(head), hn);
+            size = put_varint(buf + size + hn, value) - buf;
+        }
+        PyObject *row = PyBytes_FromStringAndSize(buf, size);
+        if (row == NULL) { Py_CLEAR(out); goto done; }
+        PyList_SET_ITEM(out, r, row);
+    }
+done:
+    for (int k = 0; k < got; k++) PyBuffer_Release(&views[k]);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"record", (PyCFunction)(void (*)(void))record, METH_FASTCALL, record_doc},
     {"io_field", (PyCFunction)(void (*)(void))io_field, METH_FASTCALL, io_field_doc},
+    {"int64_rows", int64_rows, METH_VARARGS, int64_rows_doc},
     {NULL, NULL, 0, NULL},
 };
 

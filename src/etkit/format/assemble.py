@@ -30,7 +30,7 @@ try:  # the byte joins in C (optional: the Python below gives the same bytes)
 except ImportError:  # pragma: no cover - built without a C compiler
     KERNEL = None
 
-__all__ = ["varint", "varints_column", "AttrPieces", "IoPieces", "node_record", "id_varints", "INPUTS", "OUTPUTS"]
+__all__ = ["KERNEL", "varint", "varints_column", "AttrPieces", "IoPieces", "node_record", "id_varints", "INPUTS", "OUTPUTS"]
 
 _U64 = (1 << 64) - 1
 _SMALL = [bytes((n,)) for n in range(0x80)]
@@ -120,9 +120,29 @@ class AttrPieces:
 
     def int64_column(self, name: str, values: np.ndarray) -> list[bytes]:
         """:meth:`int64` of every value of a column at once (non-negative values, vectorised varints)."""
-        heads = self._int_heads.get(name) or self._new_int_heads(name)
+        heads = self.int64_heads(name)
         encoded = varints_column(values)
         return [heads[len(e)] + e for e in encoded]
+
+    def int64_rows(self, names: tuple[str, ...], columns: tuple[np.ndarray, ...],
+                   last_present: np.ndarray | None = None) -> list[bytes]:
+        """Per row, :meth:`int64` of ``names[j]`` = ``columns[j][row]`` for every column, joined (non-negative
+        values); the last column's attribute only where ``last_present`` (None: everywhere). In C where
+        etkit's extension is built (the same bytes as the varints_column join below)."""
+        heads = [self.int64_heads(name) for name in names]
+        values = [np.ascontiguousarray(np.asarray(c).astype(np.uint64)) for c in columns]
+        present = None if last_present is None else np.ascontiguousarray(last_present, dtype=np.bool_)
+        if KERNEL is not None:
+            rows: list[bytes] = KERNEL.int64_rows(heads, values, present)
+            return rows
+        encoded = [[h[len(e)] + e for e in varints_column(v)] for h, v in zip(heads, values)]
+        if present is not None:
+            encoded[-1] = [e if keep else b"" for e, keep in zip(encoded[-1], present.tolist())]
+        return [b"".join(parts) for parts in zip(*encoded)]
+
+    def int64_heads(self, name: str) -> list[bytes]:
+        """The prefixes :meth:`int64` puts before a value's varint, by its length (index 1-10)."""
+        return self._int_heads.get(name) or self._new_int_heads(name)
 
     def _new_int_heads(self, name: str) -> list[bytes]:
         """Key, length and name part of the framed attribute, by the length of the value's varint (1-10)."""
@@ -141,6 +161,16 @@ class IoPieces:
     def __init__(self) -> None:
         self._tail: dict[tuple[str, str], bytes] = {}
         self._names: dict[str, bytes] = {}
+
+    @property
+    def names(self) -> dict[str, bytes]:
+        """The encoded ``name`` fields so far, by name (what :meth:`name` returns)."""
+        return self._names
+
+    @property
+    def tails(self) -> dict[tuple[str, str], bytes]:
+        """The encoded shapes and types of an IOInfo so far, by (shapes, types) (what :meth:`field` appends)."""
+        return self._tail
 
     def name(self, name: str) -> bytes:
         """The encoded ``name`` field (names repeat: cached)."""
@@ -182,6 +212,9 @@ _TYPE_FIELD = [b""] + [_TYPE + _SMALL[t] for t in range(1, 0x80)]
 def id_varints(count: int) -> list[bytes]:
     """``varint(i)`` for every node id ``0 <= i < count``: ids are dense and each one is written several times
     (as the node's id, then in the deps of the nodes after it), so they are encoded once."""
+    if KERNEL is not None:  # (the rows of one column with empty heads: the bare varints)
+        encoded: list[bytes] = KERNEL.int64_rows([[b""] * 11], [np.arange(count, dtype=np.uint64)], None)
+        return encoded
     return [varint(i) for i in range(count)]
 
 

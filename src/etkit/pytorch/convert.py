@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from ..format import assemble
 from ..format.assemble import INPUTS, OUTPUTS, AttrPieces, IoPieces, id_varints, node_record
 from ..format.attrs import PROFILER_CATEGORIES, make_attr
 from ..format.schema import SCHEMA_VERSION, CommType, GlobalMetadata, NodeType
@@ -50,6 +51,7 @@ from .comm import (
     process_group_entries,
 )
 from .device import DeviceWaits, device_waits, gpu_node_type
+from .host import KERNEL as _HOSTOPS
 from .host import KNOWN_SCHEMAS, HostOp, HostTraceError
 from .link import LinkedRank
 
@@ -446,16 +448,34 @@ class _Converter:
             write = writer.write_record
             if walk.pg_init is None and walk.pg_entries:
                 write(self._metadata_node(0, "## process_group:init ##", walk.pg_entries))
-            for nid, ref in enumerate(items, 1):
+            context = self._host_context(walk, st, writer.write_framed) if HOST_KERNEL is not None else None
+            k, n = 0, len(items)
+            while k < n:
+                if context is not None:  # the plain host ops from k on, in C (the same bytes and state)
+                    k = HOST_KERNEL.host_records(context, items, k)
+                    if k == n:
+                        break
+                ref = items[k]
+                k += 1
                 if ref < 0:
-                    write(self._gpu_node(nid, -ref - 1, st.new_id, st.last_on_lane, kernel_kind, waits))
+                    write(self._gpu_node(k, -ref - 1, st.new_id, st.last_on_lane, kernel_kind, waits))
                     report.gpu_nodes += 1
                 elif head[ref] == ref:
-                    write(self._comm_record(nid, ref, walk, chains[ref], st))
+                    write(self._comm_record(k, ref, walk, chains[ref], st))
                 else:
-                    write(self._host_record(nid, ref, walk, st))
+                    write(self._host_record(k, ref, walk, st))
         if path is None:
             self.framed = writer.getvalue()
+
+    def _host_context(self, walk: _Walk, st: _WriteState, write_framed: Any) -> tuple[Any, ...]:
+        """What ``_hostops.host_records`` reads and updates to write host ops as :meth:`_host_record` does (its
+        order is the C module's ``X_*``): the walk, the write state, the encoded pieces' caches, the joins."""
+        attr_pieces, io_pieces = self.attr_pieces, self.io_pieces
+        return (self.ops, walk.head, walk.ctrl, walk.lane_of, walk.owner, walk.pg_init, st.new_id, st.last_on_lane,
+                st.pending_wait, st.writer_of, st.ts, st.excl, st.waits.host, float(self.linked.clock_offset_us),
+                self.op_timing, self.templates, attr_pieces.int64_heads("rf_id"), attr_pieces.int64_heads("seq_id"),
+                attr_pieces.framed("seq_id", -1), io_pieces.names, io_pieces.tails, assemble.KERNEL.io_field,
+                assemble.KERNEL.record, self.ids, write_framed, INPUTS, OUTPUTS, _COMP)
 
     def _comm_record(self, nid: int, i: int, walk: _Walk, members: list[int], st: _WriteState) -> bytes:
         """The COMM node of chain head ``i``: after the op before it on its thread, the previous collective of
@@ -632,10 +652,8 @@ class _Converter:
 
     def _timing_column(self, ts: np.ndarray, dur: np.ndarray, cat: np.ndarray) -> list[bytes]:
         """The encoded ``ts_ns``, ``dur_ns`` (and ``cat`` where known) attributes of each row."""
-        column = self.attr_pieces.int64_column
-        cats = column("cat", np.maximum(cat, 0))
-        return [t + d + (c if k >= 0 else b"") for t, d, c, k in
-                zip(column("ts_ns", np.maximum(ts, 0)), column("dur_ns", np.maximum(dur, 0)), cats, cat.tolist())]
+        return self.attr_pieces.int64_rows(("ts_ns", "dur_ns", "cat"),
+                                           (np.maximum(ts, 0), np.maximum(dur, 0), np.maximum(cat, 0)), cat >= 0)
 
     def _ns_attrs(self, ts_ns: int, dur_ns: int, cat: int) -> bytes:
         """``ts_ns``/``dur_ns`` (the measured start in Unix ns and inclusive duration) and ``cat``."""
@@ -853,6 +871,9 @@ class _Converter:
 
 _NO_TIME = float("nan")
 _COMP, _METADATA = int(NodeType.COMP_NODE), int(NodeType.METADATA_NODE)
+#: ``_hostops.host_records`` (plain host ops' nodes in C, the bytes of ``_host_record``), where both C modules
+#: are built; None: every node in Python
+HOST_KERNEL: Any = _HOSTOPS if _HOSTOPS is not None and assemble.KERNEL is not None else None
 
 
 def _kind_label(kind: CommKind) -> str:
