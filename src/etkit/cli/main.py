@@ -90,4 +90,5 @@ def run() -> None:
     if code > 128:  # interrupted: leave now, so that the interpreter's exit cannot turn it into a signal death
         guard.leave_now(code)
     guard.hold_signals()  # the work is done: a Ctrl-C now must not kill the interpreter's shutdown
+    guard.leave_when_done(code)  # (returns where the interpreter's shutdown still has work to do)
     sys.exit(code)
