@@ -16,14 +16,11 @@ HEAVY = ("numpy", "google.protobuf", "yaml", "orjson", "rich", "torch", "etkit.f
          "etkit.simulate", "etkit.analyze", "etkit.generate", "etkit.pytorch", "concurrent.futures.process")
 
 _PROBE = """
-import json, runpy, sys
+import atexit, json, runpy, sys
 sys.argv = ["etkit", *sys.argv[1:]]
-try:
-    runpy.run_module("etkit", run_name="__main__")
-except SystemExit:
-    pass
-sys.stdout.flush()
-print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+# (the program may leave without the interpreter's teardown, but after its atexit callbacks)
+atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))
+runpy.run_module("etkit", run_name="__main__")
 """
 
 
@@ -199,3 +196,17 @@ def test_the_program_leaves_with_its_outputs_as_the_usual_exit(upstream: Path, t
                          out.read_bytes() if out.exists() else None))
         assert runs[0] == runs[1], args
         assert runs[0][0] == (2 if "none" in args[-1] else 0), runs[0]
+
+
+def test_a_lazy_module_is_imported_on_first_use_and_then_bound_in_its_place() -> None:
+    import json as real
+
+    from etkit.lazy import LazyModule
+
+    namespace: dict[str, object] = {}
+    namespace["j"] = proxy = LazyModule("json", "j", namespace)
+    assert namespace["j"] is proxy
+    assert proxy.dumps([1]) == "[1]"
+    assert namespace["j"] is real
+    with pytest.raises(AttributeError):
+        proxy.no_such_name  # noqa: B018
