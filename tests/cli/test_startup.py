@@ -7,6 +7,7 @@ import argparse
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,14 +16,11 @@ HEAVY = ("numpy", "google.protobuf", "yaml", "orjson", "rich", "torch", "etkit.f
          "etkit.simulate", "etkit.analyze", "etkit.generate", "etkit.pytorch", "concurrent.futures.process")
 
 _PROBE = """
-import json, runpy, sys
+import atexit, json, runpy, sys
 sys.argv = ["etkit", *sys.argv[1:]]
-try:
-    runpy.run_module("etkit", run_name="__main__")
-except SystemExit:
-    pass
-sys.stdout.flush()
-print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+# (the program may leave without the interpreter's teardown, but after its atexit callbacks)
+atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))
+runpy.run_module("etkit", run_name="__main__")
 """
 
 
@@ -102,3 +100,113 @@ def test_a_verb_imports_no_other_verb_module() -> None:
     modules = _imported("info", "--help")
     assert sorted(m for m in modules if m.startswith("etkit.cli.") and m not in
                   {"etkit.cli.main", "etkit.cli.common", "etkit.cli.guard", "etkit.cli.info"}) == []
+
+
+#: What writing already-encoded records needs beside the standard library: no numpy, no protobuf, no columnar.
+WRITER_HEAVY = ("numpy", "google.protobuf", "etkit.format.columnar", "etkit.format.wire", "etkit.format.schema")
+
+_RUN = """
+import json, runpy, sys
+sys.argv = ["etkit", *sys.argv[1:]]
+from etkit.cli.main import main
+code = main()
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def _run_imports(tmp_path: Path, *args: str) -> set[str]:
+    proc = subprocess.run([sys.executable, "-c", _RUN, *args], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    return set(json.loads(proc.stderr.strip().splitlines()[-1]))
+
+
+@pytest.mark.shared_data
+def test_from_json_and_to_json_import_no_numpy(upstream: Path, tmp_path: Path) -> None:
+    """The JSON twin's verbs of a real trace: to-json needs neither numpy nor protobuf, from-json no numpy."""
+    et = upstream / "astra-sim-astra-sim/examples/workload/microbenchmarks/reduce_scatter/4npus_1MB/reduce_scatter.0.et"
+    to = _run_imports(tmp_path, "to-json", str(et), "-o", str(tmp_path / "t.json"))
+    assert sorted(m for m in to if m.startswith(WRITER_HEAVY)) == []
+    back = _run_imports(tmp_path, "from-json", str(tmp_path / "t.json"), "-o", str(tmp_path / "t.et"))
+    assert sorted(m for m in back if m.startswith(("numpy", "etkit.format.columnar", "etkit.format.wire"))) == []
+    assert (tmp_path / "t.et").read_bytes() == et.read_bytes()
+
+
+def test_a_writer_of_encoded_records_imports_no_numpy_or_protobuf(tmp_path: Path) -> None:
+    """TraceWriter of records already encoded (from-json, the converters) loads no numpy, protobuf or columnar;
+    the same file as one whose GlobalMetadata and Node messages protobuf serialised."""
+    probe = """
+import json, sys
+from etkit.format.stream import TraceWriter
+with TraceWriter(sys.argv[1]) as w:
+    w.write_record(bytes.fromhex("0801"))
+    w.write_framed(bytes.fromhex("020802020803"), 2)
+print(json.dumps(sorted(sys.modules)))
+"""
+    out = tmp_path / "t.et"
+    proc = subprocess.run([sys.executable, "-c", probe, str(out)], capture_output=True, text=True, check=True)
+    assert sorted(m for m in json.loads(proc.stdout) if m.startswith(WRITER_HEAVY)) == []
+    from etkit.format.schema import GlobalMetadata, Node
+    from etkit.format.stream import frame
+
+    nodes = [Node(id=1), Node(id=2), Node(id=3)]
+    assert out.read_bytes() == b"".join(frame(m.SerializeToString()) for m in (GlobalMetadata(), *nodes))
+
+
+_LEAVE = """
+import atexit, sys
+from etkit.cli import guard
+atexit.register(lambda: print("atexit ran"))
+held = open(sys.argv[1], "w") if len(sys.argv) > 1 else None
+if held is not None:
+    held.write("buffered, not yet flushed")
+print("done", end="")
+guard.leave_when_done(3)
+print(" (the usual exit)")
+sys.exit(4)
+"""
+
+
+def test_a_finished_program_leaves_without_teardown_only_when_nothing_is_left_to_write(tmp_path: Path) -> None:
+    """With only the standard streams open, the program ends at once with the verb's code, its atexit
+    callbacks run and stdout flushed; with a file still open for writing it returns (its atexit callbacks
+    run already), and the usual exit flushes that file."""
+    fast = subprocess.run([sys.executable, "-c", _LEAVE], capture_output=True, text=True)
+    assert (fast.returncode, fast.stdout) == (3, "doneatexit ran\n")
+    held = tmp_path / "held.txt"
+    usual = subprocess.run([sys.executable, "-c", _LEAVE, str(held)], capture_output=True, text=True)
+    assert (usual.returncode, usual.stdout) == (4, "doneatexit ran\n (the usual exit)\n")  # (callbacks run once)
+    assert held.read_text() == "buffered, not yet flushed"
+
+
+@pytest.mark.shared_data
+def test_the_program_leaves_with_its_outputs_as_the_usual_exit(upstream: Path, tmp_path: Path) -> None:
+    """``python -m etkit`` (which leaves without teardown) against the library's ``main`` followed by the
+    usual exit, on a real job: the same file, the same printed lines, the same exit status, error or not."""
+    job = upstream / "astra-sim-astra-sim/examples/workload/microbenchmarks/reduce_scatter/4npus_1MB/reduce_scatter"
+    usual = "import sys; sys.argv[0] = 'etkit'; from etkit.cli.main import main; sys.exit(main())"
+    for args in (["info", str(job), "--json", "{out}"], ["to-json", f"{job}.1.et", "-o", "{out}"],
+                 ["info", str(tmp_path / "none.0.et")]):
+        runs = []
+        for name, program in (("fast", ["-m", "etkit"]), ("usual", ["-c", usual])):
+            out = tmp_path / name
+            line = [a.replace("{out}", str(out)) for a in args]
+            proc = subprocess.run([sys.executable, *program, *line], capture_output=True, text=True, cwd=tmp_path)
+            runs.append((proc.returncode, proc.stdout.replace(str(out), "OUT"), proc.stderr.replace(str(out), "OUT"),
+                         out.read_bytes() if out.exists() else None))
+        assert runs[0] == runs[1], args
+        assert runs[0][0] == (2 if "none" in args[-1] else 0), runs[0]
+
+
+def test_a_lazy_module_is_imported_on_first_use_and_then_bound_in_its_place() -> None:
+    import json as real
+
+    from etkit.lazy import LazyModule
+
+    namespace: dict[str, object] = {}
+    namespace["j"] = proxy = LazyModule("json", "j", namespace)
+    assert namespace["j"] is proxy
+    assert proxy.dumps([1]) == "[1]"
+    assert namespace["j"] is real
+    with pytest.raises(AttributeError):
+        proxy.no_such_name  # noqa: B018

@@ -226,6 +226,57 @@ def leave_now(code: int) -> None:
     os._exit(code)
 
 
+def leave_when_done(code: int) -> None:
+    """End the program with ``code`` once the verb has returned, without the interpreter's teardown of its
+    modules and objects (0.02-0.04 s of CPU, most of the exit), where that teardown has nothing left to do
+    that anyone could see; otherwise return (the ``atexit`` callbacks run already), and the caller exits
+    the usual way.
+
+    Done first, as the interpreter's exit does them: the ``atexit`` callbacks (pools' workers stopped and
+    joined, ``weakref.finalize`` cleanups, logging's flush), then stdout and stderr flushed. The teardown
+    is skipped only when, after that, the main thread is the only thread, no profiler or tracer is
+    watching (it writes its report after the program returns), no file other than the standard streams
+    is open for writing (a buffered write not yet flushed would be lost: only in-memory buffers and files
+    opened for reading may remain) and both flushes succeeded (a closed pipe's error is reported the usual way).
+    """
+    import atexit
+    import threading
+
+    if sys.getprofile() is not None or sys.gettrace() is not None or threading.active_count() != 1:
+        return
+    atexit._run_exitfuncs()
+    if threading.active_count() != 1 or _open_for_writing():
+        return
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except Exception:  # noqa: BLE001 - the interpreter's exit reports it as it always did
+        return
+    os._exit(code)
+
+
+def _open_for_writing() -> bool:
+    """Whether any file object other than the standard streams and in-memory buffers may still hold writes
+    (one open for writing, or one whose mode cannot be asked)."""
+    import gc
+    import io
+
+    standard = set()
+    for stream in (sys.stdin, sys.stdout, sys.stderr, sys.__stdin__, sys.__stdout__, sys.__stderr__):
+        buffer = getattr(stream, "buffer", None)
+        standard |= {id(stream), id(buffer), id(getattr(buffer, "raw", None))}
+    for obj in gc.get_objects():
+        if not isinstance(obj, io.IOBase) or isinstance(obj, (io.BytesIO, io.StringIO)) or id(obj) in standard:
+            continue
+        try:
+            if not obj.closed and obj.writable():
+                return True
+        except Exception:  # noqa: BLE001 - a file object in a state we cannot ask about: keep the usual exit
+            return True
+    return False
+
+
 def hold_signals() -> None:
     """Block SIGINT, SIGTERM and SIGHUP for the rest of the process (its exit, once the work is done)."""
     with contextlib.suppress(AttributeError, ValueError, OSError):

@@ -86,8 +86,14 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def run() -> None:
-    code = main()
+    try:
+        code = main()
+    except SystemExit as exc:  # argparse's --help, --version and usage errors (printed already) leave the same way
+        if exc.code is not None and not isinstance(exc.code, int):
+            raise
+        code = exc.code or 0
     if code > 128:  # interrupted: leave now, so that the interpreter's exit cannot turn it into a signal death
         guard.leave_now(code)
     guard.hold_signals()  # the work is done: a Ctrl-C now must not kill the interpreter's shutdown
+    guard.leave_when_done(code)  # (returns where the interpreter's shutdown still has work to do)
     sys.exit(code)

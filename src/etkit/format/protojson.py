@@ -9,17 +9,22 @@ from __future__ import annotations
 
 import base64
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-import numpy as np
 import orjson
 
+from ..lazy import LazyModule
 from . import tags
 from .schema import LIST_KINDS, AttributeProto, GlobalMetadata, IOInfo, Node, NodeType
 from .stream import _PREFIXES as _VARINTS_BELOW_2_14
 from .stream import encode_varint
 from .tags import key_byte
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+else:
+    np = LazyModule("numpy", "np", globals())  # (for float fields only: from-json of most traces needs no numpy)
 
 try:
     from . import _jsonin as JSONIN

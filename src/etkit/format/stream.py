@@ -16,17 +16,23 @@ import zlib
 from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
-from typing import IO, BinaryIO
-
-import numpy as np
-from google.protobuf.message import DecodeError
+from typing import IO, TYPE_CHECKING, BinaryIO
 
 from ..errors import TraceFormatError
 from ..fileio import atomic_output, open_maybe_gzip
-from . import wire
-from .columnar import PAD, field_numbers, rows_with_repeated_deps
-from .schema import GlobalMetadata, Node
+from ..lazy import LazyModule
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
+    from . import wire
+    from .schema import GlobalMetadata, Node
+else:  # numpy, the wire readers, columnar and protobuf are imported by the first reader or writer that needs them:
+    # a writer of encoded records (from-json, the converters) needs none of them
+    np = LazyModule("numpy", "np", globals())
+    wire = LazyModule("etkit.format.wire", "wire", globals())
 
 __all__ = [
     "TraceReader",
@@ -493,6 +499,10 @@ def _plain_head(head: bytes, allow_empty: bool) -> bool:
 
 
 def _parse(cls: type, payload: bytes, path: str | os.PathLike[str], index: int, offset: int):  # type: ignore[no-untyped-def]
+    from google.protobuf.message import DecodeError
+
+    from .schema import GlobalMetadata
+
     msg = cls()
     try:
         msg.ParseFromString(payload)
@@ -521,6 +531,8 @@ class TraceReader:
         if first is None:
             self.close()
             raise TraceFormatError(self.path, "empty file: no GlobalMetadata record", record=0, offset=0)
+        from .schema import GlobalMetadata
+
         try:
             self.metadata = _parse(GlobalMetadata, first[2], self.path, first[0], first[1])
         except TraceFormatError:
@@ -544,6 +556,10 @@ class TraceReader:
         return self._records
 
     def __iter__(self) -> Iterator[Node]:
+        from google.protobuf.message import DecodeError
+
+        from .schema import Node
+
         path = self.path
         for index, offset, payload in self._take():
             node = Node()
@@ -583,12 +599,16 @@ _EMPTY_NODE = ("refusing to write an empty node (id 0 and no other field): "
 _VECTORISED_MIN_RECORDS = 64
 
 
+@cache
 def _serialises_in_field_order() -> bool:
     """Whether this protobuf runtime writes a Node's fields in ascending number order (all known ones do).
 
-    Checked once on a node with every field set, so the search for repeated deps may stop reading a
-    record after its deps (fields 4 and 5) only where that holds.
+    Checked once (by the first search) on a node with every field set, so the search for repeated deps may
+    stop reading a record after its deps (fields 4 and 5) only where that holds.
     """
+    from .columnar import field_numbers
+    from .schema import Node
+
     node = Node()
     for field in Node.DESCRIPTOR.fields:
         value = getattr(node, field.name)
@@ -602,8 +622,6 @@ def _serialises_in_field_order() -> bool:
     return numbers == sorted(numbers) and len(numbers) == len(Node.DESCRIPTOR.fields)
 
 
-_FIELDS_IN_ORDER = _serialises_in_field_order()
-
 
 def _has_repeated_deps(node: Node) -> bool:
     data, ctrl = node.data_deps, node.ctrl_deps
@@ -611,7 +629,7 @@ def _has_repeated_deps(node: Node) -> bool:
 
 
 def _without_duplicate_deps(node: Node) -> Node:
-    clean = Node()
+    clean = type(node)()
     clean.CopyFrom(node)
     for field in ("data_deps", "ctrl_deps"):
         unique = list(dict.fromkeys(getattr(node, field)))
@@ -629,12 +647,15 @@ def _without_repeated_deps(payloads: list[bytes]) -> list[bytes]:
     the vectorised walk of :mod:`.columnar`; only the (rare) records with a repeated dep are parsed,
     cleaned and serialised again.
     """
+    from .columnar import PAD, rows_with_repeated_deps
+    from .schema import Node
+
     rows: list[int] | None = None
     if len(payloads) >= _VECTORISED_MIN_RECORDS:
         lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
         rec_end = np.cumsum(lengths)
         found = rows_with_repeated_deps(b"".join(payloads) + bytes(PAD), rec_end - lengths, rec_end,
-                                        fields_in_order=_FIELDS_IN_ORDER)
+                                        fields_in_order=_serialises_in_field_order())
         rows = None if found is None else found.tolist()
     if rows is None:
         rows = [row for row, payload in enumerate(payloads) if _has_repeated_deps(Node.FromString(payload))]
@@ -653,6 +674,8 @@ def _framed(payloads: list[bytes]) -> bytes | memoryview:
     """
     count = len(payloads)
     if count >= _VECTORISED_MIN_RECORDS:
+        from .columnar import PAD, rows_with_repeated_deps
+
         lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=count)
         if int(lengths.max()) < len(_PREFIXES):
             parts: list[bytes] = [b""] * (2 * count + 1)
@@ -661,7 +684,8 @@ def _framed(payloads: list[bytes]) -> bytes | memoryview:
             parts[-1] = bytes(PAD)
             framed = b"".join(parts)
             rec_end = np.cumsum(lengths + np.where(lengths < 0x80, 1, 2))
-            found = rows_with_repeated_deps(framed, rec_end - lengths, rec_end, fields_in_order=_FIELDS_IN_ORDER)
+            found = rows_with_repeated_deps(framed, rec_end - lengths, rec_end,
+                                            fields_in_order=_serialises_in_field_order())
             if found is not None and not found.size:
                 return memoryview(framed)[:-PAD]
     return b"".join([part for payload in _without_repeated_deps(payloads) for part in (_prefix(len(payload)), payload)])
@@ -689,9 +713,8 @@ class TraceWriter:
         self._nodes: list[bytes] = []  # payloads of write() not yet checked for repeated deps
         self._nodes_bytes = 0
         self._records_written = 0  # records moved on to the output (those in _nodes come on top)
-        if metadata is None:
-            metadata = GlobalMetadata()
-        record = metadata if isinstance(metadata, bytes) else metadata.SerializeToString()
+        # no metadata: an empty GlobalMetadata, whose record is empty (made without protobuf)
+        record = b"" if metadata is None else metadata if isinstance(metadata, bytes) else metadata.SerializeToString()
         self._append(record)
 
     @property
