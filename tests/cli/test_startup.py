@@ -210,3 +210,28 @@ def test_a_lazy_module_is_imported_on_first_use_and_then_bound_in_its_place() ->
     assert namespace["j"] is real
     with pytest.raises(AttributeError):
         proxy.no_such_name  # noqa: B018
+
+
+class _WarnsWhenAskedItsClass:
+    """Like torch's deprecated ``torch.distributed.reduce_op``: asking the object its ``__class__`` warns."""
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # noqa: D401
+        import warnings
+
+        warnings.warn("asked my class", FutureWarning, stacklevel=2)
+        return type(self)
+
+
+def test_the_exit_check_asks_no_object_its_class() -> None:
+    """The fast exit's scan for files open for writing goes over every live object; it must not make one warn
+    (``etkit replay`` printed torch's FutureWarning at exit) or run its code."""
+    import warnings
+
+    from etkit.cli import guard
+
+    alive = _WarnsWhenAskedItsClass()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert isinstance(guard._open_for_writing(), bool)
+    del alive

@@ -267,7 +267,8 @@ def _open_for_writing() -> bool:
         buffer = getattr(stream, "buffer", None)
         standard |= {id(stream), id(buffer), id(getattr(buffer, "raw", None))}
     for obj in gc.get_objects():
-        if not isinstance(obj, io.IOBase) or isinstance(obj, (io.BytesIO, io.StringIO)) or id(obj) in standard:
+        kind = type(obj)  # (not isinstance: an object's own __class__ may warn or fail, torch's deprecated ones do)
+        if not issubclass(kind, io.IOBase) or issubclass(kind, (io.BytesIO, io.StringIO)) or id(obj) in standard:
             continue
         try:
             if not obj.closed and obj.writable():
