@@ -22,7 +22,7 @@ $(REF_VENV)/.installed: Makefile
 
 # torch==2.13.0 goes in first, alone: the CPU build lies on disk, and anything that pulled torch
 # before it would fetch a multi-GB CUDA build instead.
-$(VENV)/.installed: pyproject.toml $(wildcard src/etkit/*/*.c)
+$(VENV)/.installed: pyproject.toml $(wildcard src/etkit/*/*.c src/etkit/*.h)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0

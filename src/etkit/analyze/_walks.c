@@ -11,27 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-typedef struct {
-    Py_buffer view;
-    int held;
-} Buf;
-
-static int get_buf(PyObject *obj, Buf *buf, Py_ssize_t itemsize, int writable, const char *what) {
-    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, &buf->view, flags) < 0) return -1;
-    buf->held = 1;
-    if (buf->view.len % itemsize) {
-        PyErr_Format(PyExc_ValueError, "%s: %zd bytes is not a whole number of %zd-byte items", what, buf->view.len,
-                     itemsize);
-        return -1;
-    }
-    return 0;
-}
-
-static void release(Buf *buf) {
-    if (buf->held) PyBuffer_Release(&buf->view);
-    buf->held = 0;
-}
+#include "../_buffers.h"
 
 #define N64(b) ((b).view.len / 8)
 #define I64(b) ((int64_t *)(b).view.buf)
@@ -55,8 +35,8 @@ static PyObject *topo(PyObject *self, PyObject *args) {
     Buf succ = {0}, ptr = {0}, deg = {0};
     PyObject *out = NULL;
     int64_t *left = NULL;
-    if (get_buf(o_succ, &succ, 8, 0, "succ") < 0 || get_buf(o_ptr, &ptr, 8, 0, "ptr") < 0 ||
-        get_buf(o_deg, &deg, 8, 0, "indeg") < 0)
+    if (get_buf_as(o_succ, &succ, 8, 0, "succ") < 0 || get_buf_as(o_ptr, &ptr, 8, 0, "ptr") < 0 ||
+        get_buf_as(o_deg, &deg, 8, 0, "indeg") < 0)
         goto done;
     Py_ssize_t n = N64(deg), m = N64(succ);
     if (N64(ptr) != n + 1) {
@@ -119,10 +99,10 @@ static PyObject *advance(PyObject *self, PyObject *args) {
         return NULL;
     Buf order = {0}, ptr = {0}, deps = {0}, dur = {0}, start = {0}, end = {0}, done = {0}, special = {0};
     PyObject *out = NULL;
-    if (get_buf(o[0], &order, 8, 0, "order") < 0 || get_buf(o[1], &ptr, 8, 0, "ptr") < 0 ||
-        get_buf(o[2], &deps, 8, 0, "deps") < 0 || get_buf(o[3], &dur, 8, 0, "dur") < 0 ||
-        get_buf(o[4], &start, 8, 1, "start") < 0 || get_buf(o[5], &end, 8, 1, "end") < 0 ||
-        get_buf(o[6], &done, 1, 1, "done") < 0 || get_buf(o[7], &special, 1, 0, "special") < 0)
+    if (get_buf_as(o[0], &order, 8, 0, "order") < 0 || get_buf_as(o[1], &ptr, 8, 0, "ptr") < 0 ||
+        get_buf_as(o[2], &deps, 8, 0, "deps") < 0 || get_buf_as(o[3], &dur, 8, 0, "dur") < 0 ||
+        get_buf_as(o[4], &start, 8, 1, "start") < 0 || get_buf_as(o[5], &end, 8, 1, "end") < 0 ||
+        get_buf_as(o[6], &done, 1, 1, "done") < 0 || get_buf_as(o[7], &special, 1, 0, "special") < 0)
         goto finish;
     Py_ssize_t n = N64(dur), count = N64(order), m = N64(deps);
     if (N64(ptr) != n + 1 || N64(start) != n || N64(end) != n || done.view.len != n || special.view.len != n) {
@@ -185,8 +165,8 @@ static PyObject *chase(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOOLL", &o_pred, &o_start, &o_stop, &o_seen, &row0, &limit0)) return NULL;
     Buf pred = {0}, start = {0}, stop = {0}, seen = {0};
     PyObject *rows = NULL, *limits = NULL, *out = NULL;
-    if (get_buf(o_pred, &pred, 8, 0, "pred") < 0 || get_buf(o_start, &start, 8, 0, "start") < 0 ||
-        get_buf(o_stop, &stop, 1, 0, "stop") < 0 || get_buf(o_seen, &seen, 1, 1, "seen") < 0)
+    if (get_buf_as(o_pred, &pred, 8, 0, "pred") < 0 || get_buf_as(o_start, &start, 8, 0, "start") < 0 ||
+        get_buf_as(o_stop, &stop, 1, 0, "stop") < 0 || get_buf_as(o_seen, &seen, 1, 1, "seen") < 0)
         goto finish;
     Py_ssize_t n = N64(pred);
     if (N64(start) != n || stop.view.len != n || seen.view.len != n) {

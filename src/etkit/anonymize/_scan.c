@@ -20,26 +20,7 @@
 #include <stdint.h>
 #include <string.h>
 
-typedef struct {
-    Py_buffer view;
-    int held;
-} Buf;
-
-static int get_buf(PyObject *obj, Buf *buf, Py_ssize_t itemsize, const char *what) {
-    if (PyObject_GetBuffer(obj, &buf->view, PyBUF_C_CONTIGUOUS) < 0) return -1;
-    buf->held = 1;
-    if (itemsize > 1 && buf->view.len % itemsize) {
-        PyErr_Format(PyExc_ValueError, "%s: %zd bytes is not a whole number of %zd-byte items", what, buf->view.len,
-                     itemsize);
-        return -1;
-    }
-    return 0;
-}
-
-static void release(Buf *buf) {
-    if (buf->held) PyBuffer_Release(&buf->view);
-    buf->held = 0;
-}
+#include "../_buffers.h"
 
 /* The four bytes at p as a little-endian word. */
 static inline uint32_t load32(const uint8_t *p) {

@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../_buffers.h"
+
 enum { OK = 0, UNUSUAL = 1, FAULT = 2 };
 #define MAX_STEPS 65536
 #define LENGTH_LIMIT ((uint64_t)1 << 40)
@@ -100,25 +102,6 @@ static inline int read_varint(const uint8_t *b, Py_ssize_t size, Py_ssize_t q, u
     return 0;
 }
 
-typedef struct {
-    Py_buffer view;
-    int held;
-} Buf;
-
-static int get_buf(PyObject *obj, Buf *buf, Py_ssize_t itemsize, const char *what) {
-    if (PyObject_GetBuffer(obj, &buf->view, PyBUF_C_CONTIGUOUS) < 0) return -1;
-    buf->held = 1;
-    if (itemsize > 1 && buf->view.len % itemsize) {
-        PyErr_Format(PyExc_ValueError, "%s: %zd bytes is not a whole number of %zd-byte items", what, buf->view.len, itemsize);
-        return -1;
-    }
-    return 0;
-}
-
-static void release(Buf *buf) {
-    if (buf->held) PyBuffer_Release(&buf->view);
-    buf->held = 0;
-}
 
 static PyObject *new_array(Py_ssize_t bytes, char **data) {
     PyObject *out = PyByteArray_FromStringAndSize(NULL, bytes);
