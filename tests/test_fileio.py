@@ -49,3 +49,28 @@ def test_every_verb_reports_an_unwritable_output_in_one_line(tmp_path, capsys, a
     assert main([a.format(d=tmp_path) for a in argv]) == 2
     err = capsys.readouterr().err.strip()
     assert "cannot write" in err and "\n" not in err and "Traceback" not in err, err
+
+
+def test_temporary_names_are_private_new_and_retried_when_taken(tmp_path, monkeypatch) -> None:
+    """The temporary file or folder beside a target is new (an existing name is never reused: the next
+    random name is tried), private to its owner, and absolute, as tempfile's are."""
+    from etkit import fileio
+
+    draws = iter([b"\x00" * 6, b"\x00" * 6, b"\x01" * 6])
+    monkeypatch.setattr(fileio.os, "urandom", lambda n: next(draws))
+    fd, first = fileio._new_name(tmp_path, ".t.", ".tmp", fileio._create_file)
+    os.close(fd)
+    fd, second = fileio._new_name(tmp_path, ".t.", ".tmp", fileio._create_file)  # 0-name taken: the next one
+    os.close(fd)
+    assert (first, second) == (str(tmp_path / ".t.000000000000.tmp"), str(tmp_path / ".t.010101010101.tmp"))
+    assert os.stat(first).st_mode & 0o777 == 0o600
+    monkeypatch.undo()
+    fd, folder = fileio._new_name(tmp_path, ".j.", ".etkit-job", fileio._create_folder)
+    assert fd == -1 and os.path.isdir(folder) and os.stat(folder).st_mode & 0o777 == 0o700
+
+
+def test_an_atomic_write_leaves_only_its_target(tmp_path) -> None:
+    with atomic_output(tmp_path / "out.txt") as f:
+        f.write(b"x")
+        assert [p.name.startswith(".out.txt.") and p.name.endswith(".tmp") for p in tmp_path.iterdir()] == [True]
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"] and (tmp_path / "out.txt").read_bytes() == b"x"

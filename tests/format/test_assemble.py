@@ -6,7 +6,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from etkit.format.assemble import INPUTS, OUTPUTS, AttrPieces, IoPieces, id_varints, node_record, varint
+from etkit.format.assemble import (
+    INPUTS,
+    OUTPUTS,
+    AttrPieces,
+    IoPieces,
+    id_varints,
+    metadata_record,
+    node_record,
+    varint,
+)
 from etkit.format.attrs import make_attr
 from etkit.format.schema import IOInfo, Node
 
@@ -147,3 +156,16 @@ def test_id_varints_c_and_python(count):
         assemble.KERNEL = kernel
     assert python == [varint(i) for i in range(count)]
     assert assemble.id_varints(count) == python
+
+
+@settings(max_examples=60, deadline=None)
+@given(version=st.text(max_size=12), attrs=st.lists(st.tuples(
+    st.sampled_from(["schema", "pid", "time", "start_ts", "rank"]),
+    st.one_of(st.integers(0, 2**64 - 1), st.text(max_size=30))), max_size=6))
+def test_metadata_record_equals_protobuf(version, attrs):
+    from etkit.format.schema import GlobalMetadata
+
+    typed = [(name, value, "uint64_val" if isinstance(value, int) else None) for name, value in attrs]
+    meta = GlobalMetadata(version=version)
+    meta.attr.extend(make_attr(name, value, kind) for name, value, kind in typed)
+    assert metadata_record(version, typed) == meta.SerializeToString()

@@ -9,10 +9,21 @@ from etkit.format import schema, tags
 
 
 def test_every_field_number_is_the_schemas() -> None:
+    classes = schema._message_classes()
     for message, fields in tags.FIELD_NUMBERS.items():
-        descriptor = schema._CLASSES[message].DESCRIPTOR
+        descriptor = classes[message].DESCRIPTOR
         for field, number in fields.items():
             assert descriptor.fields_by_name[field].number == number, (message, field)
+    oneof = schema.AttributeProto.DESCRIPTOR.oneofs_by_name["value"]
+    assert {f.name: f.number for f in oneof.fields} == schema.ATTR_FIELD_NUMBERS
+
+
+def test_the_schema_imports_protobuf_when_a_message_class_is_first_read() -> None:
+    code = ("import sys; from etkit.format.schema import ATTR_KINDS, CommType, NodeType; "
+            "print('google.protobuf' in sys.modules); from etkit.format.schema import Node; "
+            "print('google.protobuf' in sys.modules, Node().DESCRIPTOR.full_name)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True", "ChakraProtoMsg.Node"]
 
 
 def test_keys_are_number_and_wire_type() -> None:

@@ -67,7 +67,8 @@ def test_a_second_writer_of_a_prefix_is_refused(tmp_path: Path, capsys) -> None:
     out.mkdir()
     proc = start_etkit([*OLD_JOB, "-o", out / "j"], cwd=tmp_path, stderr_path=tmp_path / "err")
     try:
-        assert wait_for(lambda: bool(listing(out)), timeout=120)
+        # the staging folder is made once the lock is held (the lock file itself appears just before)
+        assert wait_for(lambda: any(n.endswith(".etkit-job") for n in listing(out)), timeout=120)
         second = cli(capsys, "generate", "collective", "--type", "all_reduce", "--ranks", "4", "-o", out / "j", "-q")
         assert proc.wait(120) == 0, (tmp_path / "err").read_text()
     finally:

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from etkit.errors import TraceFormatError
+from etkit.format.attrs import make_attr
 from etkit.format.schema import CommType, GlobalMetadata, Node, NodeType
 from etkit.format.stream import frame
-from etkit.model.trace import MISSING, Trace, load_trace, load_traces
+from etkit.model.trace import MISSING, Trace, load_trace, load_traces, trace_from_bytes
 
 from ..builders import coll, node, send
 
@@ -191,3 +192,47 @@ def test_small_files_checked_after_framing_give_the_errors_of_the_check_before_r
     assert deferred == checked_first
     assert sum(isinstance(o, tuple) for o in deferred) > 20 and any("more than 64" in str(o) for o in deferred)
     assert any(isinstance(o, list) for o in deferred)
+
+
+def test_trace_from_bytes_decodes_the_metadata_when_first_read(tmp_path: Path) -> None:
+    """In memory, the GlobalMetadata record is decoded on first read: the same message as load_trace's, and a
+    corrupt one is the same one-line error then."""
+    t = _trace()
+    t.write(tmp_path / "t.0.et")
+    buf = (tmp_path / "t.0.et").read_bytes()
+    lazy = trace_from_bytes(buf, "mem")
+    assert lazy.metadata_message is None
+    assert lazy.metadata == load_trace(tmp_path / "t.0.et").metadata and lazy.metadata.version == "v"
+    meta_len = buf[0]
+    corrupt = bytes([meta_len]) + b"\x0a\x7f" + buf[3:]  # the version's length runs past the record
+    broken = trace_from_bytes(corrupt, "mem")
+    assert len(broken) == 4
+    with pytest.raises(TraceFormatError, match="mem: .*corrupt GlobalMetadata message"):
+        broken.metadata  # noqa: B018
+    (tmp_path / "c.0.et").write_bytes(corrupt)
+    with pytest.raises(TraceFormatError, match="corrupt GlobalMetadata message"):  # a file: at once
+        load_trace(tmp_path / "c.0.et")
+
+
+def test_string_attr_reads_what_the_node_messages_hold(tmp_path: Path) -> None:
+    """Per row, the first attribute of a name: its string, "" for another kind, None where there is none; from
+    the record bytes, as protobuf reads them."""
+    nodes = [node(1), node(2), node(3), node(4)]
+    nodes[0].attr.extend([make_attr("kernel_name", "ncclKernel_AllReduce"), make_attr("kernel_name", "second")])
+    nodes[1].attr.extend([make_attr("kernel_name", 5, "int64_val")])
+    nodes[3].attr.extend([make_attr("other", "x"), make_attr("kernel_name", "é" * 200)])
+    t = Trace.from_nodes(GlobalMetadata(), nodes)
+    rows = np.array([3, 0, 1, 2])
+    expected = [next((a.string_val for a in t.node(r).attr if a.name == "kernel_name"), None) for r in rows.tolist()]
+    assert t.string_attr(rows, "kernel_name") == expected == ["é" * 200, "ncclKernel_AllReduce", "", None]
+    assert t.string_attr(np.zeros(0, dtype=np.int64), "kernel_name") == []
+
+
+@pytest.mark.shared_data
+def test_string_attr_on_the_upstream_vectors(upstream: Path) -> None:
+    for path in sorted(upstream.rglob("*.et"))[::9]:
+        t = load_trace(path)
+        rows = np.arange(min(len(t), 500))
+        for name in ("op_schema", "pg_name", "rf_id"):
+            assert t.string_attr(rows, name) == [
+                next((a.string_val for a in t.node(r).attr if a.name == name), None) for r in rows.tolist()], (path, name)

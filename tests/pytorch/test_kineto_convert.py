@@ -137,9 +137,11 @@ def test_cli_converts_a_folder_and_says_what_it_wrote(tmp_path, capsys):
 
 
 def _same_trace(a, b) -> None:
-    """Every column, the record bytes and the metadata of two traces are equal (their paths aside)."""
+    """Every column, the record bytes and the metadata of two traces are equal (their paths aside; the metadata
+    decoded, which a trace in memory does when it is first read)."""
+    assert a.metadata == b.metadata
     for name in a.__dataclass_fields__:
-        if name in ("path", "_order"):
+        if name in ("path", "_order", "metadata_message"):
             continue
         x, y = getattr(a, name), getattr(b, name)
         if isinstance(x, np.ndarray):

@@ -93,11 +93,10 @@ class GpuRank:
 def _kernel_names(trace: Trace, rows: np.ndarray, comm: np.ndarray) -> list[str]:
     """Names of GPU rows; a COMM node is named by the NCCL kernel it ran as (its ``kernel_name``)."""
     names = [trace.name(r) for r in rows.tolist()]
-    for i in np.flatnonzero(comm).tolist():
-        for a in trace.node(int(rows[i])).attr:
-            if a.name == "kernel_name":
-                names[i] = a.string_val
-                break
+    at = np.flatnonzero(comm)
+    for i, kernel in zip(at.tolist(), trace.string_attr(rows[at], "kernel_name") if at.size else ()):
+        if kernel is not None:
+            names[i] = kernel
     return names
 
 

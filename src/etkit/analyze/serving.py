@@ -22,16 +22,19 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import EtkitError
 from ..format.attrs import attr_value, find_attr
-from ..format.schema import GlobalMetadata
 from ..format.stream import open_trace
 from ..model.job import Job, discover
 from ..model.schedule import Schedule
 from ..model.trace import Trace, load_trace
+
+if TYPE_CHECKING:
+    from ..format.schema import GlobalMetadata
 
 __all__ = ["RequestTimes", "ServingMetrics", "serving_metrics", "is_serving_trace", "PERCENTILES"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib
 import math
 import os
@@ -33,10 +34,43 @@ def sizes_arg(text: str) -> tuple[int, ...]:
     return tuple(size_arg(s) for s in text.split(",") if s)
 
 
+def terminal_columns() -> int:
+    """``shutil.get_terminal_size().columns``: ``COLUMNS``, else the width of the terminal on stdout, else 80
+    (argparse asks shutil, whose import, with the ``bz2`` and ``lzma`` it loads, costs every command 7 ms)."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+@functools.cache
+def _sized(formatter: type[argparse.HelpFormatter]) -> type[argparse.HelpFormatter]:
+    """``formatter``, its width :func:`terminal_columns` (less 2, as argparse takes it) unless given."""
+
+    class Sized(formatter):  # type: ignore[valid-type,misc]
+        def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                     width: int | None = None, **kwargs: Any) -> None:
+            super().__init__(prog, indent_increment, max_help_position,
+                             terminal_columns() - 2 if width is None else width, **kwargs)
+
+    Sized.__name__ = Sized.__qualname__ = formatter.__name__
+    return Sized
+
+
 class VerbParser(argparse.ArgumentParser):
     """The parser of ``etkit`` and of every verb: a usage error is one line naming the verb, its own usage
     and, for a mistyped option, the closest one; options the verb does not know are its error, not the
     top-level parser's."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["formatter_class"] = _sized(kwargs.get("formatter_class", argparse.HelpFormatter))
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         if message.startswith("unrecognized arguments: "):

@@ -16,12 +16,13 @@ the order given. ``tests/format/test_assemble.py`` checks this byte for byte aga
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 from . import tags
-from .attrs import make_attr
+from .attrs import encode_attr
 from .stream import encode_varint
 from .tags import key_byte
 
@@ -30,7 +31,8 @@ try:  # the byte joins in C (optional: the Python below gives the same bytes)
 except ImportError:  # pragma: no cover - built without a C compiler
     KERNEL = None
 
-__all__ = ["KERNEL", "varint", "varints_column", "AttrPieces", "IoPieces", "node_record", "id_varints", "INPUTS", "OUTPUTS"]
+__all__ = ["KERNEL", "varint", "varints_column", "AttrPieces", "IoPieces", "node_record", "metadata_record", "id_varints",
+           "INPUTS", "OUTPUTS"]
 
 _U64 = (1 << 64) - 1
 _SMALL = [bytes((n,)) for n in range(0x80)]
@@ -40,6 +42,7 @@ _ID, _NAME, _TYPE, _CTRL, _DATA, _START, _DUR, _INPUTS, _OUTPUTS, _ATTR = (key_b
     tags.NODE_ID, tags.NODE_NAME, tags.NODE_TYPE, tags.NODE_CTRL, tags.NODE_DATA, tags.NODE_START, tags.NODE_DURATION,
     tags.NODE_INPUTS, tags.NODE_OUTPUTS, tags.NODE_ATTR))
 _IO_VALUES, _IO_SHAPES, _IO_TYPES = (key_byte(k) for k in (tags.IO_VALUES, tags.IO_SHAPES, tags.IO_TYPES))
+_META_VERSION, _META_ATTR = key_byte(tags.META_VERSION), key_byte(tags.META_ATTR)
 
 
 def varint(value: int) -> bytes:
@@ -92,7 +95,7 @@ def _length_delimited(key: bytes, data: bytes) -> bytes:
 class AttrPieces:
     """Framed ``attr`` entries (key ``0x52`` + length + AttributeProto), each distinct one encoded once.
 
-    ``framed(name, value)`` builds through :func:`etkit.format.attrs.make_attr` (canonical kinds), so an
+    ``framed(name, value)`` builds through :func:`etkit.format.attrs.encode_attr` (canonical kinds), so an
     entry is byte-identical to what appending that attribute to a Node serializes to. ``int64(name, v)``
     serves attributes whose value changes on every op (``rf_id``, ``seq_id``) from a cached prefix.
     """
@@ -105,7 +108,7 @@ class AttrPieces:
         key = (name, value)
         found = self._framed.get(key)
         if found is None:
-            found = self._framed[key] = _length_delimited(_ATTR, make_attr(name, value).SerializeToString())
+            found = self._framed[key] = _length_delimited(_ATTR, encode_attr(name, value))
         return found
 
     def int64(self, name: str, value: int) -> bytes:
@@ -146,8 +149,8 @@ class AttrPieces:
 
     def _new_int_heads(self, name: str) -> list[bytes]:
         """Key, length and name part of the framed attribute, by the length of the value's varint (1-10)."""
-        zero = make_attr(name, 0).SerializeToString()  # oneof members are written even when 0
-        if zero[-1:] != b"\x00" or make_attr(name, 1).SerializeToString() != zero[:-1] + b"\x01":
+        zero = encode_attr(name, 0)  # oneof members are written even when 0
+        if zero[-1:] != b"\x00" or encode_attr(name, 1) != zero[:-1] + b"\x01":
             raise ValueError(f"attribute {name!r} is not a varint kind")
         prefix = zero[:-1]
         heads = self._int_heads[name] = [_ATTR + varint(len(prefix) + k) + prefix for k in range(11)]
@@ -207,6 +210,13 @@ INPUTS, OUTPUTS = _INPUTS, _OUTPUTS
 
 
 _TYPE_FIELD = [b""] + [_TYPE + _SMALL[t] for t in range(1, 0x80)]
+
+
+def metadata_record(version: str, attrs: Iterable[tuple[str, Any, str | None]]) -> bytes:
+    """A ``GlobalMetadata`` record, as protobuf serialises one with this ``version`` and these attributes (each
+    ``(name, value, kind)`` as :func:`etkit.format.attrs.encode_attr` takes them, in this order)."""
+    head = _length_delimited(_META_VERSION, version.encode("utf-8")) if version else b""
+    return head + b"".join(_length_delimited(_META_ATTR, encode_attr(name, value, kind)) for name, value, kind in attrs)
 
 
 def id_varints(count: int) -> list[bytes]:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from . import tags
+from . import schema, tags
 from . import wire as _wire
 from .attrwire import (
     INT_KIND,
@@ -41,7 +41,6 @@ from .attrwire import (
     plain_int,
     simple_attributes,
 )
-from .schema import NodeBatch
 from .wire import (
     LOW_BYTES,
     MSBS,
@@ -524,7 +523,7 @@ def _check_with_protobuf(buf: bytes, frame_start: np.ndarray, rec_end: np.ndarra
         else:
             wrapped = np.insert(piece, frame_start[i:j] - base, tags.BATCH_NODES)
         try:
-            NodeBatch.FromString(wrapped.data)  # a buffer, not a bytes copy
+            schema.NodeBatch.FromString(wrapped.data)  # a buffer, not a bytes copy
         except (DecodeError, ValueError, RuntimeError) as exc:
             raise WireFault(str(exc)) from None
 

@@ -1,9 +1,14 @@
-"""The Chakra ET protobuf schema, built at import time.
+"""The Chakra ET protobuf schema: its enums, its attribute kinds, and its message classes, built on first use.
 
 The descriptors are assembled in Python from the field table of ``et_def.proto`` (package
 ``ChakraProtoMsg``) and registered in a private descriptor pool, so etkit needs no ``protoc``, ships
 no generated code that breaks when the protobuf runtime changes, and never clashes with another
 package that registers the same proto names in the default pool.
+
+The enums (:class:`NodeType`, :class:`CommType`) and the kind tables need no protobuf. The message classes
+(:data:`Node`, :data:`GlobalMetadata`, ...) are made, and protobuf imported (about 0.03 s of CPU), when one of
+them is first read from this module: a verb whose work is all at byte level (``convert pytorch`` writes its
+records through :mod:`etkit.format.assemble`) never pays for it.
 """
 
 from __future__ import annotations
@@ -11,7 +16,8 @@ from __future__ import annotations
 import enum
 from typing import TYPE_CHECKING, Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool
+if TYPE_CHECKING:
+    from google.protobuf import descriptor_pb2
 
 __all__ = [
     "AttributeProto",
@@ -32,7 +38,6 @@ PACKAGE = "ChakraProtoMsg"
 #: mlc-chakra 1.0.0 ships it and as its generator labels it (the same proto that older files call "0.0.4";
 #: Chakra's PyTorch and text converters leave the field empty).
 SCHEMA_VERSION = "1.0.0"
-_FDP = descriptor_pb2.FieldDescriptorProto
 
 
 class NodeType(enum.IntEnum):
@@ -59,34 +64,38 @@ class CommType(enum.IntEnum):
     BARRIER = 9
 
 
-# (kind, protobuf scalar type, list wrapper message) in AttributeProto oneof order: value kinds take
-# field numbers 3, 5, 7, ... and their list forms 4, 6, 8, ...
-_SCALARS: tuple[tuple[str, int, str], ...] = (
-    ("double", _FDP.TYPE_DOUBLE, "DoubleList"),
-    ("float", _FDP.TYPE_FLOAT, "FloatList"),
-    ("int32", _FDP.TYPE_INT32, "Int32List"),
-    ("int64", _FDP.TYPE_INT64, "Int64List"),
-    ("uint32", _FDP.TYPE_UINT32, "Uint32List"),
-    ("uint64", _FDP.TYPE_UINT64, "Uint64List"),
-    ("sint32", _FDP.TYPE_SINT32, "Sint32List"),
-    ("sint64", _FDP.TYPE_SINT64, "Sint64List"),
-    ("fixed32", _FDP.TYPE_FIXED32, "Fixed32List"),
-    ("fixed64", _FDP.TYPE_FIXED64, "Fixed64List"),
-    ("sfixed32", _FDP.TYPE_SFIXED32, "Sfixed32List"),
-    ("sfixed64", _FDP.TYPE_SFIXED64, "Sfixed64List"),
-    ("bool", _FDP.TYPE_BOOL, "BoolList"),
-    ("string", _FDP.TYPE_STRING, "StringList"),
-    ("bytes", _FDP.TYPE_BYTES, "BytesList"),
+# (kind, list wrapper message) in AttributeProto oneof order: value kinds take field numbers 3, 5, 7, ... and
+# their list forms 4, 6, 8, ...; each kind's protobuf type is ``FieldDescriptorProto.TYPE_<KIND>``.
+_SCALARS: tuple[tuple[str, str], ...] = (
+    ("double", "DoubleList"),
+    ("float", "FloatList"),
+    ("int32", "Int32List"),
+    ("int64", "Int64List"),
+    ("uint32", "Uint32List"),
+    ("uint64", "Uint64List"),
+    ("sint32", "Sint32List"),
+    ("sint64", "Sint64List"),
+    ("fixed32", "Fixed32List"),
+    ("fixed64", "Fixed64List"),
+    ("sfixed32", "Sfixed32List"),
+    ("sfixed64", "Sfixed64List"),
+    ("bool", "BoolList"),
+    ("string", "StringList"),
+    ("bytes", "BytesList"),
 )
 
 #: Every oneof member name of ``AttributeProto.value``, e.g. ``int64_val``, ``bool_list``.
-ATTR_KINDS: tuple[str, ...] = tuple(f"{k}_{form}" for k, _, _ in _SCALARS for form in ("val", "list"))
+ATTR_KINDS: tuple[str, ...] = tuple(f"{k}_{form}" for k, _ in _SCALARS for form in ("val", "list"))
+#: The field number of each oneof member of ``AttributeProto.value`` (``double_val`` 3, ``double_list`` 4, ...).
+ATTR_FIELD_NUMBERS: dict[str, int] = {kind: number for number, kind in enumerate(ATTR_KINDS, start=3)}
 #: The ``*_list`` members.
 LIST_KINDS: frozenset[str] = frozenset(k for k in ATTR_KINDS if k.endswith("_list"))
 
 
 def _field(msg: descriptor_pb2.DescriptorProto, name: str, number: int, ftype: int, *,
            repeated: bool = False, type_name: str = "", oneof: int | None = None) -> None:
+    from google.protobuf.descriptor_pb2 import FieldDescriptorProto as _FDP
+
     f = msg.field.add(name=name, number=number, type=ftype)
     f.label = _FDP.LABEL_REPEATED if repeated else _FDP.LABEL_OPTIONAL
     if type_name:
@@ -102,23 +111,25 @@ def _enum(fdp: descriptor_pb2.FileDescriptorProto, cls: type[enum.IntEnum]) -> N
 
 
 def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
+    from google.protobuf import descriptor_pb2
+
+    _FDP = descriptor_pb2.FieldDescriptorProto
     fdp = descriptor_pb2.FileDescriptorProto(name="etkit/et_def.proto", package=PACKAGE, syntax="proto3")
     _enum(fdp, NodeType)
     _enum(fdp, CommType)
 
-    for _, ftype, list_name in _SCALARS:
+    for kind, list_name in _SCALARS:
         lst = fdp.message_type.add(name=list_name)
-        _field(lst, "values", 1, ftype, repeated=True)
+        _field(lst, "values", 1, getattr(_FDP, f"TYPE_{kind.upper()}"), repeated=True)
 
     attr = fdp.message_type.add(name="AttributeProto")
     _field(attr, "name", 1, _FDP.TYPE_STRING)
     _field(attr, "doc_string", 2, _FDP.TYPE_STRING)
     attr.oneof_decl.add(name="value")
-    number = 3
-    for kind, ftype, list_name in _SCALARS:
-        _field(attr, f"{kind}_val", number, ftype, oneof=0)
+    for kind, list_name in _SCALARS:
+        number = ATTR_FIELD_NUMBERS[f"{kind}_val"]
+        _field(attr, f"{kind}_val", number, getattr(_FDP, f"TYPE_{kind.upper()}"), oneof=0)
         _field(attr, f"{kind}_list", number + 1, _FDP.TYPE_MESSAGE, type_name=list_name, oneof=0)
-        number += 2
 
     meta = fdp.message_type.add(name="GlobalMetadata")
     _field(meta, "version", 1, _FDP.TYPE_STRING)
@@ -152,6 +163,8 @@ def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
 
 
 def _message_classes() -> dict[str, type]:
+    from google.protobuf import descriptor_pool
+
     pool = descriptor_pool.DescriptorPool()
     pool.Add(_file_descriptor())
     try:  # protobuf >= 4.22
@@ -168,11 +181,14 @@ def _message_classes() -> dict[str, type]:
             return factory.GetPrototype(pool.FindMessageTypeByName(full_name))  # type: ignore[attr-defined,no-any-return]
 
     names = ["Node", "GlobalMetadata", "AttributeProto", "IOInfo", "Tensor", "EtkitNodeBatch"]
-    names += [list_name for _, _, list_name in _SCALARS]
+    names += [list_name for _, list_name in _SCALARS]
     return {n: make(f"{PACKAGE}.{n}") for n in names}
 
 
-_CLASSES = _message_classes()
+#: This module's names for its message classes (``NodeBatch`` is etkit's ``EtkitNodeBatch``).
+_MESSAGES = {"Node": "Node", "GlobalMetadata": "GlobalMetadata", "AttributeProto": "AttributeProto",
+             "IOInfo": "IOInfo", "Tensor": "Tensor", "NodeBatch": "EtkitNodeBatch"}
+
 if TYPE_CHECKING:  # the classes are made at run time from the descriptors: to a type checker, any message
     Node = Any
     GlobalMetadata = Any
@@ -180,13 +196,17 @@ if TYPE_CHECKING:  # the classes are made at run time from the descriptors: to a
     IOInfo = Any
     Tensor = Any
     NodeBatch = Any
-else:
-    Node = _CLASSES["Node"]
-    GlobalMetadata = _CLASSES["GlobalMetadata"]
-    AttributeProto = _CLASSES["AttributeProto"]
-    IOInfo = _CLASSES["IOInfo"]
-    Tensor = _CLASSES["Tensor"]
-    NodeBatch = _CLASSES["EtkitNodeBatch"]
+
+
+def __getattr__(name: str) -> Any:
+    """The message classes, made (with every other one) on first use and then kept as this module's globals."""
+    if name not in _MESSAGES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    classes = _message_classes()
+    namespace = globals()
+    for alias, full in _MESSAGES.items():
+        namespace.setdefault(alias, classes[full])
+    return namespace[name]
 
 
 def protobuf_backend() -> str:

@@ -16,10 +16,13 @@ import heapq
 import os
 from collections import defaultdict
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from ..errors import DependencyError, UsageError
-from ..format.schema import Node
 from ..format.stream import open_trace
+
+if TYPE_CHECKING:
+    from ..format.schema import Node
 
 __all__ = ["Feeder"]
 

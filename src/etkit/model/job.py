@@ -12,16 +12,19 @@ import os
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
 from ..errors import UsageError
 from ..executor import Executor, in_client
 from ..fileio import RANK_FILE, comm_groups_path, job_output, rank_file_path, rank_files
-from ..format.schema import Node, NodeType
+from ..format.schema import NodeType
 from .groups import ProcessGroups, parse_process_group_init
 from .trace import BATCH_BYTES, Trace, TraceBatch, load_batches
+
+if TYPE_CHECKING:
+    from ..format.schema import Node
 
 __all__ = ["Job", "RankFile", "discover", "rank_batches", "map_ranks", "map_batches", "jobs_in", "require_whole_job", "load_job", "groups_from_trace", "groups_from_batch",
            "groups_from_traces", "comm_groups_path", "groups_file", "load_groups", "remove_stale_files"]

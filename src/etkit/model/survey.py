@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..format import wire
+from ..format import schema, wire
 from ..format.columnar import HOT_INT_ATTRS
 from ..format.parts import record_parts
-from ..format.schema import GlobalMetadata, NodeType
+from ..format.schema import NodeType
 from ..format.stream import frame_table
 from .groups import ProcessGroups
 from .job import groups_from_trace
@@ -70,7 +70,7 @@ def survey_file(path: str | os.PathLike[str], *, ints: Sequence[str] = (), start
             declared = ProcessGroups()
             if rows.size:  # few: the METADATA records make a small trace of their own
                 records = (buf[o:o + k] for o, k in zip(frames.offset[1:][rows].tolist(), frames.length[1:][rows].tolist()))
-                declared = groups_from_trace(Trace.from_records(GlobalMetadata(), records, path=path))
+                declared = groups_from_trace(Trace.from_records(schema.GlobalMetadata(), records, path=path))
             return Survey(str(path), types, used, declared, parts.scalars.get(_START),
                           {name: parts.ints(name) for name in ints})
     return _survey_loaded(path, ints, start)  # an unusual or empty file: the loader's columns (or its error)

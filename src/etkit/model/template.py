@@ -31,18 +31,22 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar, Union
+from typing import TYPE_CHECKING, TypeVar, Union
 
 from .. import __version__
 from ..executor import Executor, SerialExecutor
 from ..fileio import JobOutput, atomic_output, check_writable, job_output
+from ..format import schema
 from ..format.attrs import CANONICAL_KINDS, make_attr
-from ..format.schema import SCHEMA_VERSION, CommType, GlobalMetadata, Node, NodeType
+from ..format.schema import SCHEMA_VERSION, CommType, NodeType
 from ..format.stream import encode_varint, frame
 from ..format.tags import NODE_ATTR, key_byte
 from .groups import ProcessGroups
 from .job import Job, comm_groups_path
 from .trace import Trace
+
+if TYPE_CHECKING:
+    from ..format.schema import GlobalMetadata, Node
 
 __all__ = [
     "Param",
@@ -111,7 +115,7 @@ def attr_field(name: str, value: int | str | bool, kind: str | None = None) -> b
 def synthetic_metadata(source: str, **attrs: int | str) -> GlobalMetadata:
     """GlobalMetadata for a generated trace: version :data:`~etkit.format.schema.SCHEMA_VERSION` and attrs
     ``producer``, ``source``, extras."""
-    meta = GlobalMetadata(version=SCHEMA_VERSION)
+    meta = schema.GlobalMetadata(version=SCHEMA_VERSION)
     meta.attr.append(make_attr("producer", f"etkit {__version__}"))
     meta.attr.append(make_attr("source", source))
     for name, value in attrs.items():
@@ -157,7 +161,7 @@ class TraceTemplate:
     """
 
     def __init__(self, metadata: GlobalMetadata | None = None) -> None:
-        self.metadata = metadata or GlobalMetadata()
+        self.metadata = metadata or schema.GlobalMetadata()
         self._meta_record = self.metadata.SerializeToString()
         self._nodes: list[bytes | _Stamped] = []
         self._next_id = 0
@@ -198,7 +202,7 @@ class TraceTemplate:
     def node(self, name: str, node_type: NodeType, *, deps: Iterable[int] = (), ctrl_deps: Iterable[int] = (),
              duration: int = 0, attrs: Sequence[tuple[str, Value]] = ()) -> int:
         """Append a node with the next id; ``attrs`` are ``(name, value)`` pairs, values may be :class:`Param`."""
-        node = Node(id=self._next_id, name=name, type=node_type, duration_micros=int(duration))
+        node = schema.Node(id=self._next_id, name=name, type=node_type, duration_micros=int(duration))
         node.data_deps.extend(deps)
         node.ctrl_deps.extend(ctrl_deps)
         params: dict[str, str] = {}

@@ -15,13 +15,14 @@ import zlib
 from array import array
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError  # (protobuf's pure-Python base: its runtime is not loaded)
 
 from ..errors import TraceFormatError
 from ..fileio import read_bytes_maybe_gzip
+from ..format import schema
 from ..format.attrs import INT_KINDS
 from ..format.columnar import (
     HOT_INT_ATTRS,
@@ -34,8 +35,11 @@ from ..format.columnar import (
     join_columns,
     split_columns,
 )
-from ..format.schema import CommType, GlobalMetadata, Node, NodeType
+from ..format.schema import CommType, NodeType
 from ..format.stream import HEAD_BYTES, FrameTable, TraceWriter, check_head, frame_table
+
+if TYPE_CHECKING:
+    from ..format.schema import GlobalMetadata, Node
 
 __all__ = ["Trace", "TraceBatch", "load_trace", "load_traces", "load_batches", "trace_from_bytes", "MISSING",
            "COMM_NODE_TYPES", "is_comm"]
@@ -82,7 +86,6 @@ class Trace(NodeColumns):
     ``duration_micros`` hold whole microseconds and, for host ops, self time only).
     """
 
-    metadata: GlobalMetadata
     comm_type: np.ndarray
     comm_size: np.ndarray
     comm_src: np.ndarray
@@ -101,7 +104,21 @@ class Trace(NodeColumns):
     rec_len: np.ndarray
     path: str = ""
     metadata_record: bytes | None = None
+    #: The decoded GlobalMetadata (``None``: not decoded yet; :attr:`metadata` decodes ``metadata_record``).
+    metadata_message: GlobalMetadata | None = field(default=None, repr=False)
     _order: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def metadata(self) -> GlobalMetadata:
+        """The rank's GlobalMetadata message, decoded from :attr:`metadata_record` when first read (protobuf is
+        imported then: the analyses of a converted profile never read it)."""
+        if self.metadata_message is None:
+            self.metadata_message = _parse_metadata(self.metadata_record or b"", self.path)
+        return self.metadata_message
+
+    @metadata.setter
+    def metadata(self, value: GlobalMetadata) -> None:
+        self.metadata_message = value
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -114,7 +131,7 @@ class Trace(NodeColumns):
     @classmethod
     def from_nodes(cls, metadata: GlobalMetadata | None, nodes: Iterable[Node]) -> Trace:
         """Build from Node messages (what a producer made in memory)."""
-        return cls.from_records(metadata or GlobalMetadata(), (n.SerializeToString() for n in nodes))
+        return cls.from_records(metadata or schema.GlobalMetadata(), (n.SerializeToString() for n in nodes))
 
     # -- size and lookup ------------------------------------------------------------------------
 
@@ -178,9 +195,27 @@ class Trace(NodeColumns):
 
     def node(self, row: int) -> Node:
         """The full Node message of row ``row`` (decoded from the kept record bytes)."""
-        node = Node()
+        node = schema.Node()
         node.ParseFromString(self.record(row))
         return node
+
+    def string_attr(self, rows: np.ndarray, name: str) -> list[str | None]:
+        """Per row of ``rows``, what ``node(row)``'s first attribute called ``name`` holds as ``string_val`` (``""``
+        when it holds another kind), or ``None`` where the node has no such attribute: read from the record
+        bytes, without protobuf, where the vectorised walk takes them (:func:`etkit.format.parts.record_parts`)."""
+        from ..format.parts import record_parts
+
+        rows = np.asarray(rows, dtype=np.int64)
+        parts = record_parts(self.blob, self.rec_off[rows], self.rec_len[rows], [name], io=False)
+        if parts is None:  # a record the walk does not take: protobuf reads them all
+            return [next((a.string_val for a in self.node(r).attr if a.name == name), None) for r in rows.tolist()]
+        found: list[str | None] = [None] * rows.size
+        named = np.flatnonzero(parts.attr_name == 0)
+        first = named[np.unique(parts.attr_row[named], return_index=True)[1]]  # wire order: the first of each row
+        strings = parts.strings
+        for row, text in zip(parts.attr_row[first].tolist(), parts.attr_text[first].tolist()):
+            found[row] = strings[text] if text >= 0 else ""
+        return found
 
     def records(self) -> Iterator[bytes]:
         blob = self.blob
@@ -213,7 +248,7 @@ class _TraceBuilder:
         path = self.path
         if isinstance(metadata, bytes):
             meta_record = metadata
-            metadata_msg = GlobalMetadata()
+            metadata_msg = schema.GlobalMetadata()
             metadata_msg.ParseFromString(metadata)
         else:
             metadata_msg = metadata
@@ -242,7 +277,7 @@ class _TraceBuilder:
                 index, offset, payload = item
             else:
                 index, offset, payload = row + 1, None, item
-            node = Node()
+            node = schema.Node()
             try:
                 node.ParseFromString(payload)
             except (DecodeError, ValueError, RuntimeError) as exc:
@@ -324,7 +359,7 @@ class _TraceBuilder:
         return trace
 
 
-def _from_columns(cols: Columns, metadata: GlobalMetadata, blob: bytes, rec_off: np.ndarray, rec_len: np.ndarray,
+def _from_columns(cols: Columns, metadata: GlobalMetadata | None, blob: bytes, rec_off: np.ndarray, rec_len: np.ndarray,
                   path: str) -> Trace:
     """A :class:`Trace` of decoded columns; integer columns the decoder left out (``attrs``) are a read-only
     view of :data:`MISSING`."""
@@ -332,7 +367,7 @@ def _from_columns(cols: Columns, metadata: GlobalMetadata, blob: bytes, rec_off:
     if len(ints) < len(_INT_COLUMNS):
         missing = np.broadcast_to(np.asarray(MISSING, dtype=np.int64), cols.ids.shape)
         ints = {k: ints.get(k, missing) for k in _INT_COLUMNS}
-    return Trace(**cols.node_columns(), metadata=metadata, **cast("dict[str, Any]", ints), blob=blob,
+    return Trace(**cols.node_columns(), metadata_message=metadata, **cast("dict[str, Any]", ints), blob=blob,
                  rec_off=rec_off, rec_len=rec_len, path=path)
 
 
@@ -409,7 +444,7 @@ class TraceBatch:
         else:
             file = int(np.searchsorted(self.bounds, row, side="right")) - 1
             payload = self.traces()[file].record(row - int(self.bounds[file]))
-        node = Node()
+        node = schema.Node()
         node.ParseFromString(payload)
         return node
 
@@ -524,7 +559,7 @@ def _joint_batch(batch: list[tuple[str, bytes]], allow_empty: bool, names: bool,
                                         bases.tolist()):
         record = buf[at - base:at - base + size]
         try:
-            metadata.append((GlobalMetadata.FromString(record), record))
+            metadata.append((schema.GlobalMetadata.FromString(record), record))
         except (DecodeError, ValueError, RuntimeError):
             return None
     cols = decode_columns(joined, frames.start[node], frames.offset[node], frames.length[node], names=names,
@@ -568,24 +603,33 @@ def _heads_pass(batch: list[tuple[str, bytes]], files: np.ndarray, allow_empty: 
 
 
 def trace_from_bytes(buf: bytes, path: str = "<memory>") -> Trace:
-    """The :class:`Trace` of an ``.et`` file's (uncompressed) content ``buf``, as :func:`load_trace` reads it."""
-    return _trace_of(path, buf, False, True)
+    """The :class:`Trace` of an ``.et`` file's (uncompressed) content ``buf``, as :func:`load_trace` reads it, but
+    for its GlobalMetadata record: that is decoded (and a corrupt one reported) when :attr:`Trace.metadata` is
+    first read. For bytes a converter has just written (``analyze`` of a Kineto trace), which need no protobuf."""
+    return _trace_of(path, buf, False, True, metadata=False)
+
+
+def _parse_metadata(record: bytes, path: str) -> GlobalMetadata:
+    """The GlobalMetadata message of ``record`` (the first record of the file ``path``)."""
+    metadata = schema.GlobalMetadata()
+    try:
+        metadata.ParseFromString(record)
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise TraceFormatError(path, f"corrupt GlobalMetadata message ({exc})", record=0, offset=0) from None
+    return metadata
 
 
 def _trace_of(path: str, buf: bytes, allow_empty: bool, names: bool,
               spans: list[WalkSpans | None] | None = None, attrs: Collection[str] | None = None,
-              deps: bool = True) -> Trace:
-    """:func:`load_trace` of the file ``path`` whose content is ``buf``."""
+              deps: bool = True, *, metadata: bool = True) -> Trace:
+    """:func:`load_trace` of the file ``path`` whose content is ``buf``; its GlobalMetadata decoded at once
+    (``metadata``), or when first read."""
     frames = _frames_of(buf, path, allow_empty)
     if not len(frames):
         raise TraceFormatError(path, "empty file: no GlobalMetadata record", record=0, offset=0)
     meta_off, meta_len = int(frames.offset[0]), int(frames.length[0])
     meta_record = buf[meta_off:meta_off + meta_len]
-    metadata = GlobalMetadata()
-    try:
-        metadata.ParseFromString(meta_record)
-    except (DecodeError, ValueError, RuntimeError) as exc:
-        raise TraceFormatError(path, f"corrupt GlobalMetadata message ({exc})", record=0, offset=0) from None
+    message = _parse_metadata(meta_record, path) if metadata else None
     frame_start, rec_off, rec_len = frames.start[1:], frames.offset[1:], frames.length[1:]
     cols = decode_columns(buf, frame_start, rec_off, rec_len, names=names, spans=spans, attrs=attrs, deps=deps)
     if cols is None:
@@ -593,7 +637,7 @@ def _trace_of(path: str, buf: bytes, allow_empty: bool, names: bool,
                    enumerate(zip(frame_start.tolist(), rec_off.tolist(), rec_len.tolist())))
         trace = _TraceBuilder(path).build(meta_record, records)
     else:
-        trace = _from_columns(cols, metadata, buf, rec_off, rec_len, path)
+        trace = _from_columns(cols, message, buf, rec_off, rec_len, path)
     trace.metadata_record = meta_record
     return trace
 

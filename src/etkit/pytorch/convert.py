@@ -34,9 +34,9 @@ import numpy as np
 import orjson
 
 from ..format import assemble
-from ..format.assemble import INPUTS, OUTPUTS, AttrPieces, IoPieces, id_varints, node_record
-from ..format.attrs import PROFILER_CATEGORIES, make_attr
-from ..format.schema import SCHEMA_VERSION, CommType, GlobalMetadata, NodeType
+from ..format.assemble import INPUTS, OUTPUTS, AttrPieces, IoPieces, id_varints, metadata_record, node_record
+from ..format.attrs import PROFILER_CATEGORIES
+from ..format.schema import SCHEMA_VERSION, CommType, NodeType
 from ..format.stream import TraceWriter
 from .comm import (
     CommArgumentError,
@@ -427,14 +427,12 @@ class _Converter:
         # a stable sort by key keeps depth-first position order among equal keys (numpy: 20x faster than tuples)
         return [refs[k] for k in np.argsort(np.array(keys, dtype=np.float64), kind="stable").tolist()]
 
-    def _metadata(self) -> Any:
-        """The rank's GlobalMetadata: the schema version and the host trace's header."""
-        meta = GlobalMetadata(version=SCHEMA_VERSION)  # Chakra's converter leaves it empty
+    def _metadata(self) -> bytes:
+        """The rank's GlobalMetadata record: the schema version and the host trace's header."""
         host = self.host
-        meta.attr.extend([make_attr("schema", host.schema), make_attr("pid", host.pid, "uint64_val"),
-                          make_attr("time", host.time), make_attr("start_ts", host.start_ts, "uint64_val"),
-                          make_attr("finish_ts", host.finish_ts, "uint64_val")])
-        return meta
+        return metadata_record(SCHEMA_VERSION, (  # (Chakra's converter leaves the version empty)
+            ("schema", host.schema, None), ("pid", host.pid, "uint64_val"), ("time", host.time, None),
+            ("start_ts", host.start_ts, "uint64_val"), ("finish_ts", host.finish_ts, "uint64_val")))
 
     def _write_nodes(self, path: str | None, walk: _Walk, chains: dict[int, list[int]], items: list[int],
                      kernel_kind: dict[int, CommKind | None], waits: DeviceWaits) -> None:

@@ -155,6 +155,6 @@ def _add_chunk(parts: list[Columns], batch: list[tuple[int, int, bytes]], meta_r
 def _trace(cols: Columns, blob: bytes, rec_off: np.ndarray, rec_len: np.ndarray, path: str, metadata) -> Trace:
     """A :class:`Trace` over ``cols``; integer columns the simulator does not read are a read-only view of MISSING."""
     missing = np.broadcast_to(np.asarray(MISSING, dtype=np.int64), cols.ids.shape)
-    return Trace(**cols.node_columns(), metadata=metadata,
+    return Trace(**cols.node_columns(), metadata_message=metadata,
                  **cast("dict[str, Any]", {k: cols.ints.get(k, missing) for k in HOT_INT_ATTRS}), blob=blob, rec_off=rec_off, rec_len=rec_len,
                  path=path)
