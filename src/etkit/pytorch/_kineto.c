@@ -91,8 +91,19 @@ typedef struct {
     Py_ssize_t n;
 } Val;
 
+/* Byte classes: JSON whitespace; the bytes a string holds as they are (printable ASCII but '"' and '\\'). */
+enum { B_WS = 1, B_PLAIN = 2 };
+static uint8_t byte_class[256];
+
+static void init_classes(void) {
+    for (int b = 0x20; b < 0x80; b++) byte_class[b] = B_PLAIN;
+    byte_class['"'] = byte_class['\\'] = 0;
+    byte_class[' '] = B_PLAIN | B_WS;
+    byte_class['\n'] = byte_class['\t'] = byte_class['\r'] = B_WS;
+}
+
 static inline void ws(Cur *c) {
-    while (c->p < c->e && (*c->p == ' ' || *c->p == '\n' || *c->p == '\t' || *c->p == '\r')) c->p++;
+    while (c->p < c->e && (byte_class[*c->p] & B_WS)) c->p++;
 }
 
 static inline int hexval(uint8_t ch) {
@@ -108,7 +119,7 @@ static int scan_string(Cur *c, Val *v) {
     int esc = 0;
     v->s = p;
     for (;;) {
-        while (p < e && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
+        while (p < e && (byte_class[*p] & B_PLAIN)) p++;
         if (p >= e || *p >= 0x80 || *p < 0x20) return 0;
         if (*p == '"') break;
         esc = 1; /* a backslash */
@@ -314,7 +325,7 @@ static const Key CATS[] = {KEY("cpu_op"), KEY("user_annotation"), KEY("kernel"),
 
 static inline int which(const Key *keys, int n, const uint8_t *s, Py_ssize_t len) {
     for (int i = 0; i < n; i++)
-        if (keys[i].n == len && memcmp(keys[i].s, s, len) == 0) return i;
+        if (keys[i].n == len && keys[i].s[0] == (char)s[0] && memcmp(keys[i].s, s, len) == 0) return i;
     return -1;
 }
 
@@ -665,4 +676,7 @@ static struct PyModuleDef module = {
     -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__kineto(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__kineto(void) {
+    init_classes();
+    return PyModule_Create(&module);
+}
