@@ -50,20 +50,23 @@ class Table:
 
 def _csv_body(rows: Sequence[Sequence[Any]], width: int, writer: Any, buf: io.StringIO) -> str | None:
     """What ``writer.writerows(rows)`` writes, a column at a time: every field of a column of ints or floats
-    as the csv module writes a number (``str``, ``repr``), a column of strings through a table of each
-    distinct string as the csv module quotes it (written once, by ``writer``). ``None`` (nothing written)
+    as the csv module writes a number (``str``, ``repr``: ``%d``, ``%r``), a column of strings through a table
+    of each distinct string as the csv module quotes it (written once, by ``writer``); each row by one format. ``None`` (nothing written)
     for anything else: rows of other widths, other types, a single column (an empty field alone on its row
     is written quoted)."""
     if width < 2 or not rows or any(len(row) != width for row in rows):
         return None
     start = buf.tell()
-    texts = []
+    fields: list[Iterable[Any]] = []
+    formats: list[str] = []  # a row is written as ",".join(formats) % its fields (%d: str, %r: repr)
     for column in zip(*rows):
         kinds = set(map(type, column))
         if kinds == {int}:
-            texts.append(map(str, column))
+            fields.append(column)
+            formats.append("%d")
         elif kinds == {float}:
-            texts.append(map(repr, column))
+            fields.append(column)
+            formats.append("%r")
         elif kinds == {str}:
             quoted = {}
             for value in set(column):
@@ -71,10 +74,11 @@ def _csv_body(rows: Sequence[Sequence[Any]], width: int, writer: Any, buf: io.St
                 quoted[value] = buf.getvalue()[start:-2]
                 buf.seek(start)
                 buf.truncate()
-            texts.append(map(quoted.__getitem__, column))
+            fields.append(map(quoted.__getitem__, column))
+            formats.append("%s")
         else:
             return None
-    return "\n".join(map(",".join, zip(*texts))) + "\n"
+    return "\n".join(map(",".join(formats).__mod__, zip(*fields))) + "\n"
 
 
 def write_csv(tables: Iterable[Table], folder: str | os.PathLike[str]) -> list[Path]:

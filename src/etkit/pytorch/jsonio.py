@@ -63,6 +63,20 @@ class JsonArrayDocument:
         ``fast`` as in :meth:`converted`."""
         return self.converted(_same, fast=fast, size=size)
 
+    def whole(self, read: Callable[[bytes | mmap.mmap, int, int], T | None]) -> T | None:
+        """``read(text, start, stop)``: the array read at once from the document's text (its elements are
+        ``text[start:stop]``), for a reader that takes the whole array in one pass; the document is then let
+        go (:meth:`chunks` gives nothing more). ``None``, the document untouched, when ``read`` declines (returns
+        ``None``) or the document was parsed whole."""
+        if self._data is None or self._body is None:
+            return None
+        result = read(self._data, *self._body)
+        if result is not None:
+            data, self._data = self._data, None
+            if isinstance(data, mmap.mmap):
+                data.close()
+        return result
+
     def converted(self, convert: Callable[[Any], T], *, fast: Callable[[bytes], list[T] | None] | None = None,
                   size: int = CHUNK_ELEMENTS) -> Iterator[list[T]]:
         """``convert`` of every element of the array, ``size`` elements at a time, in document order.
