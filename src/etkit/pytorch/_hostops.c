@@ -287,7 +287,7 @@ enum { X_OPS, X_HEAD, X_CTRL, X_LANE, X_OWNER, X_PG_INIT, X_NEW_ID, X_LAST_ON_LA
        X_TAILS, X_IO_FIELD, X_RECORD, X_IDS, X_WRITE, X_INPUTS, X_OUTPUTS, X_COMP, X_COUNT };
 
 static PyObject *a_name, *a_io, *a_rf_id, *a_seq_id, *a_fw_parent, *a_scope, *a_tid, *a_fw_tid, *a_op_schema,
-    *a_reads, *a_writes, *s_brackets;
+    *a_reads, *a_writes, *s_brackets, *s_t, *s_et;
 
 /* The framed int64 attribute: heads[len(varint)] + varint (assemble.AttrPieces.int64, value >= 0). */
 static int put_int64(char *p, PyObject *heads, unsigned long long v, PyObject **head) {
@@ -1321,11 +1321,190 @@ fail:
     return result;
 }
 
+
+/* ---- walk: convert.depth_first in C ----------------------------------------------------------------------- */
+
+typedef struct { double key; unsigned long long id; Py_ssize_t index; } Kid;
+
+/* Siblings in the order convert.depth_first pushes them: (start or inf, id) descending, equal ones in index
+ * order (Python's stable reverse sort); roots: (id, index) ascending. */
+static int kid_desc(const void *x, const void *y) {
+    const Kid *a = x, *b = y;
+    if (a->key != b->key) return a->key > b->key ? -1 : 1;
+    if (a->id != b->id) return a->id > b->id ? -1 : 1;
+    return a->index < b->index ? -1 : a->index > b->index;
+}
+
+static int root_asc(const void *x, const void *y) {
+    const Kid *a = x, *b = y;
+    if (a->id != b->id) return a->id < b->id ? -1 : 1;
+    return a->index < b->index ? -1 : a->index > b->index;
+}
+
+typedef struct { Py_ssize_t i, h, own, ctrl, lane; double parent_key; int chain_level; } Visit;
+
+PyDoc_STRVAR(walk_doc,
+"walk(ops, parent, ts, levels, thread) -> (order, key, head, owner, ctrl, lane_of) | None\n\n"
+"convert.depth_first(ops, parent, ts, levels, thread), the same lists; None where it does not take the\n"
+"input (an id that is not an unsigned 64-bit integer, a parent outside the ops), which depth_first then does.");
+
+static PyObject *walk(PyObject *self, PyObject *args) {
+    PyObject *ops, *parent, *ts, *levels, *thread;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!:walk", &PyList_Type, &ops, &PyList_Type, &parent, &PyList_Type, &ts,
+                          &PyDict_Type, &levels, &PyList_Type, &thread))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(ops);
+    if (PyList_GET_SIZE(parent) != n || PyList_GET_SIZE(ts) != n || PyList_GET_SIZE(thread) != n) Py_RETURN_NONE;
+    PyObject *result = NULL, *order = NULL, *key = NULL, *head = NULL, *owner = NULL, *ctrl = NULL, *lane_of = NULL,
+             *lanes = NULL, *lane_objects = NULL;
+    Py_ssize_t *par = PyMem_Calloc(n + 1, sizeof(Py_ssize_t)), *start = PyMem_Calloc(n + 2, sizeof(Py_ssize_t)),
+               *heads = PyMem_Calloc(n + 1, sizeof(Py_ssize_t)), *owners = PyMem_Calloc(n + 1, sizeof(Py_ssize_t)),
+               *ctrls = PyMem_Calloc(n + 1, sizeof(Py_ssize_t)), *lane_at = PyMem_Calloc(n + 1, sizeof(Py_ssize_t));
+    long long *threads = PyMem_Calloc(n + 1, sizeof(long long));
+    int *level = PyMem_Calloc(n + 1, sizeof(int)), *seen = PyMem_Calloc(n + 1, sizeof(int));
+    double *t = PyMem_Calloc(n + 1, sizeof(double)), *keys = PyMem_Calloc(n + 1, sizeof(double));
+    unsigned long long *ids = PyMem_Calloc(n + 1, sizeof(unsigned long long));
+    Kid *kids = PyMem_Calloc(n + 1, sizeof(Kid));
+    Py_ssize_t *walked = PyMem_Calloc(n + 1, sizeof(Py_ssize_t));
+    Visit *stack = PyMem_Calloc(n + 1, sizeof(Visit));
+    int fallback = 0;
+    if (!par || !start || !heads || !owners || !ctrls || !lane_at || !threads || !level || !seen || !t || !keys || !ids
+        || !kids || !walked || !stack) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *op = PyList_GET_ITEM(ops, i), *id = PyObject_GetAttr(op, s_id);
+        if (id == NULL) goto done;
+        ids[i] = PyLong_Check(id) ? PyLong_AsUnsignedLongLong(id) : (unsigned long long)-1;
+        int bad = !PyLong_Check(id) || PyErr_Occurred();
+        Py_DECREF(id);
+        if (bad) { PyErr_Clear(); fallback = 1; goto done; }
+        par[i] = PyLong_AsSsize_t(PyList_GET_ITEM(parent, i));
+        threads[i] = PyLong_AsLongLong(PyList_GET_ITEM(thread, i));
+        t[i] = PyFloat_AsDouble(PyList_GET_ITEM(ts, i));
+        if (PyErr_Occurred()) { PyErr_Clear(); fallback = 1; goto done; }
+        if (par[i] >= n) { fallback = 1; goto done; }  /* (depth_first: an IndexError) */
+        if (par[i] < -1) par[i] = -1;  /* (a root, as any negative parent) */
+        level[i] = -1;
+    }
+    {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(levels, &pos, &k, &v)) {
+            Py_ssize_t i = PyLong_AsSsize_t(k);
+            long lv = PyLong_AsLong(v);
+            if (PyErr_Occurred()) { PyErr_Clear(); fallback = 1; goto done; }
+            if (i < 0 || i >= n || lv < 0 || lv > 1000) { fallback = 1; goto done; }
+            level[i] = (int)lv;
+        }
+    }
+    /* children, in index order: start[p + 1] .. start[p + 2] of kids_of (roots: p = -1) */
+    for (Py_ssize_t i = 0; i < n; i++) start[par[i] + 2]++;
+    for (Py_ssize_t p = 0; p <= n; p++) start[p + 1] += start[p];
+    Py_ssize_t *fill = PyMem_Calloc(n + 1, sizeof(Py_ssize_t)), *kids_of = PyMem_Calloc(n + 1, sizeof(Py_ssize_t));
+    if (fill == NULL || kids_of == NULL) { PyMem_Free(fill); PyMem_Free(kids_of); PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t i = 0; i < n; i++) kids_of[start[par[i] + 1] + fill[par[i] + 1]++] = i;
+    PyMem_Free(fill);
+    if ((lanes = PyDict_New()) == NULL || (lane_objects = PyList_New(0)) == NULL) { PyMem_Free(kids_of); goto done; }
+    Py_ssize_t top = 0, walked_n = 0;
+    {   /* the roots, smallest id on top */
+        Py_ssize_t r0 = start[0], r1 = start[1], m = r1 - r0;
+        for (Py_ssize_t k = 0; k < m; k++) kids[k] = (Kid){0.0, ids[kids_of[r0 + k]], kids_of[r0 + k]};
+        qsort(kids, m, sizeof(Kid), root_asc);
+        for (Py_ssize_t k = m - 1; k >= 0; k--)
+            stack[top++] = (Visit){kids[k].index, -1, -1, -1, -1, -Py_HUGE_VAL, -1};
+    }
+    while (top) {
+        Visit v = stack[--top];
+        Py_ssize_t i = v.i, h = v.h, own = v.own;
+        double k = t[i] != t[i] ? v.parent_key : (v.parent_key > t[i] ? v.parent_key : t[i]);
+        keys[i] = k;
+        int lv = level[i];
+        if (lv >= 0) {
+            if (h < 0 || lv <= v.chain_level) h = own = i;
+        } else {
+            h = -1;
+        }
+        heads[i] = h;
+        owners[i] = own;
+        ctrls[i] = v.ctrl;
+        seen[i] = 1;
+        Py_ssize_t lane = v.lane;
+        if (threads[i] >= 0 || lane < 0) {  /* ("t", thread) once per thread; ("et", tid) */
+            PyObject *lk = NULL;
+            if (threads[i] >= 0) {
+                lk = PyTuple_Pack(2, s_t, PyList_GET_ITEM(thread, i));
+            } else {
+                PyObject *tid = PyObject_GetAttr(PyList_GET_ITEM(ops, i), a_tid);
+                if (tid != NULL) lk = PyTuple_Pack(2, s_et, tid);
+                Py_XDECREF(tid);
+            }
+            if (lk == NULL) { PyMem_Free(kids_of); goto done; }
+            PyObject *index = PyDict_GetItemWithError(lanes, lk);
+            if (index == NULL) {
+                if (PyErr_Occurred() || (index = PyLong_FromSsize_t(PyList_GET_SIZE(lane_objects))) == NULL
+                    || PyList_Append(lane_objects, lk) < 0 || PyDict_SetItem(lanes, lk, index) < 0) {
+                    Py_XDECREF(index); Py_DECREF(lk); PyMem_Free(kids_of); goto done;
+                }
+                Py_DECREF(index);
+                index = PyDict_GetItemWithError(lanes, lk);
+            }
+            Py_DECREF(lk);
+            if (index == NULL) { PyMem_Free(kids_of); goto done; }
+            lane = PyLong_AsSsize_t(index);
+        }
+        lane_at[i] = lane;
+        walked[walked_n++] = i;
+        Py_ssize_t next_ctrl = lv >= 0 ? v.ctrl : i, c0 = start[i + 1], c1 = start[i + 2], m = c1 - c0;
+        for (Py_ssize_t q = 0; q < m; q++) {
+            Py_ssize_t c = kids_of[c0 + q];
+            kids[q] = (Kid){t[c] != t[c] ? Py_HUGE_VAL : t[c], ids[c], c};
+        }
+        if (m > 1) qsort(kids, m, sizeof(Kid), kid_desc);
+        for (Py_ssize_t q = 0; q < m; q++)
+            stack[top++] = (Visit){kids[q].index, h, own, next_ctrl, lane, k, lv};
+    }
+    PyMem_Free(kids_of);
+    for (Py_ssize_t i = 0; i < n; i++)  /* ops outside every root's tree */
+        if (!seen[i]) {
+            walked[walked_n++] = i;
+            keys[i] = t[i] != t[i] ? Py_HUGE_VAL : t[i];
+            heads[i] = owners[i] = ctrls[i] = lane_at[i] = -1;
+        }
+    if ((order = PyList_New(n)) == NULL || (key = PyList_New(n)) == NULL || (head = PyList_New(n)) == NULL
+        || (owner = PyList_New(n)) == NULL || (ctrl = PyList_New(n)) == NULL || (lane_of = PyList_New(n)) == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PyLong_FromSsize_t(walked[i]), *kk = PyFloat_FromDouble(keys[i]), *hh = PyLong_FromSsize_t(heads[i]),
+                 *ow = PyLong_FromSsize_t(owners[i]), *cc = PyLong_FromSsize_t(ctrls[i]);
+        PyObject *ln = lane_at[i] >= 0 ? PyList_GET_ITEM(lane_objects, lane_at[i]) : Py_None;
+        Py_INCREF(ln);
+        PyList_SET_ITEM(order, i, o);
+        PyList_SET_ITEM(key, i, kk);
+        PyList_SET_ITEM(head, i, hh);
+        PyList_SET_ITEM(owner, i, ow);
+        PyList_SET_ITEM(ctrl, i, cc);
+        PyList_SET_ITEM(lane_of, i, ln);
+        if (!o || !kk || !hh || !ow || !cc) goto done;
+    }
+    result = PyTuple_Pack(6, order, key, head, owner, ctrl, lane_of);
+done:
+    PyMem_Free(par); PyMem_Free(start); PyMem_Free(heads); PyMem_Free(owners); PyMem_Free(ctrls); PyMem_Free(lane_at);
+    PyMem_Free(threads); PyMem_Free(level); PyMem_Free(seen); PyMem_Free(t); PyMem_Free(keys); PyMem_Free(ids);
+    PyMem_Free(kids); PyMem_Free(walked); PyMem_Free(stack);
+    Py_XDECREF(order); Py_XDECREF(key); Py_XDECREF(head); Py_XDECREF(owner); Py_XDECREF(ctrl); Py_XDECREF(lane_of);
+    Py_XDECREF(lanes); Py_XDECREF(lane_objects);
+    if (fallback && result == NULL && !PyErr_Occurred()) Py_RETURN_NONE;
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"ops", ops, METH_VARARGS, ops_doc},
     {"long_number", long_number, METH_O, long_number_doc},
     {"host_records", host_records, METH_VARARGS, host_records_doc},
     {"scan", scan, METH_VARARGS, scan_doc},
+    {"walk", walk, METH_VARARGS, walk_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1344,7 +1523,7 @@ PyMODINIT_FUNC PyInit__hostops(void) {
         {&k_op_schema, "op_schema"}, {&s_empty, ""}, {&a_name, "name"}, {&a_io, "io"}, {&a_rf_id, "rf_id"},
         {&a_seq_id, "seq_id"}, {&a_fw_parent, "fw_parent"}, {&a_scope, "scope"}, {&a_tid, "tid"},
         {&a_fw_tid, "fw_tid"}, {&a_op_schema, "op_schema"}, {&a_reads, "reads"}, {&a_writes, "writes"},
-        {&s_brackets, "[]"},
+        {&s_brackets, "[]"}, {&s_t, "t"}, {&s_et, "et"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) return NULL;

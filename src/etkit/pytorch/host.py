@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -429,8 +430,7 @@ def load_host_trace(path: str | os.PathLike[str], *, rank: int | None = None) ->
 def _check_unique_ids(ops: list[HostOp], label: str) -> None:
     """Node ids name ops in parents and tensor producers: two ops with one id make both ambiguous (the
     reference converter stops on them too)."""
-    ids = [op.id for op in ops]
-    if len(set(ids)) == len(ids):
+    if len(set(map(attrgetter("id"), ops))) == len(ops):
         return
     first: dict[int, HostOp] = {}
     for op in ops:
