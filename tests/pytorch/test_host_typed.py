@@ -13,6 +13,7 @@ import tarfile
 import orjson
 import pytest
 
+from etkit.errors import EtkitError
 from etkit.pytorch import host
 from etkit.pytorch.host import HostTraceError, _Compactor, load_host_trace
 from etkit.pytorch.jsonio import read_array_document
@@ -220,3 +221,145 @@ def test_a_bad_node_after_good_chunks_is_reported(tmp_path):
                                   CORNERS["an integer beyond 64 bits (orjson: a float)"].encode()])
 def test_the_c_long_number_check_is_the_translate_one(text):
     assert host.KERNEL.long_number(text) is (host._LONG_NUMBER in text.translate(host._DIGITS_TO_ZERO))
+
+
+# -- the C scan: nodes read straight from the document's text (host._Compactor.scan) ---------------------------
+
+def _read(path, *, scan: bool, monkeypatch) -> tuple[str, list[str]]:  # noqa: ANN001 - a path
+    """("ops", every op's fields) of load_host_trace, or ("error", its message); the C scan on or off."""
+    with monkeypatch.context() as m:
+        if not scan:
+            m.setattr(_Compactor, "scan", lambda self, text, pos, stop: ([], pos, 2))
+        try:
+            return "ops", [_fields(op) for op in load_host_trace(path).ops]
+        except (HostTraceError, EtkitError) as exc:
+            return "error", [str(exc)]
+
+
+def _document(nodes: list[str], tail: str = "\n]}", sep: str = ",\n    ") -> bytes:
+    text = '{"schema": "1.1.0-chakra.0.0.4", "pid": 1,\n  "nodes": [\n    ' + sep.join(nodes) + tail
+    return text.encode("utf-8", "surrogateescape")  # (a surrogate escape: a byte that is not UTF-8)
+
+
+needs_scan = pytest.mark.skipif(host.KERNEL is None, reason="etkit.pytorch._hostops is not built")
+
+
+@needs_scan
+@pytest.mark.parametrize("case", sorted(CORNERS))
+def test_the_scan_gives_the_chunk_paths_ops(tmp_path, monkeypatch, case):
+    """Each corner three times in a document (the first one teaches the compactor its name and strings): the
+    same ops, or the same error, with the scan as without it."""
+    path = tmp_path / "h.json"
+    path.write_bytes(_document([CORNERS[case]] * 3))
+    assert _read(path, scan=True, monkeypatch=monkeypatch) == _read(path, scan=False, monkeypatch=monkeypatch)
+
+
+@needs_scan
+@pytest.mark.parametrize("case", sorted(FAULTS))
+def test_a_fault_the_scan_meets_gets_the_chunk_paths_error(tmp_path, monkeypatch, case):
+    good = _node(name='"aten::add"')
+    bad = FAULTS[case] if not FAULTS[case].startswith("[") else FAULTS[case][1:-1]
+    path = tmp_path / "h.json"
+    path.write_bytes(_document([good, good, bad, good]))
+    got = _read(path, scan=True, monkeypatch=monkeypatch)
+    assert got[0] == "error"
+    assert got == _read(path, scan=False, monkeypatch=monkeypatch)
+
+
+VALUES = {  # argument values whose str() the scan writes itself (True), or leaves to the chunk path (False)
+    "numbers": ('[0, -1, 7, 123456789012345678, 0.5, -0.0, 0.000000, 1.000000, 2.50, 0.1, 3.0000000000000001,'
+                ' 123456789.123456789e0]', False),
+    "numbers without exponent": ('[0, -1, 7, 123456789012345678, 0.5, -0.0, 0.000000, 1.000000, 2.50, 0.1,'
+                                 ' 3.0000000000000001, 179769313486231570000000000000000000.0]', True),
+    "19 digits": ("[1234567890123456789]", False),
+    "exponent": ("[1e3, 1E-2]", False),
+    "minus zero": ("[-0]", False),
+    "strings": ('["cpu", "", "a b", "it\'s", "q\\"uote", "back\\\\slash", "tab\\t", "é", "\\/", "\\b\\f\\n\\r"]', True),
+    "unicode escape": ('["\\u00e9"]', False),
+    "words": ("[true, false, null, [true], [null, false], []]", True),
+    "nested tensors": ('[[[1,2,0,4,4,"cpu"],[[3,4,0,4,4,"cpu"],[]]],[5,6,0,4,4,"cpu"],[[[7,8,0,1,4,"cpu"]]],'
+                       ' [9,10,[1],[2],4,"cuda:0"], [1,2,3,4,5,6], [true,2,3,4,5,"x"], [1.0,2,3,4,5,"x"],'
+                       ' [1,2,3,4,5,"x",7], [[1,2,3,4,5,"y"],[1,2,[3,4,5,6,7,"z"],4,5,"w"]]]', True),
+    "deep": ("[" * 60 + "1" + "]" * 60, True),
+    "too deep": ("[" * 70 + "1" + "]" * 70, False),
+    "object in values": ('[{"a": 1}]', False),
+    "spaces": ('[ 1 ,\t[ 2 ] , "x" ]', True),
+}
+
+
+@needs_scan
+@pytest.mark.parametrize("case", sorted(VALUES))
+def test_the_scan_writes_values_as_python_does(tmp_path, monkeypatch, case):
+    values, taken = VALUES[case]
+    io = '{"values": ' + values + ', "shapes": [], "types": ["Tensor"]}'
+    path = tmp_path / "h.json"
+    path.write_bytes(_document([_node(id=str(i), inputs=io, outputs=io) for i in range(1, 4)]))
+    slow = []
+    slow_node = _Compactor.slow_node
+    monkeypatch.setattr(_Compactor, "slow_node", lambda self, text: slow.append(1) or slow_node(self, text))
+    got = _read(path, scan=True, monkeypatch=monkeypatch)
+    assert len(slow) == (0 if taken else 3)
+    assert got == _read(path, scan=False, monkeypatch=monkeypatch)
+    assert got[0] == "ops"
+
+
+DOCUMENTS = {  # (nodes, separator, tail): text around and between the nodes the scan must leave to the chunks
+    "plain": ([_node(id=str(i)) for i in range(1, 6)], ",\n    ", "\n]}"),
+    "one line": ([_node(id=str(i)) for i in range(1, 6)], ",", "]}"),
+    "empty array": ([], "", "]}"),
+    "trailing comma": ([_node(id="1"), _node(id="2")], ",\n    ", ",\n]}"),
+    "array then another key": ([_node(id="1"), _node(id="2")], ",\n    ", '\n], "finish_ts": 5}'),
+    "array then another array": ([_node(id="1"), _node(id="2")], ",\n    ", '\n], "more": [1, 2]}'),
+    "garbage between nodes": ([_node(id="1"), _node(id="2")], " x,\n    ", "\n]}"),
+    "two commas": ([_node(id="1"), _node(id="2")], ",,\n    ", "\n]}"),
+    "missing comma": ([_node(id="1"), _node(id="2")], "\n    ", "\n]}"),
+    "truncated node": ([_node(id="1"), _node(id="2")[:-9]], ",\n    ", "\n]}"),
+    "a number as node": ([_node(id="1"), "5", _node(id="2")], ",\n    ", "\n]}"),
+    "duplicate ids": ([_node(id="1"), _node(id="1")], ",\n    ", "\n]}"),
+    "a raw control character": ([_node(id="1"), _node(id="2", name='"a\tb"')], ",\n    ", "\n]}"),
+    "invalid utf-8": ([_node(id="1"), _node(id="2", name='"a\udcff"')], ",\n    ", "\n]}"),
+    "a bad escape": ([_node(id="1"), _node(id="2", name='"a\\qb"')], ",\n    ", "\n]}"),
+    "leading zero": ([_node(id="1"), _node(id="02")], ",\n    ", "\n]}"),
+    "a node deeper than the scan reads": ([_node(id="1"), _node(id="2", extra="[" * 1100 + "]" * 1100)], ",\n    ",
+                                          "\n]}"),
+}
+
+
+@needs_scan
+@pytest.mark.parametrize("case", sorted(DOCUMENTS))
+def test_text_the_scan_does_not_read_is_the_chunk_paths(tmp_path, monkeypatch, case):
+    nodes, sep, tail = DOCUMENTS[case]
+    path = tmp_path / "h.json"
+    path.write_bytes(_document(nodes, tail, sep))
+    assert _read(path, scan=True, monkeypatch=monkeypatch) == _read(path, scan=False, monkeypatch=monkeypatch)
+
+
+@needs_scan
+def test_the_scan_hands_over_where_it_stops():
+    """The kernel's own contract: status 0 at the end, 1 at the limit, 2 where the chunks must take over."""
+    compact = _Compactor("t", False)
+    text = _document([_node(id=str(i)) for i in range(1, 6)])
+    start, stop = text.index(b"[") + 1, text.rindex(b"]")
+    ops, pos, status = host.KERNEL.scan(text, start, stop, 2, compact.names, compact.raw_strings, compact.strings,
+                                        compact.raw_string, compact.learn_name, compact.slow_node, host.HostOp)
+    assert [op.id for op in ops] == [1, 2] and status == 1 and text[pos - 1:pos] == b","
+    ops, pos, status = compact.scan(text, pos, stop)
+    assert [op.id for op in ops] == [3, 4, 5] and (pos, status) == (stop, 0)
+    bad = text[:stop] + b", 7" + text[stop:]
+    ops, pos, status = compact.scan(bad, start, stop + 3)
+    assert len(ops) == 5 and status == 2 and bad[pos:].lstrip().startswith(b"7")
+    with pytest.raises(ValueError):
+        compact.scan(text, stop, start)
+
+
+@pytest.mark.shared_data
+@needs_scan
+def test_real_traces_read_alike_with_and_without_the_scan(monkeypatch):
+    paths = [PARAM / "1.0.3-chakra.0.0.4" / "resnet_1gpu_et.json.gz", PARAM / "1.1.0-chakra.0.0.4" / "resnet_2gpu_et.json.gz",
+             *_host_traces()[1:]]
+    slow = []
+    slow_node = _Compactor.slow_node
+    monkeypatch.setattr(_Compactor, "slow_node", lambda self, text: slow.append(1) or slow_node(self, text))
+    with_scan = [_read(path, scan=True, monkeypatch=monkeypatch) for path in paths]
+    assert 0 < len(slow) < sum(len(ops) for _, ops in with_scan) / 10  # (kept ops: collectives)
+    assert [_read(path, scan=False, monkeypatch=monkeypatch) for path in paths] == with_scan

@@ -10,6 +10,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <string.h>
+
+#include "../_buffers.h"
 
 typedef struct {
     PyObject *names;       /* dict: op name -> (name, keeps raw arguments) */
@@ -284,7 +287,7 @@ enum { X_OPS, X_HEAD, X_CTRL, X_LANE, X_OWNER, X_PG_INIT, X_NEW_ID, X_LAST_ON_LA
        X_TAILS, X_IO_FIELD, X_RECORD, X_IDS, X_WRITE, X_INPUTS, X_OUTPUTS, X_COMP, X_COUNT };
 
 static PyObject *a_name, *a_io, *a_rf_id, *a_seq_id, *a_fw_parent, *a_scope, *a_tid, *a_fw_tid, *a_op_schema,
-    *a_reads, *a_writes, *s_brackets;
+    *a_reads, *a_writes, *s_brackets, *s_t, *s_et;
 
 /* The framed int64 attribute: heads[len(varint)] + varint (assemble.AttrPieces.int64, value >= 0). */
 static int put_int64(char *p, PyObject *heads, unsigned long long v, PyObject **head) {
@@ -574,10 +577,941 @@ fail:
     return NULL;
 }
 
+
+/* ---- scan: host nodes read straight from the document's JSON text ----------------------------------------
+ *
+ * scan() reads the elements of a host trace's "nodes" array from its text, one after another, and makes the
+ * HostOp of each common node itself, from the bytes: no msgspec record, no list of argument values; the str()
+ * of the values is written as Python writes it, the tensors' keys taken on the way. A node outside what it
+ * takes here (a kept op, extra attributes, a linked trace's fields, a name or strings not seen before, string
+ * escapes it does not write, floats with an exponent, integers of 19 digits or more, ...) is handed whole, as
+ * its JSON text, to ``slow`` (the reader's chunk path on that one node). Text that is not plain JSON ends the
+ * scan at that element: the chunk reader takes over there and reports what is wrong.
+ */
+
+typedef const unsigned char *Ptr;
+
+#define DIGIT(c) ((unsigned)((c) - '0') < 10u)
+
+enum { TAKEN = 0, NOT_HERE = 1, FAILED = -1 };  /* a node: made here / for slow (or malformed) / error set */
+
+#define MAX_DEPTH 64      /* deeper values go to slow */
+#define SKIP_DEPTH 1000   /* deeper text ends the scan (the chunk reader reports it) */
+#define MAX_NUMBER 18     /* digits of an integer made here (int64 whatever they are) */
+
+typedef struct {
+    char *buf;
+    Py_ssize_t len, cap;
+    int ascii;
+} Text;
+
+typedef struct {  /* one entry of a list of argument values: a tensor's key, or a non-empty, non-tensor list */
+    long long a, b;
+    int child;    /* -1: a tensor (a, b); else the list's number */
+    int next;     /* the next entry of the same list (-1: none) */
+} Entry;
+
+typedef struct {
+    PyObject *names, *raw_strings, *strings, *learn, *learn_name, *hostop;
+    Text text;
+    Entry *entries;
+    int n_entries, cap_entries;
+    int *first, *last;  /* per list: its first and last entry */
+    int n_lists, cap_lists;
+    char scratch[4096];  /* a decoded string or a number's text */
+} Scan;
+
+static Ptr ws(Ptr p, Ptr end) {
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+    return p;
+}
+
+/* ---- a JSON value skipped, validated: the pointer after it; NULL when it is not plain JSON ---- */
+
+static Ptr skip_utf8(Ptr p, Ptr end) {  /* p at a byte >= 0x80: the end of its well-formed UTF-8 sequence */
+    unsigned c = p[0];
+    int n;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) n = 1;
+    else if (c >= 0xE0 && c <= 0xEF) { n = 2; if (c == 0xE0) lo = 0xA0; else if (c == 0xED) hi = 0x9F; }
+    else if (c >= 0xF0 && c <= 0xF4) { n = 3; if (c == 0xF0) lo = 0x90; else if (c == 0xF4) hi = 0x8F; }
+    else return NULL;
+    if (end - p <= n) return NULL;
+    if (p[1] < lo || p[1] > hi) return NULL;
+    for (int k = 2; k <= n; k++)
+        if (p[k] < 0x80 || p[k] > 0xBF) return NULL;
+    return p + n + 1;
+}
+
+static int is_hex(unsigned c) { return (c - '0' < 10u) || ((c | 0x20) - 'a' < 6u); }
+
+static Ptr skip_string(Ptr p, Ptr end) {  /* p at the opening quote */
+    p++;
+    while (p < end) {
+        unsigned c = *p;
+        if (c == '"') return p + 1;
+        if (c < 0x20) return NULL;
+        if (c == '\\') {
+            if (end - p < 2) return NULL;
+            c = p[1];
+            if (c == 'u') {
+                if (end - p < 6 || !is_hex(p[2]) || !is_hex(p[3]) || !is_hex(p[4]) || !is_hex(p[5])) return NULL;
+                p += 6;
+            } else if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' || c == 't') {
+                p += 2;
+            } else {
+                return NULL;
+            }
+        } else if (c >= 0x80) {
+            if ((p = skip_utf8(p, end)) == NULL) return NULL;
+        } else {
+            p++;
+        }
+    }
+    return NULL;
+}
+
+static Ptr skip_digits(Ptr p, Ptr end) {
+    while (p < end && DIGIT(*p)) p++;
+    return p;
+}
+
+static Ptr skip_number(Ptr p, Ptr end) {
+    if (p < end && *p == '-') p++;
+    if (p >= end) return NULL;
+    if (*p == '0') p++;
+    else if ((unsigned)(*p - '1') < 9u) p = skip_digits(p, end);
+    else return NULL;
+    if (p < end && *p == '.') {
+        Ptr q = skip_digits(p + 1, end);
+        if (q == p + 1) return NULL;
+        p = q;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        Ptr q = skip_digits(p, end);
+        if (q == p) return NULL;
+        p = q;
+    }
+    return p;
+}
+
+static Ptr skip_word(Ptr p, Ptr end, const char *word, size_t n) {
+    return (size_t)(end - p) >= n && memcmp(p, word, n) == 0 ? p + n : NULL;
+}
+
+static Ptr skip_value(Ptr p, Ptr end, int depth) {
+    if (p >= end || depth > SKIP_DEPTH) return NULL;
+    switch (*p) {
+    case '"': return skip_string(p, end);
+    case 't': return skip_word(p, end, "true", 4);
+    case 'f': return skip_word(p, end, "false", 5);
+    case 'n': return skip_word(p, end, "null", 4);
+    case '[': case '{': {
+        int object = *p == '{';
+        unsigned char close = object ? '}' : ']';
+        p = ws(p + 1, end);
+        if (p < end && *p == close) return p + 1;
+        for (;;) {
+            if (object) {
+                if (p >= end || *p != '"' || (p = skip_string(p, end)) == NULL) return NULL;
+                p = ws(p, end);
+                if (p >= end || *p != ':') return NULL;
+                p = ws(p + 1, end);
+            }
+            if ((p = skip_value(p, end, depth + 1)) == NULL) return NULL;
+            p = ws(p, end);
+            if (p >= end) return NULL;
+            if (*p == close) return p + 1;
+            if (*p != ',') return NULL;
+            p = ws(p + 1, end);
+        }
+    }
+    default: return skip_number(p, end);
+    }
+}
+
+/* ---- the pieces of a common node ---- */
+
+static int text_put(Text *t, const char *s, Py_ssize_t n) {
+    if (t->len + n > t->cap) {
+        Py_ssize_t cap = (t->cap ? t->cap : 256);
+        while (cap < t->len + n) cap *= 2;
+        char *buf = PyMem_Realloc(t->buf, cap);
+        if (buf == NULL) { PyErr_NoMemory(); return -1; }
+        t->buf = buf;
+        t->cap = cap;
+    }
+    memcpy(t->buf + t->len, s, n);
+    t->len += n;
+    return 0;
+}
+
+/* A JSON string (p at its quote) decoded into sc->scratch when it is short and has no \u escape: its
+ * length, *after the pointer after it, *plain whether it is printable ASCII without quote or backslash
+ * (its repr is then the text in single quotes); -1 when it is not taken here (no error set). */
+static Py_ssize_t decode_string(Scan *sc, Ptr p, Ptr end, Ptr *after, int *plain) {
+    Py_ssize_t n = 0;
+    int simple = 1;
+    p++;
+    while (p < end) {
+        unsigned c = *p;
+        if (c == '"') { *after = p + 1; *plain = simple; return n; }
+        if (n >= (Py_ssize_t)sizeof sc->scratch - 1 || c < 0x20) return -1;
+        if (c == '\\') {
+            if (end - p < 2) return -1;
+            switch (p[1]) {
+            case '"': c = '"'; break;
+            case '\\': c = '\\'; break;
+            case '/': c = '/'; break;
+            case 'b': c = '\b'; break;
+            case 'f': c = '\f'; break;
+            case 'n': c = '\n'; break;
+            case 'r': c = '\r'; break;
+            case 't': c = '\t'; break;
+            default: return -1;
+            }
+            p += 2;
+        } else {
+            p++;
+        }
+        if (c < 0x20 || c >= 0x7F || c == '\'' || c == '\\' || c == '"') simple = 0;
+        sc->scratch[n++] = (char)c;
+    }
+    return -1;
+}
+
+/* The str of a decoded string (new reference); NULL with no error set when it is not UTF-8. */
+static PyObject *string_object(Scan *sc, Py_ssize_t n) {
+    PyObject *s = PyUnicode_DecodeUTF8(sc->scratch, n, "strict");
+    if (s == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) PyErr_Clear();
+    return s;
+}
+
+/* An integer of at most MAX_NUMBER digits (p at its first byte, not "-0"): 1 and *value, *after; 0 when it
+ * is not such an integer (a float, a longer one, not a number). */
+static int small_int(Ptr p, Ptr end, long long *value, Ptr *after) {
+    int negative = p < end && *p == '-';
+    Ptr q = p + negative, digits = q;
+    if (q >= end || !DIGIT(*q) || (*q == '0' && q + 1 < end && DIGIT(q[1]))) return 0;
+    long long v = 0;
+    while (q < end && DIGIT(*q)) {
+        if (q - digits >= MAX_NUMBER) return 0;
+        v = v * 10 + (*q - '0');
+        q++;
+    }
+    if (q < end && (*q == '.' || *q == 'e' || *q == 'E')) return 0;
+    if (negative && v == 0) return 0;
+    *value = negative ? -v : v;
+    *after = q;
+    return 1;
+}
+
+enum { K_OTHER, K_INT, K_STR, K_LIST };
+
+static int new_list(Scan *sc) {
+    if (sc->n_lists == sc->cap_lists) {
+        int cap = sc->cap_lists ? 2 * sc->cap_lists : 64;
+        int *first = PyMem_Realloc(sc->first, cap * sizeof(int));
+        if (first == NULL) { PyErr_NoMemory(); return -1; }
+        sc->first = first;
+        int *last = PyMem_Realloc(sc->last, cap * sizeof(int));
+        if (last == NULL) { PyErr_NoMemory(); return -1; }
+        sc->last = last;
+        sc->cap_lists = cap;
+    }
+    sc->first[sc->n_lists] = sc->last[sc->n_lists] = -1;
+    return sc->n_lists++;
+}
+
+static int add_entry(Scan *sc, int list, long long a, long long b, int child) {
+    if (sc->n_entries == sc->cap_entries) {
+        int cap = sc->cap_entries ? 2 * sc->cap_entries : 64;
+        Entry *entries = PyMem_Realloc(sc->entries, cap * sizeof(Entry));
+        if (entries == NULL) { PyErr_NoMemory(); return -1; }
+        sc->entries = entries;
+        sc->cap_entries = cap;
+    }
+    int e = sc->n_entries++;
+    sc->entries[e] = (Entry){a, b, child, -1};
+    if (sc->last[list] >= 0) sc->entries[sc->last[list]].next = e;
+    else sc->first[list] = e;
+    sc->last[list] = e;
+    return 0;
+}
+
+/* A JSON list of argument values (p at '['), its str() appended to sc->text: TAKEN and *after, NOT_HERE or
+ * FAILED. *count, *tensor (whether it is a tensor 6-tuple, host.tensor_keys' test) and its key (*a, *b) tell
+ * the caller what it was; list is its number (new_list). */
+static int values_list(Scan *sc, Ptr p, Ptr end, int depth, int list, Ptr *after, int *count, int *tensor,
+                       long long *a, long long *b) {
+    int n = 0, kinds[6] = {K_OTHER, K_OTHER, K_OTHER, K_OTHER, K_OTHER, K_OTHER};
+    long long ints[2] = {0, 0};
+    if (depth > MAX_DEPTH || text_put(&sc->text, "[", 1) < 0) return depth > MAX_DEPTH ? NOT_HERE : FAILED;
+    p = ws(p + 1, end);
+    if (p < end && *p == ']') {
+        p++;
+    } else {
+        for (;;) {
+            if (p >= end) return NOT_HERE;
+            if (n && text_put(&sc->text, ", ", 2) < 0) return FAILED;
+            int kind = K_OTHER;
+            unsigned c = *p;
+            if (c == '[') {
+                int child = new_list(sc), items, is_tensor;
+                long long ta, tb;
+                if (child < 0) return FAILED;
+                int got = values_list(sc, p, end, depth + 1, child, &p, &items, &is_tensor, &ta, &tb);
+                if (got != TAKEN) return got;
+                if (is_tensor) { if (add_entry(sc, list, ta, tb, -1) < 0) return FAILED; }
+                else if (items && add_entry(sc, list, 0, 0, child) < 0) return FAILED;
+                kind = K_LIST;
+            } else if (c == '"') {
+                int plain;
+                Py_ssize_t len = decode_string(sc, p, end, &p, &plain);
+                if (len < 0) return NOT_HERE;
+                if (plain) {
+                    if (text_put(&sc->text, "'", 1) < 0 || text_put(&sc->text, sc->scratch, len) < 0
+                        || text_put(&sc->text, "'", 1) < 0)
+                        return FAILED;
+                } else {  /* Python's repr of it */
+                    PyObject *s = string_object(sc, len);
+                    if (s == NULL) return PyErr_Occurred() ? FAILED : NOT_HERE;
+                    PyObject *r = PyObject_Repr(s);
+                    Py_DECREF(s);
+                    if (r == NULL) return FAILED;
+                    Py_ssize_t rn;
+                    const char *u = PyUnicode_AsUTF8AndSize(r, &rn);
+                    int bad = u == NULL || text_put(&sc->text, u, rn) < 0;
+                    if (!bad && !PyUnicode_IS_ASCII(r)) sc->text.ascii = 0;
+                    Py_DECREF(r);
+                    if (bad) return FAILED;
+                }
+                kind = K_STR;
+            } else if (c == 't' || c == 'f' || c == 'n') {
+                const char *word = c == 't' ? "true" : c == 'f' ? "false" : "null";
+                const char *shown = c == 't' ? "True" : c == 'f' ? "False" : "None";
+                size_t len = strlen(word);
+                if ((p = skip_word(p, end, word, len)) == NULL) return NOT_HERE;
+                if (text_put(&sc->text, shown, (Py_ssize_t)strlen(shown)) < 0) return FAILED;
+            } else if (c == '-' || DIGIT(c)) {
+                long long v;
+                Ptr q;
+                if (small_int(p, end, &v, &q)) {
+                    if (text_put(&sc->text, (const char *)p, q - p) < 0) return FAILED;
+                    if (n < 2) ints[n] = v;
+                    kind = K_INT;
+                    p = q;
+                } else {  /* a float without exponent: its repr */
+                    q = skip_number(p, end);
+                    if (q == NULL || q - p >= (Py_ssize_t)sizeof sc->scratch) return NOT_HERE;
+                    for (Ptr r = p; r < q; r++)
+                        if (*r == 'e' || *r == 'E') return NOT_HERE;
+                    if (memchr(p, '.', q - p) == NULL) return NOT_HERE;  /* (a long integer) */
+                    memcpy(sc->scratch, p, q - p);
+                    sc->scratch[q - p] = 0;
+                    char *stop;
+                    double x = PyOS_string_to_double(sc->scratch, &stop, NULL);
+                    if (x == -1.0 && PyErr_Occurred()) return FAILED;
+                    if (stop != sc->scratch + (q - p) || !isfinite(x)) return NOT_HERE;
+                    char *shown = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+                    if (shown == NULL) return FAILED;
+                    int bad = text_put(&sc->text, shown, (Py_ssize_t)strlen(shown)) < 0;
+                    PyMem_Free(shown);
+                    if (bad) return FAILED;
+                    p = q;
+                }
+            } else {
+                return NOT_HERE;  /* an object, or not JSON */
+            }
+            if (n < 6) kinds[n] = kind;
+            n++;
+            p = ws(p, end);
+            if (p >= end) return NOT_HERE;
+            if (*p == ']') { p++; break; }
+            if (*p != ',') return NOT_HERE;
+            p = ws(p + 1, end);
+        }
+    }
+    if (text_put(&sc->text, "]", 1) < 0) return FAILED;
+    *after = p;
+    *count = n;
+    *tensor = n == 6 && kinds[5] == K_STR && kinds[0] == K_INT && kinds[1] == K_INT && kinds[4] == K_INT;
+    *a = ints[0];
+    *b = ints[1];
+    return TAKEN;
+}
+
+/* host.tensor_keys of the values just read (list 0 and the lists it holds: a stack of those still to look
+ * into), as a tuple (new reference).
+ *
+ * The tuples made here (the keys, pairs of ints; the tuple of them; a HostOp's io, six strings) hold no
+ * container, so they are not tracked by the cyclic garbage collector: it would untrack each of them itself at
+ * the first collection that sees it, after walking them all (14 ms after a 14k-node host trace's pause). */
+static PyObject *tensor_key_tuple(Scan *sc) {
+    int *stack = PyMem_Malloc((sc->n_lists + 1) * sizeof(int));
+    if (stack == NULL) return PyErr_NoMemory();
+    PyObject *keys = NULL;
+    for (int pass = 0; pass < 2; pass++) {  /* count them, then make them */
+        int top = 0, k = 0;
+        stack[top++] = 0;
+        while (top) {
+            int list = stack[--top];
+            for (int e = sc->first[list]; e >= 0; e = sc->entries[e].next) {
+                Entry *entry = &sc->entries[e];
+                if (entry->child >= 0) { stack[top++] = entry->child; continue; }
+                if (pass == 1) {
+                    PyObject *a = PyLong_FromLongLong(entry->a), *b = a ? PyLong_FromLongLong(entry->b) : NULL;
+                    PyObject *key = b ? PyTuple_Pack(2, a, b) : NULL;
+                    Py_XDECREF(a);
+                    Py_XDECREF(b);
+                    if (key == NULL) { PyMem_Free(stack); Py_DECREF(keys); return NULL; }
+                    PyObject_GC_UnTrack(key);  /* (see untracked_tuple) */
+                    PyTuple_SET_ITEM(keys, k, key);
+                }
+                k++;
+            }
+        }
+        if (pass == 0 && (keys = PyTuple_New(k)) == NULL) break;
+        if (k == 0) break;
+    }
+    PyMem_Free(stack);
+    if (keys != NULL) PyObject_GC_UnTrack(keys);
+    return keys;
+}
+
+/* raw_strings[text] for the JSON value text [a, b) (borrowed; learnt by learn(text) when new): (str(), is a
+ * list); NULL with no error set when the node goes to slow. */
+static PyObject *raw_lookup(Scan *sc, Ptr a, Ptr b) {
+    PyObject *key = PyBytes_FromStringAndSize((const char *)a, b - a);
+    if (key == NULL) return NULL;
+    PyObject *found = PyDict_GetItemWithError(sc->raw_strings, key);
+    if (found == NULL && !PyErr_Occurred()) {
+        PyObject *learnt = PyObject_CallOneArg(sc->learn, key);
+        if (learnt == NULL && PyErr_ExceptionMatches(PyExc_ValueError)) PyErr_Clear();  /* (orjson: not JSON) */
+        Py_XDECREF(learnt);
+        if (learnt != NULL) found = PyDict_GetItemWithError(sc->raw_strings, key);
+    }
+    Py_DECREF(key);
+    if (found != NULL && (!PyTuple_CheckExact(found) || PyTuple_GET_SIZE(found) != 2
+                          || !PyUnicode_CheckExact(PyTuple_GET_ITEM(found, 0))))
+        found = NULL;
+    return found;
+}
+
+typedef struct {
+    PyObject *values;          /* str() of the values (new reference) */
+    PyObject *keys;            /* their tensors' keys (new reference) */
+    PyObject *shapes, *types;  /* raw_strings entries (borrowed) */
+} Io;
+
+static void io_clear(Io *io) { Py_CLEAR(io->values); Py_CLEAR(io->keys); }
+
+/* The str() of an empty values list, and no keys. */
+static int io_empty(Scan *sc, Io *io) {
+    static const unsigned char empty[] = "[]";
+    if ((io->shapes = io->types = raw_lookup(sc, empty, empty + 2)) == NULL) return PyErr_Occurred() ? FAILED : NOT_HERE;
+    if ((io->values = PyUnicode_FromStringAndSize("[]", 2)) == NULL || (io->keys = PyTuple_New(0)) == NULL)
+        return FAILED;
+    return TAKEN;
+}
+
+/* The "inputs"/"outputs" object (p at it): values, shapes, types (one of them twice: slow). */
+static int io_object(Scan *sc, Ptr p, Ptr end, Ptr *after, Io *io) {
+    if (*p == 'n') {
+        if ((p = skip_word(p, end, "null", 4)) == NULL) return NOT_HERE;
+        *after = p;
+        return io_empty(sc, io);
+    }
+    if (*p != '{') return NOT_HERE;
+    static const unsigned char empty[] = "[]";
+    Ptr shapes[2] = {empty, empty + 2}, types[2] = {empty, empty + 2};
+    int seen = 0;
+    p = ws(p + 1, end);
+    if (p < end && *p == '}') p++;
+    else for (;;) {
+        if (p >= end || *p != '"') return NOT_HERE;
+        Ptr key = p + 1, q = skip_string(p, end);
+        if (q == NULL) return NOT_HERE;
+        size_t len = q - key - 1;
+        p = ws(q, end);
+        if (p >= end || *p != ':') return NOT_HERE;
+        p = ws(p + 1, end);
+        if (p >= end) return NOT_HERE;
+        if (len == 6 && memcmp(key, "values", 6) == 0 && !(seen & 1)) {
+            seen |= 1;
+            if (*p != '[') return NOT_HERE;
+            sc->text.len = 0;
+            sc->text.ascii = 1;
+            sc->n_entries = sc->n_lists = 0;
+            int list = new_list(sc), count, tensor;
+            long long a, b;
+            if (list < 0) return FAILED;
+            int got = values_list(sc, p, end, 0, list, &p, &count, &tensor, &a, &b);
+            if (got != TAKEN) return got;
+            io->values = sc->text.ascii ? PyUnicode_New(sc->text.len, 127)
+                                        : PyUnicode_DecodeUTF8(sc->text.buf, sc->text.len, "strict");
+            if (io->values == NULL) return FAILED;
+            if (sc->text.ascii) memcpy(PyUnicode_DATA(io->values), sc->text.buf, sc->text.len);
+            if ((io->keys = count ? tensor_key_tuple(sc) : PyTuple_New(0)) == NULL) return FAILED;
+        } else if (((len == 6 && memcmp(key, "shapes", 6) == 0 && !(seen & 2))
+                    || (len == 5 && memcmp(key, "types", 5) == 0 && !(seen & 4)))) {
+            Ptr *span = len == 6 ? shapes : types;
+            seen |= len == 6 ? 2 : 4;
+            span[0] = p;
+            if ((p = skip_value(p, end, 0)) == NULL) return NOT_HERE;
+            span[1] = p;
+        } else if (memchr(key, '\\', len) != NULL || (p = skip_value(p, end, 0)) == NULL) {
+            return NOT_HERE;  /* (any other key, "strides" of 1.1.1, is not read) */
+        }
+        p = ws(p, end);
+        if (p >= end) return NOT_HERE;
+        if (*p == '}') { p++; break; }
+        if (*p != ',') return NOT_HERE;
+        p = ws(p + 1, end);
+    }
+    if (!(seen & 1) && ((io->values = PyUnicode_FromStringAndSize("[]", 2)) == NULL || (io->keys = PyTuple_New(0)) == NULL))
+        return FAILED;
+    if ((io->shapes = raw_lookup(sc, shapes[0], shapes[1])) == NULL || (io->types = raw_lookup(sc, types[0], types[1])) == NULL)
+        return PyErr_Occurred() ? FAILED : NOT_HERE;
+    *after = p;
+    return TAKEN;
+}
+
+enum { A_RF_ID, A_FW_PARENT, A_SEQ_ID, A_SCOPE, A_TID, A_FW_TID, A_NUMBERS };
+static const char *const number_attrs[A_NUMBERS] = {"rf_id", "fw_parent", "seq_id", "scope", "tid", "fw_tid"};
+
+/* The "attrs" list (p at it): the six numbers (last one wins, as in a dict) and op_schema (a new reference,
+ * or left NULL); attributes kept elsewhere (kernel_*, tensor_range) skipped, any other one must be empty. */
+static int attrs_list(Scan *sc, Ptr p, Ptr end, Ptr *after, long long numbers[A_NUMBERS], PyObject **schema) {
+    if (*p != '[') return NOT_HERE;
+    p = ws(p + 1, end);
+    if (p < end && *p == ']') { *after = p + 1; return TAKEN; }
+    for (;;) {
+        if (p >= end || *p != '{') return NOT_HERE;
+        Ptr name = NULL, name_end = NULL, value = NULL, value_end = NULL;
+        int has_type = 0;
+        p = ws(p + 1, end);
+        if (p < end && *p == '}') return NOT_HERE;  /* (no name) */
+        for (;;) {
+            if (p >= end || *p != '"') return NOT_HERE;
+            Ptr key = p + 1, q = skip_string(p, end);
+            if (q == NULL) return NOT_HERE;
+            size_t len = q - key - 1;
+            p = ws(q, end);
+            if (p >= end || *p != ':') return NOT_HERE;
+            p = ws(p + 1, end);
+            Ptr v = p;
+            if ((p = skip_value(p, end, 0)) == NULL) return NOT_HERE;
+            if (len == 4 && memcmp(key, "name", 4) == 0 && name == NULL) { name = v; name_end = p; }
+            else if (len == 5 && memcmp(key, "value", 5) == 0 && value == NULL) { value = v; value_end = p; }
+            else if (len == 4 && memcmp(key, "type", 4) == 0 && !has_type) has_type = 1;
+            else return NOT_HERE;
+            p = ws(p, end);
+            if (p >= end) return NOT_HERE;
+            if (*p == '}') { p++; break; }
+            if (*p != ',') return NOT_HERE;
+            p = ws(p + 1, end);
+        }
+        if (name == NULL || *name != '"') return NOT_HERE;
+        Ptr n0 = name + 1;
+        size_t len = name_end - n0 - 1;
+        if (memchr(n0, '\\', len) != NULL) return NOT_HERE;
+        int which = -1;
+        for (int k = 0; k < A_NUMBERS; k++)
+            if (strlen(number_attrs[k]) == len && memcmp(n0, number_attrs[k], len) == 0) which = k;
+        if (which >= 0) {
+            Ptr q;
+            if (value == NULL || !small_int(value, value_end, &numbers[which], &q) || q != value_end) return NOT_HERE;
+        } else if (len == 9 && memcmp(n0, "op_schema", 9) == 0) {
+            int plain;
+            Ptr q;
+            Py_ssize_t n;
+            if (value == NULL || *value != '"' || (n = decode_string(sc, value, value_end, &q, &plain)) < 0) return NOT_HERE;
+            PyObject *s = string_object(sc, n);
+            if (s == NULL) return PyErr_Occurred() ? FAILED : NOT_HERE;
+            Py_XSETREF(*schema, s);
+        } else if ((len == 14 && memcmp(n0, "kernel_backend", 14) == 0) || (len == 11 && memcmp(n0, "kernel_file", 11) == 0)
+                   || (len == 12 && memcmp(n0, "tensor_range", 12) == 0)) {
+            /* (in HostOp's known attributes: not kept) */
+        } else if (!(value == NULL || (value_end - value == 4 && memcmp(value, "null", 4) == 0)
+                     || (value_end - value == 2 && memcmp(value, "\"\"", 2) == 0))) {
+            return NOT_HERE;  /* an extra attribute (etkit.pytorch.host._extra) */
+        }
+        p = ws(p, end);
+        if (p >= end) return NOT_HERE;
+        if (*p == ']') { *after = p + 1; return TAKEN; }
+        if (*p != ',') return NOT_HERE;
+        p = ws(p + 1, end);
+    }
+}
+
+/* The HostOp of the node at p (an object), as _Compactor.typed_op makes it: TAKEN (*op, *after), NOT_HERE
+ * or FAILED. */
+static int scan_node(Scan *sc, Ptr p, Ptr end, Ptr *after, PyObject **op) {
+    long long id = -1, parent = 0, numbers[A_NUMBERS] = {0, 0, -1, 0, 0, 0};
+    int has_parent = 0, seen = 0, result = NOT_HERE;
+    PyObject *named = NULL, *schema = NULL, *args[13] = {NULL};
+    Io in = {NULL, NULL, NULL, NULL}, out = {NULL, NULL, NULL, NULL};
+    p = ws(p + 1, end);
+    if (p < end && *p == '}') goto done;
+    for (;;) {
+        if (p >= end || *p != '"') goto done;
+        Ptr key = p + 1, q = skip_string(p, end);
+        if (q == NULL) goto done;
+        size_t len = q - key - 1;
+        p = ws(q, end);
+        if (p >= end || *p != ':') goto done;
+        p = ws(p + 1, end);
+        if (p >= end) goto done;
+        int bit = 0, got = TAKEN;
+        if (len == 2 && memcmp(key, "id", 2) == 0) bit = 1;
+        else if (len == 4 && memcmp(key, "name", 4) == 0) bit = 2;
+        else if (len == 9 && memcmp(key, "ctrl_deps", 9) == 0) bit = 4;
+        else if (len == 6 && memcmp(key, "inputs", 6) == 0) bit = 8;
+        else if (len == 7 && memcmp(key, "outputs", 7) == 0) bit = 16;
+        else if (len == 5 && memcmp(key, "attrs", 5) == 0) bit = 32;
+        else if ((len == 2 && memcmp(key, "ts", 2) == 0) || (len == 13 && memcmp(key, "inclusive_dur", 13) == 0)
+                 || (len == 13 && memcmp(key, "exclusive_dur", 13) == 0) || (len == 3 && memcmp(key, "cat", 3) == 0)
+                 || (len == 6 && memcmp(key, "stream", 6) == 0) || (len == 7 && memcmp(key, "pg_name", 7) == 0)
+                 || memchr(key, '\\', len) != NULL)
+            goto done;  /* a linked trace's fields (or a key written with escapes) */
+        if (seen & bit) goto done;  /* a key twice */
+        seen |= bit;
+        if (bit == 1) {
+            if (!small_int(p, end, &id, &p) || id < 0) goto done;
+        } else if (bit == 2) {
+            int plain;
+            Py_ssize_t n;
+            if (*p != '"' || (n = decode_string(sc, p, end, &p, &plain)) < 0) goto done;
+            PyObject *name = string_object(sc, n);
+            if (name == NULL) { result = PyErr_Occurred() ? FAILED : NOT_HERE; goto done; }
+            named = PyDict_GetItemWithError(sc->names, name);
+            if (named == NULL && !PyErr_Occurred()) {  /* a name not seen before: learnt */
+                PyObject *learnt = PyObject_CallOneArg(sc->learn_name, name);
+                Py_XDECREF(learnt);
+                if (learnt != NULL) named = PyDict_GetItemWithError(sc->names, name);
+            }
+            Py_DECREF(name);
+            if (named == NULL) { result = PyErr_Occurred() ? FAILED : NOT_HERE; goto done; }
+            if (!PyTuple_CheckExact(named) || PyTuple_GET_SIZE(named) != 2 || PyTuple_GET_ITEM(named, 1) != Py_False)
+                goto done;  /* (a kept op) */
+        } else if (bit == 4) {
+            if (!small_int(p, end, &parent, &p)) goto done;
+            has_parent = 1;
+        } else if (bit == 8) {
+            got = io_object(sc, p, end, &p, &in);
+        } else if (bit == 16) {
+            got = io_object(sc, p, end, &p, &out);
+        } else if (bit == 32) {
+            got = attrs_list(sc, p, end, &p, numbers, &schema);
+        } else if ((p = skip_value(p, end, 0)) == NULL) {
+            goto done;  /* (any other key is not read) */
+        }
+        if (got != TAKEN) { result = got; goto done; }
+        p = ws(p, end);
+        if (p >= end) goto done;
+        if (*p == '}') { p++; break; }
+        if (*p != ',') goto done;
+        p = ws(p + 1, end);
+    }
+    if (!(seen & 1) || named == NULL) goto done;
+    if (!(seen & 8) && io_empty(sc, &in) != TAKEN) { result = PyErr_Occurred() ? FAILED : NOT_HERE; goto done; }
+    if (!(seen & 16) && io_empty(sc, &out) != TAKEN) { result = PyErr_Occurred() ? FAILED : NOT_HERE; goto done; }
+    if (PyTuple_GET_ITEM(in.types, 1) != Py_True) goto done;  /* (typed_op: the input types must be a list) */
+    result = FAILED;
+    if (schema == NULL || PyUnicode_GET_LENGTH(schema) == 0) {
+        Py_XSETREF(schema, s_empty);
+        Py_INCREF(schema);
+    } else {
+        PyObject *interned = PyDict_SetDefault(sc->strings, schema, schema);
+        if (interned == NULL) goto done;
+        Py_INCREF(interned);
+        Py_SETREF(schema, interned);
+    }
+    args[0] = PyLong_FromLongLong(id);
+    args[2] = PyLong_FromLongLong(has_parent ? parent : id);
+    for (int k = 0; k < A_NUMBERS; k++) args[3 + k] = PyLong_FromLongLong(numbers[k]);
+    args[11] = in.keys;
+    args[12] = out.keys;
+    for (int k = 0; k < 13; k++)
+        if (k != 1 && k < 9 && args[k] == NULL) goto done;
+    args[1] = PyTuple_GET_ITEM(named, 0);
+    args[9] = schema;
+    args[10] = PyTuple_Pack(6, in.values, PyTuple_GET_ITEM(in.shapes, 0), PyTuple_GET_ITEM(in.types, 0), out.values,
+                            PyTuple_GET_ITEM(out.shapes, 0), PyTuple_GET_ITEM(out.types, 0));
+    if (args[10] == NULL) goto done;
+    PyObject_GC_UnTrack(args[10]);
+    if ((*op = PyObject_Vectorcall(sc->hostop, args, 13, NULL)) == NULL) goto done;
+    *after = p;
+    result = TAKEN;
+done:
+    Py_XDECREF(args[0]);
+    Py_XDECREF(args[2]);
+    for (int k = 0; k < A_NUMBERS; k++) Py_XDECREF(args[3 + k]);
+    Py_XDECREF(args[10]);
+    Py_XDECREF(schema);
+    io_clear(&in);
+    io_clear(&out);
+    return result;
+}
+
+PyDoc_STRVAR(scan_doc,
+"scan(data, pos, stop, limit, names, raw_strings, strings, learn, learn_name, slow, hostop) -> (ops, pos, status)\n\n"
+"The HostOps of the elements of a JSON array in data (a bytes-like object) from pos (at an element, or the\n"
+"space before it) on, at most limit of them; stop is the offset of the document's last ']'. Common nodes are\n"
+"made here as _Compactor.typed_op makes them (names, raw_strings, strings: its caches; learn: its\n"
+"raw_string, called with the bytes of shapes or types not seen before; learn_name: called with a name not\n"
+"seen before, puts it in names; hostop: the HostOp class); any other\n"
+"node, well-formed, is slow(its JSON text), which returns its HostOp or None (then the scan ends there).\n"
+"status: 0 the array is read (pos == stop), 1 limit reached (call again from pos), 2 the rest from pos is\n"
+"for the chunk reader (text this scan does not read: not JSON, or the array ends before stop).");
+
+static PyObject *scan(PyObject *self, PyObject *args) {
+    PyObject *data, *slow;
+    Py_ssize_t pos, stop, limit;
+    Scan sc;
+    memset(&sc, 0, sizeof sc);
+    if (!PyArg_ParseTuple(args, "OnnnO!O!O!OOOO:scan", &data, &pos, &stop, &limit, &PyDict_Type, &sc.names,
+                          &PyDict_Type, &sc.raw_strings, &PyDict_Type, &sc.strings, &sc.learn, &sc.learn_name, &slow,
+                          &sc.hostop))
+        return NULL;
+    Buf buf = {0};
+    if (get_buf(data, &buf, 1, "scan: data") < 0) { release(&buf); return NULL; }
+    if (pos < 0 || stop < pos || stop > buf.view.len || limit < 1) {
+        release(&buf);
+        PyErr_SetString(PyExc_ValueError, "scan: need 0 <= pos <= stop <= len(data) and limit >= 1");
+        return NULL;
+    }
+    Ptr base = buf.view.buf, end = base + stop, p = ws(base + pos, end);
+    PyObject *ops = PyList_New(0), *result = NULL;
+    int status = 2;
+    if (ops == NULL) goto fail;
+    if (p == end) { status = 0; pos = stop; }
+    while (p < end) {
+        Ptr start = p, after = NULL;
+        PyObject *op = NULL;
+        if (*p != '{') break;
+        int got = scan_node(&sc, p, end, &after, &op);
+        if (got == FAILED) goto fail;
+        if (got == NOT_HERE) {
+            if ((after = skip_value(p, end, 0)) == NULL) break;
+            PyObject *text = PyBytes_FromStringAndSize((const char *)start, after - start);
+            if (text == NULL) goto fail;
+            op = PyObject_CallOneArg(slow, text);
+            Py_DECREF(text);
+            if (op == NULL) goto fail;
+            if (op == Py_None) { Py_DECREF(op); break; }
+        }
+        p = ws(after, end);
+        if (p < end && *p != ',') { Py_DECREF(op); break; }  /* (the array ends before stop, or not JSON) */
+        int appended = PyList_Append(ops, op);
+        Py_DECREF(op);
+        if (appended < 0) goto fail;
+        pos = p - base;
+        if (p == end) { status = 0; break; }
+        Ptr next = ws(p + 1, end);
+        pos = p + 1 - base;
+        if (next == end || *next != '{') break;  /* (a trailing comma, or not JSON: the chunk reader decides) */
+        p = next;
+        if (PyList_GET_SIZE(ops) >= limit) { status = 1; break; }
+    }
+    result = Py_BuildValue("Oni", ops, pos, status);
+fail:
+    Py_XDECREF(ops);
+    PyMem_Free(sc.text.buf);
+    PyMem_Free(sc.entries);
+    PyMem_Free(sc.first);
+    PyMem_Free(sc.last);
+    release(&buf);
+    return result;
+}
+
+
+/* ---- walk: convert.depth_first in C ----------------------------------------------------------------------- */
+
+typedef struct { double key; unsigned long long id; Py_ssize_t index; } Kid;
+
+/* Siblings in the order convert.depth_first pushes them: (start or inf, id) descending, equal ones in index
+ * order (Python's stable reverse sort); roots: (id, index) ascending. */
+static int kid_desc(const void *x, const void *y) {
+    const Kid *a = x, *b = y;
+    if (a->key != b->key) return a->key > b->key ? -1 : 1;
+    if (a->id != b->id) return a->id > b->id ? -1 : 1;
+    return a->index < b->index ? -1 : a->index > b->index;
+}
+
+static int root_asc(const void *x, const void *y) {
+    const Kid *a = x, *b = y;
+    if (a->id != b->id) return a->id < b->id ? -1 : 1;
+    return a->index < b->index ? -1 : a->index > b->index;
+}
+
+typedef struct { Py_ssize_t i, h, own, ctrl, lane; double parent_key; int chain_level; } Visit;
+
+PyDoc_STRVAR(walk_doc,
+"walk(ops, parent, ts, levels, thread) -> (order, key, head, owner, ctrl, lane_of) | None\n\n"
+"convert.depth_first(ops, parent, ts, levels, thread), the same lists; None where it does not take the\n"
+"input (an id that is not an unsigned 64-bit integer, a parent outside the ops), which depth_first then does.");
+
+static PyObject *walk(PyObject *self, PyObject *args) {
+    PyObject *ops, *parent, *ts, *levels, *thread;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!:walk", &PyList_Type, &ops, &PyList_Type, &parent, &PyList_Type, &ts,
+                          &PyDict_Type, &levels, &PyList_Type, &thread))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(ops);
+    if (PyList_GET_SIZE(parent) != n || PyList_GET_SIZE(ts) != n || PyList_GET_SIZE(thread) != n) Py_RETURN_NONE;
+    PyObject *result = NULL, *order = NULL, *key = NULL, *head = NULL, *owner = NULL, *ctrl = NULL, *lane_of = NULL,
+             *lanes = NULL, *lane_objects = NULL;
+    Py_ssize_t *par = PyMem_Calloc(n + 1, sizeof(Py_ssize_t)), *start = PyMem_Calloc(n + 2, sizeof(Py_ssize_t)),
+               *heads = PyMem_Calloc(n + 1, sizeof(Py_ssize_t)), *owners = PyMem_Calloc(n + 1, sizeof(Py_ssize_t)),
+               *ctrls = PyMem_Calloc(n + 1, sizeof(Py_ssize_t)), *lane_at = PyMem_Calloc(n + 1, sizeof(Py_ssize_t));
+    long long *threads = PyMem_Calloc(n + 1, sizeof(long long));
+    int *level = PyMem_Calloc(n + 1, sizeof(int)), *seen = PyMem_Calloc(n + 1, sizeof(int));
+    double *t = PyMem_Calloc(n + 1, sizeof(double)), *keys = PyMem_Calloc(n + 1, sizeof(double));
+    unsigned long long *ids = PyMem_Calloc(n + 1, sizeof(unsigned long long));
+    Kid *kids = PyMem_Calloc(n + 1, sizeof(Kid));
+    Py_ssize_t *walked = PyMem_Calloc(n + 1, sizeof(Py_ssize_t));
+    Visit *stack = PyMem_Calloc(n + 1, sizeof(Visit));
+    int fallback = 0;
+    if (!par || !start || !heads || !owners || !ctrls || !lane_at || !threads || !level || !seen || !t || !keys || !ids
+        || !kids || !walked || !stack) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *op = PyList_GET_ITEM(ops, i), *id = PyObject_GetAttr(op, s_id);
+        if (id == NULL) goto done;
+        ids[i] = PyLong_Check(id) ? PyLong_AsUnsignedLongLong(id) : (unsigned long long)-1;
+        int bad = !PyLong_Check(id) || PyErr_Occurred();
+        Py_DECREF(id);
+        if (bad) { PyErr_Clear(); fallback = 1; goto done; }
+        par[i] = PyLong_AsSsize_t(PyList_GET_ITEM(parent, i));
+        threads[i] = PyLong_AsLongLong(PyList_GET_ITEM(thread, i));
+        t[i] = PyFloat_AsDouble(PyList_GET_ITEM(ts, i));
+        if (PyErr_Occurred()) { PyErr_Clear(); fallback = 1; goto done; }
+        if (par[i] >= n) { fallback = 1; goto done; }  /* (depth_first: an IndexError) */
+        if (par[i] < -1) par[i] = -1;  /* (a root, as any negative parent) */
+        level[i] = -1;
+    }
+    {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(levels, &pos, &k, &v)) {
+            Py_ssize_t i = PyLong_AsSsize_t(k);
+            long lv = PyLong_AsLong(v);
+            if (PyErr_Occurred()) { PyErr_Clear(); fallback = 1; goto done; }
+            if (i < 0 || i >= n || lv < 0 || lv > 1000) { fallback = 1; goto done; }
+            level[i] = (int)lv;
+        }
+    }
+    /* children, in index order: start[p + 1] .. start[p + 2] of kids_of (roots: p = -1) */
+    for (Py_ssize_t i = 0; i < n; i++) start[par[i] + 2]++;
+    for (Py_ssize_t p = 0; p <= n; p++) start[p + 1] += start[p];
+    Py_ssize_t *fill = PyMem_Calloc(n + 1, sizeof(Py_ssize_t)), *kids_of = PyMem_Calloc(n + 1, sizeof(Py_ssize_t));
+    if (fill == NULL || kids_of == NULL) { PyMem_Free(fill); PyMem_Free(kids_of); PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t i = 0; i < n; i++) kids_of[start[par[i] + 1] + fill[par[i] + 1]++] = i;
+    PyMem_Free(fill);
+    if ((lanes = PyDict_New()) == NULL || (lane_objects = PyList_New(0)) == NULL) { PyMem_Free(kids_of); goto done; }
+    Py_ssize_t top = 0, walked_n = 0;
+    {   /* the roots, smallest id on top */
+        Py_ssize_t r0 = start[0], r1 = start[1], m = r1 - r0;
+        for (Py_ssize_t k = 0; k < m; k++) kids[k] = (Kid){0.0, ids[kids_of[r0 + k]], kids_of[r0 + k]};
+        qsort(kids, m, sizeof(Kid), root_asc);
+        for (Py_ssize_t k = m - 1; k >= 0; k--)
+            stack[top++] = (Visit){kids[k].index, -1, -1, -1, -1, -Py_HUGE_VAL, -1};
+    }
+    while (top) {
+        Visit v = stack[--top];
+        Py_ssize_t i = v.i, h = v.h, own = v.own;
+        double k = t[i] != t[i] ? v.parent_key : (v.parent_key > t[i] ? v.parent_key : t[i]);
+        keys[i] = k;
+        int lv = level[i];
+        if (lv >= 0) {
+            if (h < 0 || lv <= v.chain_level) h = own = i;
+        } else {
+            h = -1;
+        }
+        heads[i] = h;
+        owners[i] = own;
+        ctrls[i] = v.ctrl;
+        seen[i] = 1;
+        Py_ssize_t lane = v.lane;
+        if (threads[i] >= 0 || lane < 0) {  /* ("t", thread) once per thread; ("et", tid) */
+            PyObject *lk = NULL;
+            if (threads[i] >= 0) {
+                lk = PyTuple_Pack(2, s_t, PyList_GET_ITEM(thread, i));
+            } else {
+                PyObject *tid = PyObject_GetAttr(PyList_GET_ITEM(ops, i), a_tid);
+                if (tid != NULL) lk = PyTuple_Pack(2, s_et, tid);
+                Py_XDECREF(tid);
+            }
+            if (lk == NULL) { PyMem_Free(kids_of); goto done; }
+            PyObject *index = PyDict_GetItemWithError(lanes, lk);
+            if (index == NULL) {
+                if (PyErr_Occurred() || (index = PyLong_FromSsize_t(PyList_GET_SIZE(lane_objects))) == NULL
+                    || PyList_Append(lane_objects, lk) < 0 || PyDict_SetItem(lanes, lk, index) < 0) {
+                    Py_XDECREF(index); Py_DECREF(lk); PyMem_Free(kids_of); goto done;
+                }
+                Py_DECREF(index);
+                index = PyDict_GetItemWithError(lanes, lk);
+            }
+            Py_DECREF(lk);
+            if (index == NULL) { PyMem_Free(kids_of); goto done; }
+            lane = PyLong_AsSsize_t(index);
+        }
+        lane_at[i] = lane;
+        walked[walked_n++] = i;
+        Py_ssize_t next_ctrl = lv >= 0 ? v.ctrl : i, c0 = start[i + 1], c1 = start[i + 2], m = c1 - c0;
+        for (Py_ssize_t q = 0; q < m; q++) {
+            Py_ssize_t c = kids_of[c0 + q];
+            kids[q] = (Kid){t[c] != t[c] ? Py_HUGE_VAL : t[c], ids[c], c};
+        }
+        if (m > 1) qsort(kids, m, sizeof(Kid), kid_desc);
+        for (Py_ssize_t q = 0; q < m; q++)
+            stack[top++] = (Visit){kids[q].index, h, own, next_ctrl, lane, k, lv};
+    }
+    PyMem_Free(kids_of);
+    for (Py_ssize_t i = 0; i < n; i++)  /* ops outside every root's tree */
+        if (!seen[i]) {
+            walked[walked_n++] = i;
+            keys[i] = t[i] != t[i] ? Py_HUGE_VAL : t[i];
+            heads[i] = owners[i] = ctrls[i] = lane_at[i] = -1;
+        }
+    if ((order = PyList_New(n)) == NULL || (key = PyList_New(n)) == NULL || (head = PyList_New(n)) == NULL
+        || (owner = PyList_New(n)) == NULL || (ctrl = PyList_New(n)) == NULL || (lane_of = PyList_New(n)) == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PyLong_FromSsize_t(walked[i]), *kk = PyFloat_FromDouble(keys[i]), *hh = PyLong_FromSsize_t(heads[i]),
+                 *ow = PyLong_FromSsize_t(owners[i]), *cc = PyLong_FromSsize_t(ctrls[i]);
+        PyObject *ln = lane_at[i] >= 0 ? PyList_GET_ITEM(lane_objects, lane_at[i]) : Py_None;
+        Py_INCREF(ln);
+        PyList_SET_ITEM(order, i, o);
+        PyList_SET_ITEM(key, i, kk);
+        PyList_SET_ITEM(head, i, hh);
+        PyList_SET_ITEM(owner, i, ow);
+        PyList_SET_ITEM(ctrl, i, cc);
+        PyList_SET_ITEM(lane_of, i, ln);
+        if (!o || !kk || !hh || !ow || !cc) goto done;
+    }
+    result = PyTuple_Pack(6, order, key, head, owner, ctrl, lane_of);
+done:
+    PyMem_Free(par); PyMem_Free(start); PyMem_Free(heads); PyMem_Free(owners); PyMem_Free(ctrls); PyMem_Free(lane_at);
+    PyMem_Free(threads); PyMem_Free(level); PyMem_Free(seen); PyMem_Free(t); PyMem_Free(keys); PyMem_Free(ids);
+    PyMem_Free(kids); PyMem_Free(walked); PyMem_Free(stack);
+    Py_XDECREF(order); Py_XDECREF(key); Py_XDECREF(head); Py_XDECREF(owner); Py_XDECREF(ctrl); Py_XDECREF(lane_of);
+    Py_XDECREF(lanes); Py_XDECREF(lane_objects);
+    if (fallback && result == NULL && !PyErr_Occurred()) Py_RETURN_NONE;
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"ops", ops, METH_VARARGS, ops_doc},
     {"long_number", long_number, METH_O, long_number_doc},
     {"host_records", host_records, METH_VARARGS, host_records_doc},
+    {"scan", scan, METH_VARARGS, scan_doc},
+    {"walk", walk, METH_VARARGS, walk_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -596,7 +1530,7 @@ PyMODINIT_FUNC PyInit__hostops(void) {
         {&k_op_schema, "op_schema"}, {&s_empty, ""}, {&a_name, "name"}, {&a_io, "io"}, {&a_rf_id, "rf_id"},
         {&a_seq_id, "seq_id"}, {&a_fw_parent, "fw_parent"}, {&a_scope, "scope"}, {&a_tid, "tid"},
         {&a_fw_tid, "fw_tid"}, {&a_op_schema, "op_schema"}, {&a_reads, "reads"}, {&a_writes, "writes"},
-        {&s_brackets, "[]"},
+        {&s_brackets, "[]"}, {&s_t, "t"}, {&s_et, "et"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) return NULL;

@@ -28,6 +28,7 @@ import math
 import os
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -276,18 +277,9 @@ class _Converter:
     def run(self, writer_path: str | None) -> RankReport:
         """Convert the rank: write ``writer_path``, or (``None``) keep the framed records in :attr:`framed`."""
         linked, ops = self.linked, self.ops
-        n = len(ops)
         parent = linked.parent.tolist()
         ts = linked.ts.tolist()
-        # comm classification and chain heads
-        kinds: list[CommKind | None] = [None] * n
-        pg_init = None
-        for i, op in enumerate(ops):
-            if op.inputs is not None:
-                if PG_INIT in op.name:
-                    pg_init = i if pg_init is None else pg_init
-                else:
-                    kinds[i] = classify_op(op.name, op.extra, op.inputs)
+        kinds, pg_init = classify_ops(ops)
         groups, pg_entries = groups_of_rank(linked, ops[pg_init] if pg_init is not None else None)
         self.groups = groups
         self.report.groups = {k: (v or groups.members(k)) for k, v in groups.ranks.items()}
@@ -295,55 +287,10 @@ class _Converter:
         gloo_groups = _gloo_thread_groups(linked, groups, self.rank)
 
         # depth-first order of the repaired tree: parents before children
-        children: list[list[int]] = [[] for _ in range(n)]
-        roots: list[int] = []
-        for i, p in enumerate(parent):
-            (children[p] if p >= 0 else roots).append(i)
-        key = [0.0] * n
-        head = [-1] * n          # the COMM head whose chain op i belongs to (-1: none)
-        owner = [-1] * n         # the COMM head whose subtree op i is in (-1: none)
-        emitted_parent = [-1] * n  # nearest emitted, non-COMM ancestor (ctrl dep)
-        lane_of: list[Any] = [None] * n
+        levels = comm_levels(kinds)
         thread = linked.thread.tolist()
-        lanes: dict[int, tuple[str, int]] = {}
-        stack: list[tuple[int, float, int, int, int, Any, int]] = [(r, -math.inf, -1, -1, -1, None, -1) for r in reversed(sorted(roots, key=lambda i: ops[i].id))]
-        order: list[int] = []
-        while stack:
-            i, parent_key, h, own, ctrl, parent_lane, chain_level = stack.pop()
-            t = ts[i]
-            k = parent_key if t != t else max(t, parent_key)  # NaN: inherit the parent's time
-            key[i] = k
-            kind = kinds[i]
-            level = -1
-            if kind is not None:
-                level = _FAMILY_DEPTH[kind.family]
-                # A comm op continues its parent's chain only one layer down (c10d:: -> gloo:); a c10d op
-                # under another one (recv_ under an isend in a corrupted tree) is a call of its own.
-                if h < 0 or level <= chain_level:
-                    h = i
-                    own = i
-            else:
-                h = -1  # a compute op inside a comm op (aten::clone under reduce_scatter) is its own node
-            head[i] = h
-            owner[i] = own
-            emitted_parent[i] = ctrl
-            lane = lanes.get(thread[i]) if thread[i] >= 0 else (parent_lane or ("et", ops[i].tid))
-            if lane is None:
-                lane = lanes[thread[i]] = ("t", thread[i])  # one tuple per thread, not per op
-            lane_of[i] = lane
-            order.append(i)
-            next_ctrl = ctrl if kind is not None else i
-            kids = children[i]
-            if len(kids) > 1:  # visit in start order (unknown times last, then call order)
-                kids.sort(key=lambda c: (ts[c] if ts[c] == ts[c] else math.inf, ops[c].id), reverse=True)
-            for c in kids:
-                stack.append((c, k, h, own, next_ctrl, lane, level))
-        if len(order) != n:
-            seen = set(order)
-            for i in range(n):  # ops outside every root's tree (cannot happen after link's cycle check)
-                if i not in seen:
-                    order.append(i)
-                    key[i] = ts[i] if ts[i] == ts[i] else math.inf
+        tree = _HOSTOPS.walk(ops, parent, ts, levels, thread) if _HOSTOPS is not None else None
+        order, key, head, owner, emitted_parent, lane_of = tree or depth_first(ops, parent, ts, levels, thread)
         return self._emit(_Walk(order, key, kinds, head, owner, emitted_parent, lane_of, pg_init, pg_entries,
                                 gloo_groups), writer_path)
 
@@ -406,26 +353,43 @@ class _Converter:
         report.device_waits = waits.count
         for i, producers in waits.host.items():
             key[i] = max([key[i]] + [linked.gpu[g].ts for g in producers])
-        refs: list[int] = []  # in depth-first position order
-        keys: list[float] = []
         for g, h in self.kernel_chain.items():
             launch = linked.gpu[g].op
             if launch >= 0:  # (strictly after: on a tie the head would sort first, being earlier in the tree)
                 key[h] = max(key[h], float(np.nextafter(key[launch], math.inf)))
-        for i in walk.order:
-            if head[i] >= 0 and head[i] != i:
-                report.folded_ops += 1
-                continue  # folded into its chain's COMM node
-            refs.append(i)
-            keys.append(key[i])
-            for g in gpu_by_op.get(i, ()):
-                refs.append(-(g + 1))
-                keys.append(max(linked.gpu[g].ts, key[i]))
-        for g in gpu_by_op.get(-1, ()):  # activity whose launch is not in the trace: by its own start
-            refs.append(-(g + 1))
-            keys.append(linked.gpu[g].ts)
+        # refs in depth-first position order: each op not folded into its chain's COMM node, followed by the
+        # activity it launched; last the activity whose launch is not in the trace (by its own start)
+        order = np.array(walk.order, dtype=np.int64)
+        heads = np.array(head, dtype=np.int64)[order]
+        kept = order[(heads < 0) | (heads == order)]
+        report.folded_ops += len(order) - len(kept)
+        op_key = np.array(key, dtype=np.float64)
+        refs, keys = kept, op_key[kept]
+        if gpu_by_op:
+            position = np.full(len(key), -1, dtype=np.int64)  # of each kept op among the kept ones
+            position[kept] = np.arange(len(kept))
+            acts: list[int] = []  # each activity, its launching op's position and its place after it
+            at: list[int] = []
+            after: list[int] = []
+            launched: list[int] = []
+            for i, gs in gpu_by_op.items():
+                if i == -1 or (i >= 0 and position[i] >= 0):
+                    acts.extend(gs)
+                    at.extend(repeat(int(position[i]) if i >= 0 else len(kept), len(gs)))
+                    after.extend(range(1, len(gs) + 1))
+                    launched.extend(repeat(i, len(gs)))
+            act = np.array(acts, dtype=np.int64)
+            act_ts = np.array([linked.gpu[g].ts for g in acts], dtype=np.float64)
+            by = np.array(launched, dtype=np.int64)
+            launcher_key = op_key[np.maximum(by, 0)]
+            # max(ts, the launcher's key), as Python's max (NaN ts: NaN); the unlaunched: their own start
+            act_key = np.where((by >= 0) & (launcher_key > act_ts), launcher_key, act_ts)
+            built = np.lexsort((np.concatenate((np.zeros(len(kept), dtype=np.int64), np.array(after, dtype=np.int64))),
+                                np.concatenate((np.arange(len(kept)), np.array(at, dtype=np.int64)))))
+            refs = np.concatenate((kept, -(act + 1)))[built]
+            keys = np.concatenate((keys, act_key))[built]
         # a stable sort by key keeps depth-first position order among equal keys (numpy: 20x faster than tuples)
-        return [refs[k] for k in np.argsort(np.array(keys, dtype=np.float64), kind="stable").tolist()]
+        return refs[np.argsort(keys, kind="stable")].tolist()
 
     def _metadata(self) -> bytes:
         """The rank's GlobalMetadata record: the schema version and the host trace's header."""
@@ -872,6 +836,80 @@ _COMP, _METADATA = int(NodeType.COMP_NODE), int(NodeType.METADATA_NODE)
 #: ``_hostops.host_records`` (plain host ops' nodes in C, the bytes of ``_host_record``), where both C modules
 #: are built; None: every node in Python
 HOST_KERNEL: Any = _HOSTOPS if _HOSTOPS is not None and assemble.KERNEL is not None else None
+
+
+def classify_ops(ops: list[HostOp]) -> tuple[list[CommKind | None], int | None]:
+    """The comm kind of each op (None: not a comm op) and the first ``process_group:init`` op (None: none)."""
+    kinds: list[CommKind | None] = [None] * len(ops)
+    pg_init = None
+    for i, op in enumerate(ops):
+        if op.inputs is not None:  # (only comm ops keep their raw arguments)
+            if PG_INIT in op.name:
+                pg_init = i if pg_init is None else pg_init
+            else:
+                kinds[i] = classify_op(op.name, op.extra, op.inputs)
+    return kinds, pg_init
+
+
+def comm_levels(kinds: list[CommKind | None]) -> dict[int, int]:
+    """The family depth of each comm op (the chain a comm op continues; see :func:`depth_first`)."""
+    return {i: _FAMILY_DEPTH[kind.family] for i, kind in enumerate(kinds) if kind is not None}
+
+
+def depth_first(ops: list[HostOp], parent: list[int], ts: list[float], levels: dict[int, int],
+                thread: list[int]) -> tuple[list[int], list[float], list[int], list[int], list[int], list[Any]]:
+    """The depth-first walk of a rank's repaired op tree (``parent``: op index, -1 a root), roots in id order,
+    siblings in start order (unknown times last, then call order): the ops in walk order, and per op its sort
+    time (its start, or its parent's when unknown), COMM chain head, COMM owner, ctrl parent and thread lane
+    (see :class:`_Walk`). ``levels``: the family depth of each comm op. ``_hostops.walk`` is this in C."""
+    n = len(ops)
+    children: list[list[int]] = [[] for _ in range(n)]
+    roots: list[int] = []
+    for i, p in enumerate(parent):
+        (children[p] if p >= 0 else roots).append(i)
+    key = [0.0] * n
+    head = [-1] * n          # the COMM head whose chain op i belongs to (-1: none)
+    owner = [-1] * n         # the COMM head whose subtree op i is in (-1: none)
+    emitted_parent = [-1] * n  # nearest emitted, non-COMM ancestor (ctrl dep)
+    lane_of: list[Any] = [None] * n
+    lanes: dict[int, tuple[str, int]] = {}
+    stack: list[tuple[int, float, int, int, int, Any, int]] = [(r, -math.inf, -1, -1, -1, None, -1) for r in reversed(sorted(roots, key=lambda i: ops[i].id))]
+    order: list[int] = []
+    while stack:
+        i, parent_key, h, own, ctrl, parent_lane, chain_level = stack.pop()
+        t = ts[i]
+        k = parent_key if t != t else max(t, parent_key)  # NaN: inherit the parent's time
+        key[i] = k
+        level = levels.get(i, -1)
+        if level >= 0:
+            # A comm op continues its parent's chain only one layer down (c10d:: -> gloo:); a c10d op
+            # under another one (recv_ under an isend in a corrupted tree) is a call of its own.
+            if h < 0 or level <= chain_level:
+                h = i
+                own = i
+        else:
+            h = -1  # a compute op inside a comm op (aten::clone under reduce_scatter) is its own node
+        head[i] = h
+        owner[i] = own
+        emitted_parent[i] = ctrl
+        lane = lanes.get(thread[i]) if thread[i] >= 0 else (parent_lane or ("et", ops[i].tid))
+        if lane is None:
+            lane = lanes[thread[i]] = ("t", thread[i])  # one tuple per thread, not per op
+        lane_of[i] = lane
+        order.append(i)
+        next_ctrl = ctrl if level >= 0 else i
+        kids = children[i]
+        if len(kids) > 1:  # visit in start order (unknown times last, then call order)
+            kids.sort(key=lambda c: (ts[c] if ts[c] == ts[c] else math.inf, ops[c].id), reverse=True)
+        for c in kids:
+            stack.append((c, k, h, own, next_ctrl, lane, level))
+    if len(order) != n:
+        seen = set(order)
+        for i in range(n):  # ops outside every root's tree (cannot happen after link's cycle check)
+            if i not in seen:
+                order.append(i)
+                key[i] = ts[i] if ts[i] == ts[i] else math.inf
+    return order, key, head, owner, emitted_parent, lane_of
 
 
 def _kind_label(kind: CommKind) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ import msgspec
 import orjson
 
 from ..errors import EtkitError
-from .jsonio import read_array_document
+from .jsonio import convert_element, read_array_document
 
 try:  # the typed path's common nodes in C (optional: typed_op gives the same HostOps)
     from . import _hostops as KERNEL
@@ -277,6 +278,21 @@ class _Compactor:
         except (msgspec.MsgspecError, RecursionError, HostTraceError, TypeError, orjson.JSONDecodeError):
             return None
 
+    def scan(self, text: Any, pos: int, stop: int) -> tuple[list[HostOp], int, int]:
+        """The HostOps of the nodes from ``pos`` on read straight from the document's ``text`` by the C kernel
+        (see :meth:`etkit.pytorch.jsonio.JsonArrayDocument.converted`'s ``scan``): its common nodes made
+        there as :meth:`typed_op` makes them, every other one by :meth:`slow_node`."""
+        return KERNEL.scan(text, pos, stop, SCAN_NODES, self.names, self.raw_strings, self.strings, self.raw_string,
+                           self.learn_name, self.slow_node, HostOp)
+
+    def learn_name(self, name: str) -> tuple[str, bool]:
+        """:meth:`named` of a name the C kernel has not seen before."""
+        return self.named(name, -1)
+
+    def slow_node(self, text: bytes) -> HostOp | None:
+        """The HostOp of one node, given as its JSON text, as a chunk of it gives it (None: not JSON)."""
+        return convert_element(text, self.op, self.typed_chunk)
+
     def typed_op(self, node: _Node) -> HostOp:
         """:meth:`op` of a decoded :class:`_Node` (the same HostOp; any fault raises, and the chunk is redone
         by :meth:`op`)."""
@@ -309,7 +325,7 @@ class _Compactor:
                                   if (value := getattr(node, key)) is not msgspec.UNSET})
         return op
 
-    def raw_string(self, raw: msgspec.Raw) -> tuple[str, bool]:
+    def raw_string(self, raw: msgspec.Raw | bytes) -> tuple[str, bool]:
         """(str() of the JSON value ``raw``, whether it is a list), parsed by orjson and kept for the next node."""
         text = bytes(raw)
         value = orjson.loads(text)
@@ -385,6 +401,8 @@ _decode_nodes = msgspec.json.Decoder(list[_Node]).decode
 #: of digits (then the dict path reads it, to the same result). A regex costs 10x more.
 _DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _LONG_NUMBER = b"0" * 20
+#: Nodes the C kernel reads per call (between calls the reader lets go of the pages read).
+SCAN_NODES = 4096
 
 
 def load_host_trace(path: str | os.PathLike[str], *, rank: int | None = None) -> HostTrace:
@@ -400,7 +418,8 @@ def load_host_trace(path: str | os.PathLike[str], *, rank: int | None = None) ->
     trace = HostTrace(str(Path(path)), schema, pid, str(header.get("time") or ""), start_ts, finish_ts, rank=rank)
     compact = _Compactor(label, flat)
     ops = trace.ops
-    for chunk in doc.converted(compact.op, fast=None if flat else compact.typed_chunk):
+    for chunk in doc.converted(compact.op, fast=None if flat else compact.typed_chunk,
+                               scan=None if flat or KERNEL is None else compact.scan):
         ops.extend(chunk)
     if not ops:
         raise HostTraceError(f"{label}: the trace has no nodes")
@@ -411,8 +430,7 @@ def load_host_trace(path: str | os.PathLike[str], *, rank: int | None = None) ->
 def _check_unique_ids(ops: list[HostOp], label: str) -> None:
     """Node ids name ops in parents and tensor producers: two ops with one id make both ambiguous (the
     reference converter stops on them too)."""
-    ids = [op.id for op in ops]
-    if len(set(ids)) == len(ids):
+    if len(set(map(attrgetter("id"), ops))) == len(ops):
         return
     first: dict[int, HostOp] = {}
     for op in ops:

@@ -35,9 +35,12 @@ import orjson
 from ..errors import EtkitError
 from ..fileio import read_bytes_maybe_gzip
 
-__all__ = ["JsonArrayDocument", "read_array_document", "check_readable", "CHUNK_ELEMENTS", "paused_gc"]
+__all__ = ["JsonArrayDocument", "read_array_document", "check_readable", "convert_element", "CHUNK_ELEMENTS",
+           "paused_gc"]
 
 T = TypeVar("T")
+#: A reader of elements straight from a document's text (:meth:`JsonArrayDocument.converted`'s ``scan``).
+Scan = Callable[[Any, int, int], tuple[list[T], int, int]]
 
 #: Elements parsed at a time. Small on purpose: a chunk of 64 host nodes (~400 KB of Python objects) is
 #: still in the CPU cache when the caller compacts it; 2048 nodes (~12 MB) are not, and reading a
@@ -78,12 +81,18 @@ class JsonArrayDocument:
         return result
 
     def converted(self, convert: Callable[[Any], T], *, fast: Callable[[bytes], list[T] | None] | None = None,
-                  size: int = CHUNK_ELEMENTS) -> Iterator[list[T]]:
+                  size: int = CHUNK_ELEMENTS, scan: Scan[T] | None = None) -> Iterator[list[T]]:
         """``convert`` of every element of the array, ``size`` elements at a time, in document order.
 
         ``fast`` may do a chunk's whole work at once: given the chunk's JSON text (an array of its
         elements), it returns their conversions, or ``None`` when it cannot; that chunk is then parsed by
-        orjson and converted element by element. It must give what ``convert`` gives, or ``None``."""
+        orjson and converted element by element. It must give what ``convert`` gives, or ``None``.
+
+        ``scan`` may read the elements straight from the document's text, before any chunk is cut: called
+        as ``scan(text, pos, stop)`` (``stop``: the offset of the document's last ``]``), it returns the
+        conversions of the elements from ``pos`` on that it read, the offset after them and a status: 0 the
+        array is read, 1 call again from there, 2 the chunks take the rest from there. It must give what
+        ``convert`` gives (see :func:`convert_element` for an element it leaves to the chunk path)."""
         if self._parsed is not None:
             items, self._parsed = self._parsed, None
             for i in range(0, len(items), size):
@@ -93,21 +102,32 @@ class JsonArrayDocument:
         if data is None or self._body is None:
             return
         try:
-            yield from self._converted(data, convert, fast, size)
+            yield from self._converted(data, convert, fast, size, scan)
         finally:
             if isinstance(data, mmap.mmap):
                 data.close()
 
     def _converted(self, data: bytes | mmap.mmap, convert: Callable[[Any], T],
-                   fast: Callable[[bytes], list[T] | None] | None, size: int) -> Iterator[list[T]]:
+                   fast: Callable[[bytes], list[T] | None] | None, size: int,
+                   scan: Scan[T] | None) -> Iterator[list[T]]:
         """:meth:`converted` of the document's text ``data``."""
         assert self._body is not None
         start, stop = self._body
-        points = _split_points(data, start, stop)
+        first, done, released = start, 0, 0  # (the chunks start after what scan read)
+        while scan is not None:
+            items, first, status = scan(data, first, stop)
+            done += len(items)
+            released = _release(data, released, first)
+            if items:
+                yield items
+            if status == 0:
+                return
+            if status == 2:
+                break
+        points = _split_points(data, first, stop)
         _release(data, 0, len(data))  # (the split read every page: the chunks map theirs again)
         released = 0
-        cuts = [start] + points[size - 1::size] + [stop]
-        done = 0
+        cuts = [first] + points[size - 1::size] + [stop]
         for a, b in zip(cuts, cuts[1:]):
             piece = data[a:b].strip().rstrip(b",")
             if not piece.strip():
@@ -159,6 +179,17 @@ def _release(data: bytes | mmap.mmap, done: int, upto: int) -> int:
         data.madvise(mmap.MADV_DONTNEED, done, end - done)
         return end
     return done
+
+
+def convert_element(text: bytes, convert: Callable[[Any], T],
+                    fast: Callable[[bytes], list[T] | None] | None = None) -> T | None:
+    """One element, given as its JSON text, read as the chunks are (``fast`` on it as a chunk of one, else
+    ``convert`` of it parsed); ``None`` when it does not parse as one element."""
+    got = _parse_piece(b"[" + text + b"]", fast)
+    if got is None or len(got[0]) != 1:
+        return None
+    items, ready = got
+    return items[0] if ready else convert(items[0])
 
 
 def _parse_piece(text: bytes, fast: Callable[[bytes], list[Any] | None] | None) -> tuple[list[Any], bool] | None:
@@ -294,6 +325,11 @@ def paused_gc() -> Iterator[None]:
     Parsing allocates millions of containers that all stay alive; every automatic collection walks them
     all, which makes the work grow faster than the trace (measured: 1.5x slower at 100k nodes). Trace
     records hold no reference cycles, so nothing is lost by collecting once afterwards.
+
+    What the pause allocated is then put in the oldest generation (``gc.freeze`` then ``gc.unfreeze``, where
+    nothing else is frozen), as if it had survived collections already: the first young collection after
+    the pause would otherwise walk all of it (10 ms after converting a 14k-node host trace), and it stays
+    collectable by the next full collection.
     """
     was_enabled = gc.isenabled()
     gc.disable()
@@ -301,4 +337,7 @@ def paused_gc() -> Iterator[None]:
         yield
     finally:
         if was_enabled:
+            if not gc.get_freeze_count():
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()

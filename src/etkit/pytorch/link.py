@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import math
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from itertools import repeat
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -47,6 +48,7 @@ ROOT_MARKERS = ("[pytorch|profiler|execution_trace|", "[pytorch|profiler|executi
 #: Kineto categories of host calls into the CUDA runtime (kept as ops of their own).
 RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver")
 _NAN = float("nan")
+_ID, _PARENT, _GPU, _LINKED = (attrgetter(name) for name in ("id", "parent", "gpu", "linked"))
 _NO_PID = -1
 
 
@@ -703,8 +705,9 @@ def link(host: HostTrace, kineto: KinetoTrace | None) -> LinkedRank:
         ts, dur, excl = _linked_fields(host)
         report.linked_ops = int((~np.isnan(ts)).sum())
         report.method = "linked-json" if report.linked_ops else "none"
-        index_of = {op.id: j for j, op in enumerate(host.ops)}
-        parent = np.array([index_of.get(op.parent, -1) for op in host.ops], dtype=np.int64)
+        ops = host.ops
+        index_of = dict(zip(map(_ID, ops), range(n)))
+        parent = np.fromiter(map(index_of.get, map(_PARENT, ops), repeat(-1)), dtype=np.int64, count=n)
         parent[parent == np.arange(n)] = -1
         # Without Kineto nesting, still hang each backend op under its dispatcher op (tensor identity).
         paired = _pair_backend_ops(host, index_of, ts)
@@ -716,8 +719,9 @@ def link(host: HostTrace, kineto: KinetoTrace | None) -> LinkedRank:
         _break_cycles(parent, host, index_of)
         _count_unlinked(host, ts, report)
         report.kernels = report.kernels_linked = len(gpu)
-        cat = np.asarray([PROFILER_CATEGORIES.index(op.gpu[0]) if op.gpu is not None else -1 for op in host.ops],
-                         dtype=np.int8)
+        gpu_fields = list(map(_GPU, ops))
+        cat = (np.asarray([PROFILER_CATEGORIES.index(g[0]) if g is not None else -1 for g in gpu_fields], dtype=np.int8)
+               if any(gpu_fields) else np.full(n, -1, dtype=np.int8))
         report.runtime_ops = int(((cat == 2) | (cat == 3)).sum())
         return LinkedRank(host, ts, dur, excl, np.full(n, -1, dtype=np.int64), parent, gpu, report, cat=cat)
     check_same_job(host, kineto)
@@ -776,7 +780,7 @@ def _link_rows(host: HostTrace, kineto: KinetoTrace, rows: np.ndarray, report: L
 def _split_gpu_nodes(host: HostTrace) -> list[GpuActivity]:
     """A linked JSON carries GPU activity as extra nodes (with ``cat``): turn them back into activities of
     their launching op and keep only host ops in ``host.ops``."""
-    if not any(op.gpu is not None for op in host.ops):
+    if not any(map(_GPU, host.ops)):  # (a GPU node's gpu field is a pair)
         return []
     cpu_ops = [op for op in host.ops if op.gpu is None or op.gpu[0] in RUNTIME_CATEGORIES]
     index_of = {op.id: i for i, op in enumerate(cpu_ops)}
@@ -794,21 +798,17 @@ def _split_gpu_nodes(host: HostTrace) -> list[GpuActivity]:
 def _linked_fields(host: HostTrace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n = len(host.ops)
     ts, dur, excl = np.full(n, _NAN), np.full(n, _NAN), np.full(n, _NAN)
-    for i, op in enumerate(host.ops):
-        if op.linked is not None:
-            ts[i], dur[i], excl[i] = op.linked
+    for i, linked in enumerate(map(_LINKED, host.ops)):
+        if linked is not None:
+            ts[i], dur[i], excl[i] = linked
     return ts, dur, excl
 
 
 def _count_unlinked(host: HostTrace, ts: np.ndarray, report: LinkReport) -> None:
-    missing: dict[str, int] = defaultdict(int)
-    roots = 0
-    for i in np.flatnonzero(np.isnan(ts)).tolist():
-        name = host.ops[i].name
-        if name.startswith(ROOT_MARKERS):
-            roots += 1
-        else:
-            missing[name] += 1
+    ops = host.ops
+    unlinked = Counter(ops[i].name for i in np.flatnonzero(np.isnan(ts)).tolist())  # (first seen first)
+    roots = sum(unlinked.pop(name) for name in [name for name in unlinked if name.startswith(ROOT_MARKERS)])
+    missing = unlinked
     report.roots = roots
     report.unlinked_ops = sum(missing.values())
     report.unlinked_names = dict(sorted(missing.items(), key=lambda kv: -kv[1])[:20])
