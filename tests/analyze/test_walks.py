@@ -1,7 +1,6 @@
 """The analyses' fast paths give exactly what their plain forms give, on real jobs and on the corners: the walks
 in C (``etkit.analyze._walks``: topological order, the dependency-bound schedule, the critical path's walk)
-against their Python loops, the predecessor choice and the track keys against the sorts they replace, and
-``unique_inverse`` against ``np.unique``."""
+against their Python loops, the predecessor choice and the track keys against the sorts they replace."""
 
 from __future__ import annotations
 
@@ -133,17 +132,3 @@ def test_track_time_keys_order_as_time_codes():
         codes = np.unique(np.concatenate((a, b)), return_inverse=True)[1]
         want = np.concatenate((t, t)) * (len(both) + 1) + codes
         assert (np.sign(both[:, None] - both[None, :]) == np.sign(want[:, None] - want[None, :])).all()
-
-
-def test_unique_inverse_is_numpys():
-    from etkit.analyze.groups import unique_inverse
-
-    rng = np.random.default_rng(11)
-    cases = [rng.integers(0, 50, 1000), rng.integers(0, 10**12, 1000), rng.integers(-5, 5, 100), np.zeros(3, dtype=int),
-             np.array([], dtype=int), np.array([7])]
-    for dtype in (np.int64, np.int32, np.int8, np.uint8, np.uint64):
-        for keys in cases:
-            keys = keys.astype(dtype)
-            want, got = np.unique(keys, return_inverse=True), unique_inverse(keys)
-            for a, b in zip(want, got):
-                assert a.dtype == b.dtype and np.array_equal(a, b), (dtype, keys[:5])

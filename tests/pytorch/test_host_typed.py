@@ -183,12 +183,13 @@ def test_real_traces_read_alike_on_both_paths(tmp_path):
 @pytest.mark.skipif(host.KERNEL is None, reason="etkit.pytorch._hostops is not built")
 def test_whole_traces_read_alike_with_and_without_the_c_kernel(monkeypatch):
     """Param's resnet traces (1.0.3 and 1.1.0, 14,391 nodes each) and the PyTorch jobs' host traces: the same
-    ops with the C kernel as with typed_op alone, and most nodes made by the kernel."""
+    ops with the C kernel (the nodes its scan leaves read by the dict path) as with typed_op alone, and most
+    nodes made by the kernel."""
     paths = [PARAM / "1.0.3-chakra.0.0.4" / "resnet_1gpu_et.json.gz", PARAM / "1.1.0-chakra.0.0.4" / "resnet_2gpu_et.json.gz",
              *_host_traces()[1:]]
     slow_calls = []
-    typed_op = _Compactor.typed_op
-    monkeypatch.setattr(_Compactor, "typed_op", lambda self, node: slow_calls.append(1) or typed_op(self, node))
+    slow_node = _Compactor.slow_node
+    monkeypatch.setattr(_Compactor, "slow_node", lambda self, text: slow_calls.append(1) or slow_node(self, text))
     with_c = [[_fields(op) for op in load_host_trace(path).ops] for path in paths]
     assert 0 < len(slow_calls) < sum(map(len, with_c)) / 5
     monkeypatch.setattr(host, "KERNEL", None)

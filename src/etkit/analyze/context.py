@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..arrays import distinct
 from ..executor import Executor, SerialExecutor, in_client
 from ..model.job import Job
 from ..model.schedule import RankSchedule, Schedule
@@ -181,7 +182,7 @@ def collective_members(cross: CrossRank, scheds: dict[int, RankSchedule]) -> Mem
     inst, rank, row = (np.fromiter((m[k] for m in flat), dtype=np.int64, count=len(flat)) for k in range(3))
     start, end = np.zeros(len(flat), dtype=np.int64), np.zeros(len(flat), dtype=np.int64)
     ran = np.zeros(len(flat), dtype=bool)
-    for r in np.unique(rank).tolist():
+    for r in distinct(rank).tolist():
         sel = rank == r
         sched = scheds[r]
         start[sel], end[sel], ran[sel] = sched.start_ns[row[sel]], sched.end_ns[row[sel]], sched.ran[row[sel]]
@@ -205,7 +206,7 @@ def transfer_times(cross: CrossRank, scheds: dict[int, RankSchedule]) -> dict[in
         return out
     m = collective_members(cross, scheds)
     last = last_arrival(m, len(cross.collectives))
-    for r in np.unique(m.rank).tolist():
+    for r in distinct(m.rank).tolist():
         if r in derived:
             sel = (m.rank == r) & m.ran
             out[r][m.row[sel]] = np.maximum(last[m.inst[sel]], m.start[sel])

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..arrays import distinct
 from ..format.schema import NodeType
 from ..model.job import Job
 from ..model.schedule import Schedule
@@ -418,7 +419,7 @@ def _build(ctx: AnalysisContext, ranks: list[int], rows: list[int], limits: list
     kind = np.empty(n, dtype=np.int8)
     node_id = np.empty(n, dtype=np.uint64)
     name_arr = np.empty(n, dtype=object)
-    for r in np.unique(rank).tolist():
+    for r in distinct(rank).tolist():
         idx = np.flatnonzero(rank == r)
         v = ctx.views[r]
         picked = row[idx]
@@ -446,7 +447,7 @@ def _caller_time(ctx: AnalysisContext, rank: np.ndarray, row: np.ndarray, gap_st
     """Per path entry, how much of the gap after it an enclosing op on its track ran (its self time)."""
     out = np.zeros(len(rank), dtype=np.int64)
     gaps = np.flatnonzero(gap_end > gap_start)
-    for r in np.unique(rank[gaps]).tolist():
+    for r in distinct(rank[gaps]).tolist():
         v = ctx.views[r]
         tr = v.tracks
         owner_is_caller = ~tr.leaf[tr.seg_row]
@@ -454,7 +455,7 @@ def _caller_time(ctx: AnalysisContext, rank: np.ndarray, row: np.ndarray, gap_st
             continue
         idx = gaps[rank[gaps] == r]
         seg_track = tr.track[tr.seg_row]
-        for t in np.unique(tr.track[row[idx]]).tolist():
+        for t in distinct(tr.track[row[idx]]).tolist():
             mask = owner_is_caller & (seg_track == t)
             s, e = tr.seg_start[mask], tr.seg_end[mask]
             order = np.argsort(s, kind="stable")

@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from ..arrays import distinct, percentile
 from ..format.attrs import PROFILER_CATEGORIES
 from ..model.accounting import union_intervals, union_length
 from ..model.edges import ctrl_parent
@@ -287,7 +288,7 @@ def _type_overlaps(g: GpuRank, whole_us: bool = False) -> dict[str, int]:
     if whole_us:
         span = span // 1000 * 1000
     out: dict[str, int] = {}
-    for state in np.unique(running[:-1]).tolist():
+    for state in distinct(running[:-1]).tolist():
         if state <= 0:
             continue
         label = " overlapping ".join(KERNEL_TYPES[t] for t in _LABEL_ORDER if state & (1 << t))
@@ -396,7 +397,7 @@ class LaunchStats:
                             ("launch_delay", self.delay_ns[r])):
                 if len(v):
                     rows.append([r, what, len(v), int(v.sum()), float(v.mean()), float(np.median(v)),
-                                 float(np.percentile(v, 95)), int(v.max())])
+                                 percentile(v, 95), int(v.max())])
                 else:
                     rows.append([r, what, 0, 0, 0.0, 0.0, 0.0, 0])
         return rows

@@ -10,7 +10,6 @@ distributions per class (:mod:`etkit.viz.report`).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,6 +49,8 @@ def format_ranks(ranks: list[int], limit: int = 6) -> str:
 
 def rank_signature(trace: Trace, group_sizes: dict[str, int]) -> bytes:
     """A digest of the rank's communication sequence (see the module docstring)."""
+    import hashlib  # here: a job of one rank needs no digest, and hashlib's OpenSSL costs a few ms to load
+
     rows = trace.comm_rows()
     digest = hashlib.blake2b(digest_size=16)
     digest.update(np.ascontiguousarray(trace.types[rows], dtype=np.int64).tobytes())
@@ -81,8 +82,12 @@ def role_classes(job: Job, *, rounds: int = 4) -> list[RoleClass]:
     peers their sends and receives talk to, in order, so pipeline stages with the same sequence but a
     different place in the pipeline (stage 1 talks to stages 0 and 2, stage 2 to 1 and 3) part.
     """
-    sizes = {name: len(job.members(name)) for name in job.groups.groups}
     ranks = sorted(job.traces)
+    if len(ranks) == 1:
+        return [RoleClass(0, ranks)]
+    import hashlib
+
+    sizes = {name: len(job.members(name)) for name in job.groups.groups}
     sig = {r: rank_signature(job.traces[r], sizes) for r in ranks}
     peers = {r: _p2p_peers(job.traces[r], r) for r in ranks}
     cls = _number(sig, ranks)

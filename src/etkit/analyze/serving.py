@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..arrays import percentile
 from ..errors import EtkitError
 from ..format.attrs import attr_value, find_attr
 from ..format.stream import open_trace
@@ -92,7 +93,7 @@ class ServingMetrics:
         """``{50: p50, 90: p90, 99: p99}`` of ``ttft_ns``, ``tpot_ns`` or ``latency_ns`` (ms; NaN when none)."""
         values = self._array(what)
         values = values[np.isfinite(values)] / 1e6
-        return {p: float(np.percentile(values, p)) if len(values) else float("nan") for p in PERCENTILES}
+        return {p: percentile(values, p) if len(values) else float("nan") for p in PERCENTILES}
 
     def mean(self, what: str) -> float:
         values = self._array(what)

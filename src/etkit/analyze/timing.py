@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..arrays import distinct
 from ..errors import DependencyError
 from ..model.edges import ctrl_parent, edges
 from ..model.job import Job
@@ -98,7 +99,7 @@ def _stretch_callers(trace: Trace, sched: RankSchedule) -> None:
         end[order[:-1][same]] = np.minimum(end[order[:-1][same]], start[order[1:][same]])
         np.add.at(child_sum, parent[rows], end[rows] - start[rows])
         np.maximum.at(child_end, parent[rows], end[rows])
-        callers = np.unique(parent[rows])
+        callers = distinct(parent[rows])
         short = callers[sched.ran[callers] & (end[callers] < child_end[callers]) & ~precise[callers]]
         end[short] = np.minimum(np.maximum(end[short] + child_sum[short], child_end[short]), last_end)
 

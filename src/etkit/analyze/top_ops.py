@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..arrays import unique_inverse
 from ..model.job import Job
 from ..model.schedule import Schedule, measured_times
 from ..model.trace import node_type_name
 from .context import AnalysisContext, prepare
-from .groups import unique_inverse
 from .kinds import COMM, KIND_NAMES
 from .tables import Table
 

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..arrays import distinct, unique_inverse
 from ..model.accounting import union_intervals, union_length
 from ..model.kinds import RESOURCE_NAMES
 from ..model.schedule import RankSchedule
 from ..model.trace import MISSING, Trace
-from .groups import unique_inverse
 from .kinds import COMM, COMPUTE, CPU, KIND_NAMES, MEMORY
 
 __all__ = ["RankTracks", "rank_tracks", "union_intervals", "union_length"]
@@ -82,7 +82,7 @@ def rank_tracks(trace: Trace, sched: RankSchedule, kinds: np.ndarray, *, nesting
     n = len(trace)
     keys, key_labels = _track_keys(trace, sched, kinds)
     ran_rows = np.flatnonzero(sched.ran)
-    used = np.unique(keys[ran_rows]).tolist()
+    used = distinct(keys[ran_rows]).tolist()
     labels = sorted((key_labels[k] for k in used), key=_track_sort_key)
     position = {label: i for i, label in enumerate(labels)}
     remap = np.full(len(key_labels), -1, dtype=np.int32)

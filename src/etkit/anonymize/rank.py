@@ -27,6 +27,7 @@ import numpy as np
 import orjson
 
 from .. import __version__
+from ..arrays import distinct
 from ..fileio import atomic_output
 from ..format.attrs import CANONICAL_KINDS, make_attr
 from ..format.columnar import WalkSpans
@@ -139,7 +140,7 @@ class _Warp:
     @classmethod
     def of(cls, start: np.ndarray, duration: np.ndarray, noise: np.ndarray) -> _Warp:
         timed = start > 0
-        events = np.unique(np.concatenate([start[timed], start[timed] + duration[timed]]).astype(np.int64))
+        events = distinct(np.concatenate([start[timed], start[timed] + duration[timed]]).astype(np.int64))
         if not events.size:
             return cls(events, events)
         gaps = np.diff(events)

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ..arrays import distinct
 from ..errors import EtkitError
 from ..format.schema import NodeType
 from ..model.groups import ProcessGroups, communicator_key
@@ -262,7 +263,7 @@ def _pair_messages(records: Mapping[int, CommRecord], world: int, source: str, c
     only rank that sends to them."""
     senders: dict[int, set[int]] = defaultdict(set)
     for rank, rec in records.items():
-        for dst in np.unique(rec.send_peer[rec.send_peer != MISSING]).tolist():
+        for dst in distinct(rec.send_peer[rec.send_peer != MISSING]).tolist():
             senders[int(dst)].add(rank)
     problems: list[str] = []
     send_size = {r: np.where(rec.send_size == MISSING, 0, rec.send_size).astype(np.int64) for r, rec in records.items()}

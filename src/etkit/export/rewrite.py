@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..arrays import distinct
 from ..format.attrs import make_attr
 from ..format.schema import CommType, GlobalMetadata, Node, NodeType
 from ..format.stream import TraceWriter, open_trace
@@ -167,7 +168,7 @@ class _RankEdits:
         self.pg_name: dict[int, str] = {}
         self.members: dict[int, int] = {}
         pg_idx = trace.pg_idx[coll_rows]
-        for idx in np.unique(pg_idx).tolist():
+        for idx in distinct(pg_idx).tolist():
             key = communicator_key(None if idx < 0 else trace.strings[idx])
             name, members = task.groups[key]
             rows = coll_rows[pg_idx == idx]

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import DecodeError
 
+from ..arrays import distinct
 from . import schema, tags
 from . import wire as _wire
 from .attrwire import (
@@ -564,7 +565,7 @@ def rows_with_repeated_deps(padded: bytes, rec_off: np.ndarray, rec_end: np.ndar
             repeated.append(owner[1:][same])
     except (WireFault, ValueError, IndexError):
         return None
-    return np.unique(np.concatenate(repeated)) if repeated else np.zeros(0, dtype=np.int64)
+    return distinct(np.concatenate(repeated)) if repeated else np.zeros(0, dtype=np.int64)
 
 
 def field_numbers(record: bytes) -> list[int]:

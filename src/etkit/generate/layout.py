@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..arrays import distinct
 from ..errors import UsageError
 from ..model.groups import ProcessGroups
 
@@ -167,7 +168,7 @@ def build_groups(layout: ParallelLayout, kinds: Iterable[str] = GROUP_KINDS) -> 
         keys = _group_keys(layout, kind, ranks)
         if keys is None:
             continue
-        used = np.unique(keys[keys >= 0])
+        used = distinct(keys[keys >= 0])
         label = np.full(int(keys.max()) + 1, -1, dtype=np.int64)
         label[used] = np.arange(next_name, next_name + len(used))
         order = np.argsort(keys, kind="stable")

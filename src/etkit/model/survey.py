@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..arrays import distinct
 from ..format import schema, wire
 from ..format.columnar import HOT_INT_ATTRS
 from ..format.parts import record_parts
@@ -65,7 +66,7 @@ def survey_file(path: str | os.PathLike[str], *, ints: Sequence[str] = (), start
         if parts is not None and parts.scalars is not None:
             types = (parts.scalars[_TYPE] & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32)
             pg, table = parts.texts("pg_name")
-            used = frozenset(table[i] for i in np.unique(pg[pg >= 0]).tolist())
+            used = frozenset(table[i] for i in distinct(pg[pg >= 0]).tolist())
             rows = np.flatnonzero(types == NodeType.METADATA_NODE)
             declared = ProcessGroups()
             if rows.size:  # few: the METADATA records make a small trace of their own
@@ -79,6 +80,6 @@ def survey_file(path: str | os.PathLike[str], *, ints: Sequence[str] = (), start
 def _survey_loaded(path: str | os.PathLike[str], ints: Sequence[str], start: bool) -> Survey:
     """:func:`survey_file` from the trace loader's columns (those asked for: no names, no other attributes)."""
     trace = load_trace(path, names=False, attrs=("pg_name", *(name for name in ints if name in HOT_INT_ATTRS)))
-    used = frozenset(trace.strings[i] for i in np.unique(trace.pg_idx[trace.pg_idx >= 0]).tolist())
+    used = frozenset(trace.strings[i] for i in distinct(trace.pg_idx[trace.pg_idx >= 0]).tolist())
     return Survey(str(path), trace.types, used, groups_from_trace(trace), trace.start if start else None,
                   {name: getattr(trace, name) for name in ints})

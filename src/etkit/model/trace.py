@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 from google.protobuf.message import DecodeError  # (protobuf's pure-Python base: its runtime is not loaded)
 
+from ..arrays import distinct
 from ..errors import TraceFormatError
 from ..fileio import read_bytes_maybe_gzip
 from ..format import schema
@@ -593,7 +594,7 @@ def _joint_batch(batch: list[tuple[str, bytes]], allow_empty: bool, names: bool,
 def _heads_pass(batch: list[tuple[str, bytes]], files: np.ndarray, allow_empty: bool) -> bool:
     """Whether :func:`~etkit.format.stream.check_head` passes the first records of each of ``files`` (indices into
     ``batch``; the files with empty records, which :func:`_frames_of` would check)."""
-    for i in np.unique(files).tolist():
+    for i in distinct(files).tolist():
         path, buf = batch[i]
         try:
             check_head(buf[:HEAD_BYTES], path, allow_empty=allow_empty)

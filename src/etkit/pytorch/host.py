@@ -20,18 +20,23 @@ import re
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import msgspec
 import orjson
 
 from ..errors import EtkitError
+from ..lazy import LazyModule
 from .jsonio import convert_element, read_array_document
 
 try:  # the typed path's common nodes in C (optional: typed_op gives the same HostOps)
     from . import _hostops as KERNEL
 except ImportError:  # pragma: no cover - built without a C compiler
     KERNEL = None
+
+if TYPE_CHECKING:
+    from . import host_typed as typed
+else:  # msgspec, imported where a chunk takes the typed path (the C kernel's scan reads most nodes without it)
+    typed = LazyModule("etkit.pytorch.host_typed", "typed", globals())
 
 __all__ = ["HostOp", "HostTrace", "load_host_trace", "is_tensor", "tensor_keys", "HostTraceError", "KNOWN_SCHEMAS"]
 
@@ -264,18 +269,18 @@ class _Compactor:
 
     def typed_chunk(self, text: bytes) -> list[HostOp] | None:
         """The HostOps of a chunk of nodes (a JSON array, layout 1.0.2 and later) decoded by msgspec straight
-        into :class:`_Node` records, no dict per node or attribute; ``None`` when this chunk needs the dict
+        into :class:`~etkit.pytorch.host_typed.Node` records, no dict per node or attribute; ``None`` when this chunk needs the dict
         path (an integer of more than 64 bits, which orjson reads as a float; anything malformed, which the
         dict path then reports)."""
         if (KERNEL.long_number(text) if KERNEL is not None else _LONG_NUMBER in text.translate(_DIGITS_TO_ZERO)):
             return None
         try:
-            nodes = _decode_nodes(text)
+            nodes = typed.decode_nodes(text)
             if KERNEL is not None:  # the common nodes in C, the others by typed_op (the same HostOps)
-                return KERNEL.ops(nodes, self.names, self.raw_strings, self.strings, _KNOWN_ATTRS, msgspec.UNSET,
-                                  _EMPTY, HostOp, self.typed_op)
+                return KERNEL.ops(nodes, self.names, self.raw_strings, self.strings, _KNOWN_ATTRS, typed.UNSET,
+                                  typed.EMPTY, HostOp, self.typed_op)
             return [self.typed_op(node) for node in nodes]
-        except (msgspec.MsgspecError, RecursionError, HostTraceError, TypeError, orjson.JSONDecodeError):
+        except (typed.MsgspecError, RecursionError, HostTraceError, TypeError, orjson.JSONDecodeError):
             return None
 
     def scan(self, text: Any, pos: int, stop: int) -> tuple[list[HostOp], int, int]:
@@ -290,24 +295,27 @@ class _Compactor:
         return self.named(name, -1)
 
     def slow_node(self, text: bytes) -> HostOp | None:
-        """The HostOp of one node, given as its JSON text, as a chunk of it gives it (None: not JSON)."""
-        return convert_element(text, self.op, self.typed_chunk)
+        """The HostOp of one node, given as its JSON text, as a chunk of it gives it (None: not JSON): by the
+        dict path, the typed path's twin (for the few nodes the scan leaves, collectives mostly, msgspec's
+        import would cost more than it saves)."""
+        return convert_element(text, self.op)
 
-    def typed_op(self, node: _Node) -> HostOp:
-        """:meth:`op` of a decoded :class:`_Node` (the same HostOp; any fault raises, and the chunk is redone
+    def typed_op(self, node: typed.Node) -> HostOp:
+        """:meth:`op` of a decoded :class:`~etkit.pytorch.host_typed.Node` (the same HostOp; any fault raises, and the chunk is redone
         by :meth:`op`)."""
         node_id = node.id
         if type(node_id) is not int or not 0 <= node_id <= _UINT64[1]:
             raise HostTraceError("id")
         named = self.named(node.name, node_id)
         parent = node.ctrl_deps
-        if parent is msgspec.UNSET:
+        unset, empty = typed.UNSET, typed.EMPTY
+        if parent is unset:
             parent = node_id
         attrs = {attr.name: attr.value for attr in node.attrs}
         io = node.inputs
-        ins, in_shapes, in_types = (io.values, io.shapes, io.types) if io is not None else ([], _EMPTY, _EMPTY)
+        ins, in_shapes, in_types = (io.values, io.shapes, io.types) if io is not None else ([], empty, empty)
         io = node.outputs
-        outs, out_shapes, out_types = (io.values, io.shapes, io.types) if io is not None else ([], _EMPTY, _EMPTY)
+        outs, out_shapes, out_types = (io.values, io.shapes, io.types) if io is not None else ([], empty, empty)
         if type(ins) is not list or type(outs) is not list:
             raise HostTraceError("inputs")
         found = self.raw_strings.get
@@ -320,12 +328,12 @@ class _Compactor:
         op = self.build(node_id, named, parent, attrs, _extra(attrs), ins, outs,
                         (in_shapes_s[0], in_types_s[0], out_shapes_s[0], out_types_s[0]),
                         orjson.loads(bytes(in_types)) if named[1] else None)
-        if node.ts is not msgspec.UNSET:
-            self.link_fields(op, {key: value for key in _LINK_FIELDS
-                                  if (value := getattr(node, key)) is not msgspec.UNSET})
+        if node.ts is not unset:
+            self.link_fields(op, {key: value for key in typed.LINK_FIELDS
+                                  if (value := getattr(node, key)) is not unset})
         return op
 
-    def raw_string(self, raw: msgspec.Raw | bytes) -> tuple[str, bool]:
+    def raw_string(self, raw: typed.Raw | bytes) -> tuple[str, bool]:
         """(str() of the JSON value ``raw``, whether it is a list), parsed by orjson and kept for the next node."""
         text = bytes(raw)
         value = orjson.loads(text)
@@ -361,42 +369,6 @@ def _extra(values: dict[str, Any]) -> dict[str, Any] | None:
     return {k: v for k, v in values.items() if k not in _KNOWN_ATTRS and v not in ("", None)} or None
 
 
-# -- the typed fast path: msgspec decodes a chunk of nodes straight into these records ------------------------
-# Every field is ``Any`` (checked by _Compactor.build as on the dict path); only the shape (objects, lists)
-# is typed. msgspec reads JSON as orjson does (tests/pytorch/test_host.py compares them), except integers
-# beyond 64 bits (orjson: a float), which _LONG_NUMBER sends to the dict path.
-
-class _Attr(msgspec.Struct, gc=False):
-    name: Any
-    value: Any = None
-
-
-_EMPTY = msgspec.Raw(b"[]")
-
-
-class _IO(msgspec.Struct, gc=False):
-    values: Any = []
-    shapes: msgspec.Raw = _EMPTY  # the JSON text: shapes and types repeat, their str() is looked up by it
-    types: msgspec.Raw = _EMPTY
-
-
-class _Node(msgspec.Struct, gc=False):
-    id: Any = None
-    name: Any = None
-    ctrl_deps: Any = msgspec.UNSET
-    inputs: _IO | None = None
-    outputs: _IO | None = None
-    attrs: list[_Attr] = []
-    ts: Any = msgspec.UNSET  # the fields of a linked ("host + device") trace
-    inclusive_dur: Any = msgspec.UNSET
-    exclusive_dur: Any = msgspec.UNSET
-    cat: Any = msgspec.UNSET
-    stream: Any = msgspec.UNSET
-    pg_name: Any = msgspec.UNSET
-
-
-_LINK_FIELDS = ("ts", "inclusive_dur", "exclusive_dur", "cat", "stream", "pg_name")
-_decode_nodes = msgspec.json.Decoder(list[_Node]).decode
 #: 20 digits in a row (every digit made 0 first): possibly an integer beyond 64 bits, or just a long string
 #: of digits (then the dict path reads it, to the same result). A regex costs 10x more.
 _DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
+from ..arrays import distinct
 from ..errors import EtkitError
 from ..fileio import atomic_output
 from ..format.attrs import PROFILER_CATEGORIES
@@ -628,7 +629,7 @@ def _attach_gpu(kin: KinetoTrace, rows: np.ndarray, k_parent: np.ndarray, runtim
     launch_of = {int(c): j for j, c in enumerate(kin.launch_correlation.tolist()) if c >= 0}
     # Per thread: CPU events sorted by start, to find the innermost one enclosing a launch.
     per_tid: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for tid in np.unique(kin.cpu_tid).tolist():
+    for tid in distinct(kin.cpu_tid).tolist():
         sel = np.flatnonzero(kin.cpu_tid == tid)
         sel = sel[np.lexsort((-kin.cpu_dur[sel], kin.cpu_ts[sel]))]
         per_tid[tid] = (sel, kin.cpu_ts[sel])

@@ -24,6 +24,7 @@ from enum import IntEnum
 
 import numpy as np
 
+from ..arrays import distinct
 from ..errors import EtkitError
 from ..format.schema import CommType, NodeType
 from ..literal import LiteralError, parse_literal
@@ -142,7 +143,7 @@ def _dependency_csr(trace: Trace) -> tuple[np.ndarray, np.ndarray, int]:
     found = found.resolved()
     children, parents = found.child, found.parent
     n = len(trace)
-    pairs = np.unique(children * max(n, 1) + parents)
+    pairs = distinct(children * max(n, 1) + parents)
     children, parents = pairs // max(n, 1), pairs % max(n, 1)
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.add.at(ptr, children + 1, 1)
@@ -312,7 +313,7 @@ def plan_rank(trace: Trace, rank: int, job: Job, mode: str) -> RankReplayPlan:
                 plan.comm[row] = spec
                 action[row] = {"SEND": Action.SEND, "RECV": Action.RECV}.get(spec.kind, Action.COLL)
     names = trace.strings
-    plan.steps = max(1, sum(1 for i in np.unique(trace.name_idx).tolist() if is_step_name(names[i])))
+    plan.steps = max(1, sum(1 for i in distinct(trace.name_idx).tolist() if is_step_name(names[i])))
     plan.trace_iteration_us, plan.trace_time_basis = _iteration_time(trace, order, dep_ptr, dep_rows)
     return plan
 

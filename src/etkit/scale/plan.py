@@ -22,6 +22,7 @@ from functools import cached_property
 
 import numpy as np
 
+from ..arrays import distinct
 from ..errors import OptionError, UsageError
 from ..format.schema import CommType
 from ..model.groups import WORLD, ProcessGroups
@@ -201,7 +202,7 @@ def make_plan(old: GridLayout, groups: ProcessGroups, names: set[str], dim: str,
                 out[name] = ranks
             plan.merged_names[name] = new_name
             continue
-        along_values = np.unique(coords[:, a])
+        along_values = distinct(coords[:, a])
         rest = np.delete(coords, a, axis=1)
         distinct_rest = np.unique(rest, axis=0) if rest.shape[1] else np.zeros((1, 0), dtype=np.int64)
         if along_values.size == 1:

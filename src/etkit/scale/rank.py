@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..arrays import distinct
 from ..errors import EtkitError
 from ..format.attrs import attr_kind, make_attr
 from ..format.columnar import WalkSpans
@@ -51,7 +52,7 @@ def survey_rank(item: tuple[int, str]) -> RankSurvey:
     survey = survey_file(path, ints=_RANK_ATTRS)
     p2p = np.isin(survey.types, _P2P)
     peers = np.concatenate([survey.ints["comm_src"][p2p], survey.ints["comm_dst"][p2p]])
-    known = frozenset(int(p) for p in np.unique(peers[(peers != MISSING) & (peers >= 0)]).tolist())
+    known = frozenset(int(p) for p in distinct(peers[(peers != MISSING) & (peers >= 0)]).tolist())
     uniq, counts = np.unique(survey.types, return_counts=True)
     by_type = {NodeType(int(t)).name if int(t) in NodeType._value2member_map_ else str(int(t)): int(c)
                for t, c in zip(uniq.tolist(), counts.tolist())}

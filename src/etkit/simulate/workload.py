@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..arrays import distinct
 from ..format.schema import NodeType
 from ..model.devices import Device
 from ..model.edges import edges
@@ -175,13 +176,13 @@ def _dependency_rows(trace: Trace, deps: str, rank: int, problems: list[Problem]
         found = found.resolved(self_loops=True)
         keys.append(found.parent * n + found.child)  # one int64 per edge: compact, and sorts as (parent, child)
         del found
-    key = np.unique(np.concatenate(keys)) if keys else np.empty(0, np.int64)
+    key = distinct(np.concatenate(keys)) if keys else np.empty(0, np.int64)
     return key // n, key % n
 
 
 def _unique_edges(parent: np.ndarray, child: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Distinct (parent, child) row pairs sorted by parent then child."""
-    key = np.unique(parent.astype(np.int64) * max(n, 1) + child)
+    key = distinct(parent.astype(np.int64) * max(n, 1) + child)
     return key // max(n, 1), key % max(n, 1)
 
 

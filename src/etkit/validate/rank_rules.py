@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..arrays import distinct
 from ..format.schema import CommType, NodeType
 from ..model.edges import edges
 from ..model.trace import MISSING, Trace, TraceBatch
@@ -241,7 +242,7 @@ def _rows_with_repeats(ptr: np.ndarray, deps: np.ndarray) -> np.ndarray:
     suspect = np.flatnonzero(inside & (deps[1:] <= deps[:-1]))
     if not suspect.size:
         return suspect
-    rows = np.unique(np.searchsorted(ptr, suspect, side="right") - 1)
+    rows = distinct(np.searchsorted(ptr, suspect, side="right") - 1)
     sizes = ptr[rows + 1] - ptr[rows]
     sub_ptr = np.zeros(rows.size + 1, dtype=np.int64)
     np.cumsum(sizes, out=sub_ptr[1:])

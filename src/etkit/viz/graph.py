@@ -28,6 +28,7 @@ import numpy as np
 
 from ..analyze.kinds import KIND_NAMES, node_kinds
 from ..analyze.timing import dependency_rows, topological_order
+from ..arrays import distinct
 from ..errors import DependencyError, OptionError, UsageError
 from ..fileio import atomic_output
 from ..model.trace import Trace, node_type_name
@@ -128,7 +129,7 @@ def _region(trace: Trace, csr: _Csr, around: int, depth: int) -> np.ndarray:
     region[centre] = True
     frontier = np.array([centre], dtype=np.int64)
     for _ in range(depth):
-        nxt = np.unique(csr.neighbours(frontier))
+        nxt = distinct(csr.neighbours(frontier))
         frontier = nxt[~region[nxt]]
         if not len(frontier):
             break
