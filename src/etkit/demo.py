@@ -14,12 +14,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .executor import Executor, default_executor
 from .fileio import atomic_output
+from .records import record
 
 if TYPE_CHECKING:
     from .model.job import Job
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["DemoResult", "run_demo"]
 
 
-@dataclass
+@record
 class DemoResult:
     out_dir: Path
     outputs: dict[str, Path] = field(default_factory=dict)
@@ -39,7 +40,7 @@ def _fmt_ms(ns: float) -> str:
     return f"{ns / 1e6:,.2f} ms"
 
 
-@dataclass
+@record
 class _Run:
     """What every step of one demo run shares."""
     out: Path

@@ -15,11 +15,11 @@ import os
 import re
 import zlib
 from collections.abc import Collection
-from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import UsageError
 from .fileio import GZIP_MAGIC
+from .records import record
 
 __all__ = ["FileKind", "KINDS", "sniff", "sniff_bytes", "require", "read_head", "is_kineto", "is_host_trace"]
 
@@ -28,7 +28,7 @@ __all__ = ["FileKind", "KINDS", "sniff", "sniff_bytes", "require", "read_head", 
 HEAD_BYTES = 64 << 10
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FileKind:
     """One kind of file: its ``name``, how a message calls it and the verb that reads it."""
 

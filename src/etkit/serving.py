@@ -17,7 +17,6 @@ import itertools
 import os
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from .analyze.serving import ServingMetrics, serving_metrics
@@ -26,6 +25,7 @@ from .executor import Executor, SerialExecutor
 from .format.stream import open_trace
 from .generate.serve import llm_serve_from_settings, settings_of
 from .model.job import discover
+from .records import record
 from .simulate import SimulationResult, simulate
 from .simulate.config import Knobs, NetworkConfig, SystemConfig
 from .simulate.probe import comm_cost
@@ -34,7 +34,7 @@ __all__ = ["ServePoint", "simulate_serving", "serve_sweep", "sweep_table", "plot
            "is_serving_job"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ServePoint:
     """One point of a serving sweep: its rate (requests/s), split (prefill:decode GPUs or None) and figures."""
 

@@ -9,11 +9,12 @@ send started. ``compute + exposed_comm + memory + waiting + host + idle == span`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
 from ..model.accounting import CATEGORIES, TimeAccount, account
 from ..model.job import Job
 from ..model.schedule import Schedule
+from ..records import record
 from .context import AnalysisContext, RankView, prepare
 from .tables import Table
 
@@ -23,7 +24,7 @@ __all__ = ["TimeBreakdown", "BreakdownResult", "breakdown", "rank_breakdown", "C
 TimeBreakdown = TimeAccount
 
 
-@dataclass
+@record
 class BreakdownResult:
     source: str
     ranks: dict[int, TimeAccount]

@@ -28,7 +28,7 @@ BARRIER        nothing                               nothing
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
@@ -36,6 +36,7 @@ from ..format.schema import CommType, NodeType
 from ..model.job import Job
 from ..model.schedule import Schedule
 from ..model.trace import MISSING
+from ..records import record
 from ..units import format_bytes
 from .context import AnalysisContext, RankView, prepare
 from .crossrank import pg_name_of
@@ -48,7 +49,7 @@ __all__ = ["CommStats", "CommSummary", "SizeHistogram", "comm_summary", "traffic
 ALGORITHMS = ("ring", "direct")
 
 
-@dataclass
+@record
 class CommStats:
     count: int = 0
     bytes: float = 0.0
@@ -66,7 +67,7 @@ class CommStats:
                 "unknown_size": self.unknown_size}
 
 
-@dataclass
+@record
 class SizeHistogram:
     """Message counts per power-of-two size bin: bin ``i`` holds sizes in ``[2**i, 2**(i+1))``; bin -1 holds 0."""
 
@@ -84,7 +85,7 @@ class SizeHistogram:
                 for b in sorted(self.counts)]
 
 
-@dataclass
+@record
 class CommSummary:
     source: str
     algorithm: str

@@ -8,7 +8,7 @@ run on the same job (``etkit analyze``, the report) they share one :class:`Analy
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from ..executor import Executor, SerialExecutor, in_client
 from ..model.job import Job
 from ..model.schedule import RankSchedule, Schedule
 from ..model.trace import Trace
+from ..records import record
 from .crossrank import CrossRank, match_cross_rank
 from .kinds import node_kinds, time_kinds
 from .roles import RoleClass, role_classes
@@ -29,7 +30,7 @@ __all__ = ["AnalysisContext", "RankView", "prepare"]
 DEPENDENCY_ROWS = "dependency_rows"
 
 
-@dataclass
+@record
 class RankView:
     """One rank's trace with its schedule, kinds and tracks."""
 
@@ -51,7 +52,7 @@ class RankView:
         return np.where(self.sched.ran, self.sched.end_ns - self.sched.start_ns, 0)
 
 
-@dataclass
+@record
 class AnalysisContext:
     job: Job
     schedule: Schedule
@@ -94,7 +95,7 @@ def _view(item: tuple[int, Trace, RankSchedule, bool]) -> RankView:
     return RankView(rank, trace, sched, time_kinds(trace, kinds), tracks)
 
 
-@dataclass
+@record
 class _ViewColumns:
     """What a remote task sends back for one rank: its time kinds and tracks, not the trace."""
 
@@ -163,7 +164,7 @@ def prepare(job: Job, schedule: Schedule | None = None, *, executor: Executor | 
     return AnalysisContext(job, schedule, cross, views, cache={DEPENDENCY_ROWS: rows})
 
 
-@dataclass
+@record
 class Members:
     """Every member of every collective instance, flattened: instance, rank, row, and the row's start,
     end and whether it ran (int64 ns, from the schedule)."""

@@ -21,7 +21,7 @@ overhead) and "wait" otherwise. Credits and gaps add up to the length.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from ..arrays import distinct
 from ..format.schema import NodeType
 from ..model.job import Job
 from ..model.schedule import Schedule
+from ..records import record
 from .context import AnalysisContext, RankView, prepare
 from .gcpause import gc_paused
 from .kinds import KIND_NAMES
@@ -41,7 +42,7 @@ _EPS_NS = 0  # times are integer ns: a dependency ending at or before a start re
 _NEVER = int(np.iinfo(np.int64).min)
 
 
-@dataclass
+@record
 class CriticalPath:
     """Nodes on the critical path, last-to-finish last (arrays are aligned, one entry per node)."""
 

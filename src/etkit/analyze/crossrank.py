@@ -4,17 +4,18 @@ the one cross-rank matcher (:mod:`etkit.model.matching`) pairs them, in the form
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from ..model.job import Job
 from ..model.matching import comm_record, match_comm
 from ..model.trace import Trace
+from ..records import record
 from .gcpause import gc_paused
 
 __all__ = ["CrossRank", "match_cross_rank", "pg_name_of"]
 
 
-@dataclass
+@record
 class CrossRank:
     """Cross-rank links of a job."""
 

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from ..model.job import Job
 from ..model.schedule import Schedule
+from ..records import record
 from .breakdown import CATEGORIES
 from .job_analysis import JobAnalysis, analyze_job
 
 __all__ = ["Delta", "JobDiff", "diff_jobs", "diff_analyses"]
 
 
-@dataclass
+@record
 class Delta:
     key: str
     a: float
@@ -39,7 +39,7 @@ class Delta:
         return {"key": self.key, "a": self.a, "b": self.b, "delta": self.delta, "ratio": self.ratio}
 
 
-@dataclass
+@record
 class JobDiff:
     a_name: str
     b_name: str

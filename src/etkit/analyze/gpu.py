@@ -40,7 +40,7 @@ Every result has ``tables()`` (:mod:`.tables`: CSV files, ``to_pandas()``) and `
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
@@ -52,6 +52,7 @@ from ..model.edges import ctrl_parent
 from ..model.job import Job
 from ..model.schedule import Schedule
 from ..model.trace import Trace
+from ..records import record
 from .context import AnalysisContext, RankView, prepare
 from .kinds import COMM, MEMORY
 from .tables import Table
@@ -71,7 +72,7 @@ LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "runFunction - job_pr
 MEMORY_CALLS = ("cudaMemcpyAsync", "cudaMemsetAsync")
 
 
-@dataclass
+@record
 class GpuRank:
     """One rank's GPU activity in the window: rows, ns times, streams, names, kernel types, launches."""
 
@@ -178,7 +179,7 @@ def _context(job: Job, schedule: Schedule | None, context: AnalysisContext | Non
 # -- temporal breakdown -------------------------------------------------------------------------------
 
 
-@dataclass
+@record
 class TemporalRank:
     rank: int
     kernel_ns: int  # first GPU activity's start to the last one's end
@@ -190,7 +191,7 @@ class TemporalRank:
         return 100.0 * getattr(self, f"{what}_ns") / self.kernel_ns if self.kernel_ns else 0.0
 
 
-@dataclass
+@record
 class TemporalBreakdown:
     ranks: list[TemporalRank]
 
@@ -225,7 +226,7 @@ def temporal_breakdown(job: Job, schedule: Schedule | None = None, *, include_la
 # -- kernel breakdown ---------------------------------------------------------------------------------
 
 
-@dataclass
+@record
 class KernelStats:
     rank: int
     name: str
@@ -238,7 +239,7 @@ class KernelStats:
     std_ns: float  # sample standard deviation (0 for one kernel), as pandas computes it
 
 
-@dataclass
+@record
 class KernelBreakdown:
     by_type: dict[str, int]  # kernel type (and "A overlapping B") -> ns summed over ranks
     kernels: list[KernelStats]  # per rank and kernel name, largest sum first
@@ -339,7 +340,7 @@ def comm_comp_overlap(job: Job, schedule: Schedule | None = None, *, include_las
 # -- idle time ----------------------------------------------------------------------------------------
 
 
-@dataclass
+@record
 class IdleBreakdown:
     rows: list[tuple[int, int, str, int, float]]  # rank, stream, category, idle ns, share of the stream's idle
     kernel_wait_ns: int
@@ -382,7 +383,7 @@ def idle_time_breakdown(job: Job, schedule: Schedule | None = None, *, ranks: li
 # -- launch statistics ---------------------------------------------------------------------------------
 
 
-@dataclass
+@record
 class LaunchStats:
     """Per rank, per launched kernel: the runtime call's duration, the kernel's, and the launch delay (ns)."""
 
@@ -435,7 +436,7 @@ def launch_stats(job: Job, schedule: Schedule | None = None, *, include_memory_e
 # -- frequent kernel sequences ------------------------------------------------------------------------
 
 
-@dataclass
+@record
 class KernelSequence:
     pattern: str  # "op|kernel|kernel..."
     count: int
@@ -493,7 +494,7 @@ def frequent_kernel_sequences(job: Job, operator: str, schedule: Schedule | None
 # -- user annotations ----------------------------------------------------------------------------------
 
 
-@dataclass
+@record
 class AnnotationStats:
     rank: int
     name: str
@@ -505,7 +506,7 @@ class AnnotationStats:
     std_ns: float
 
 
-@dataclass
+@record
 class AnnotationBreakdown:
     rows: list[AnnotationStats] = field(default_factory=list)
 
@@ -543,7 +544,7 @@ def annotation_breakdown(job: Job, schedule: Schedule | None = None, *, use_gpu:
 # -- all of them at once --------------------------------------------------------------------------------
 
 
-@dataclass
+@record
 class GpuAnalysis:
     """The GPU questions :func:`etkit.analyze.analyze_job` answers when a job has GPU activity."""
 

@@ -16,12 +16,13 @@ max/mean busy as the imbalance figure.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
 from ..model.job import Job
 from ..model.schedule import Schedule
+from ..records import record
 from .breakdown import BreakdownResult, rank_breakdown
 from .context import AnalysisContext, collective_members, last_arrival, prepare
 from .crossrank import pg_name_of
@@ -34,7 +35,7 @@ __all__ = ["RankLoad", "Imbalance", "LateEvent", "imbalance"]
 MAX_EVENTS = 50
 
 
-@dataclass
+@record
 class RankLoad:
     rank: int
     busy_ns: int
@@ -52,7 +53,7 @@ class RankLoad:
         return dict(self.__dict__)
 
 
-@dataclass
+@record
 class LateEvent:
     """One collective instance or send/recv pair where members waited for the last one to arrive."""
 
@@ -74,7 +75,7 @@ class LateEvent:
                 "waits_ns": {str(r): w for r, w in sorted(self.waits.items())}}
 
 
-@dataclass
+@record
 class Imbalance:
     source: str
     ranks: list[RankLoad]  # most waiting caused first
@@ -106,7 +107,7 @@ class Imbalance:
                 "events": [e.to_json() for e in self.events]}
 
 
-@dataclass
+@record
 class _Waits:
     """Per waiting member (flattened): who waited, for whom, how long, in which event."""
 

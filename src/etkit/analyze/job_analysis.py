@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ..executor import Executor
 from ..model.job import Job
 from ..model.schedule import Schedule
 from ..model.trace import node_type_name
+from ..records import record
 from .breakdown import BreakdownResult, breakdown
 from .comm import CommSummary, comm_summary
 from .context import AnalysisContext, prepare
@@ -22,7 +21,7 @@ from .top_ops import TopOps, top_ops
 __all__ = ["JobAnalysis", "analyze_job", "node_counts"]
 
 
-@dataclass
+@record
 class JobAnalysis:
     prefix: str | None
     source: str

@@ -10,19 +10,18 @@ distributions per class (:mod:`etkit.viz.report`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ..format.schema import CommType, NodeType
 from ..model.job import Job
 from ..model.trace import MISSING, Trace
+from ..records import record
 from .crossrank import pg_name_of
 
 __all__ = ["RoleClass", "role_classes", "rank_signature", "format_ranks"]
 
 
-@dataclass
+@record
 class RoleClass:
     """Ranks that share one role; ``index`` numbers classes in order of their lowest rank."""
 

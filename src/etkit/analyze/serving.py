@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -33,6 +33,7 @@ from ..format.stream import open_trace
 from ..model.job import Job, discover
 from ..model.schedule import Schedule
 from ..model.trace import Trace, load_trace
+from ..records import record
 
 if TYPE_CHECKING:
     from ..format.schema import GlobalMetadata
@@ -43,7 +44,7 @@ PERCENTILES = (50, 90, 99)
 _MARKERS = (b"serve_request", b"serve_first", b"serve_done")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RequestTimes:
     """One request's times in ns (``first_ns``/``done_ns`` NaN when the schedule never produced them)."""
 
@@ -67,7 +68,7 @@ class RequestTimes:
         return self.done_ns - self.arrival_ns
 
 
-@dataclass
+@record
 class ServingMetrics:
     """What serving engineers ask of a run (see the module docstring for the definitions)."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any
 
 import numpy as np
@@ -21,18 +21,19 @@ from ..format.attrs import attr_value
 from ..format.schema import NodeType
 from ..model.job import discover, map_batches
 from ..model.trace import MISSING, Trace, TraceBatch, comm_type_name, node_type_name
+from ..records import record
 from ..units import exact_sum
 
 __all__ = ["RankInfo", "JobInfo", "summarize_trace", "summarize_batch", "info"]
 
 
-@dataclass
+@record
 class CommVolume:
     count: int = 0
     bytes: int = 0
 
 
-@dataclass
+@record
 class RankInfo:
     rank: int
     path: str
@@ -47,7 +48,7 @@ class RankInfo:
     span_us: int
 
 
-@dataclass
+@record
 class JobInfo:
     ranks: list[RankInfo]
     nodes: int = 0

@@ -12,17 +12,18 @@ import csv
 import io
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from ..errors import OptionError, UsageError
 from ..fileio import atomic_output
+from ..records import record
 
 __all__ = ["Table", "write_csv", "to_pandas"]
 
 
-@dataclass
+@record
 class Table:
     name: str
     columns: list[str]

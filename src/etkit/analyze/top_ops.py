@@ -7,14 +7,13 @@ peers (a receive posted long before its send: :mod:`etkit.model.accounting`). Op
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ..arrays import unique_inverse
 from ..model.job import Job
 from ..model.schedule import Schedule, measured_times
 from ..model.trace import node_type_name
+from ..records import record
 from .context import AnalysisContext, prepare
 from .kinds import COMM, KIND_NAMES
 from .tables import Table
@@ -22,7 +21,7 @@ from .tables import Table
 __all__ = ["OpStats", "TopOps", "top_ops"]
 
 
-@dataclass
+@record
 class OpStats:
     name: str
     kind: str
@@ -35,7 +34,7 @@ class OpStats:
                 "exclusive_ns": self.exclusive_ns}
 
 
-@dataclass
+@record
 class TopOps:
     source: str
     by_name: list[OpStats]  # every operator name, largest total first

@@ -9,7 +9,6 @@ those segments, so nested parents never swallow their children's time.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,6 +17,7 @@ from ..model.accounting import union_intervals, union_length
 from ..model.kinds import RESOURCE_NAMES
 from ..model.schedule import RankSchedule
 from ..model.trace import MISSING, Trace
+from ..records import record
 from .kinds import COMM, COMPUTE, CPU, KIND_NAMES, MEMORY
 
 __all__ = ["RankTracks", "rank_tracks", "union_intervals", "union_length"]
@@ -25,7 +25,7 @@ __all__ = ["RankTracks", "rank_tracks", "union_intervals", "union_length"]
 _KIND_RESOURCE = {COMPUTE: "compute", CPU: "cpu", COMM: "comm", MEMORY: "memory"}
 
 
-@dataclass
+@record
 class RankTracks:
     """Track layout of one rank's scheduled rows."""
 

@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from ..executor import Executor, default_executor
 from ..fileio import comm_groups_path, job_files, job_output, protect_inputs, rank_file_path, read_bytes_maybe_gzip
 from ..model.groups import WORLD, ProcessGroups
 from ..model.job import Job, discover, load_groups
+from ..records import record
 from .ioinfo import DEVICES
 from .leaks import find_in_bytes, needle_index, text_strings
 from .opclass import CLASSES
@@ -45,7 +46,7 @@ __all__ = ["anonymize", "AnonymizeReport", "Policy", "load_policy", "default_pol
            "renumber_groups", "scan_outputs", "compare_jobs", "compare_views", "job_view", "JobView", "Comparison"]
 
 
-@dataclass
+@record
 class AnonymizeReport:
     """What ``anonymize`` wrote and the proof that nothing of the input's text is in it."""
 
@@ -207,7 +208,7 @@ def anonymize(job_or_prefix: str | os.PathLike[str], out: str | os.PathLike[str]
                            policy)
 
 
-@dataclass
+@record
 class Comparison:
     """The simulator's and the analyses' view of a job and its anonymised (or otherwise rewritten) copy."""
 
@@ -241,7 +242,7 @@ class Comparison:
         return out
 
 
-@dataclass
+@record
 class JobView:
     """What :func:`compare_jobs` compares: one job's simulation (per-rank finish, makespan) and breakdown."""
 

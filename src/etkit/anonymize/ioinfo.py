@@ -15,7 +15,7 @@ Results are cached per input text (operators repeat their argument lists).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 import orjson
@@ -23,6 +23,7 @@ import orjson
 from ..format.encode import copy_spans
 from ..format.parts import span_table
 from ..format.wire import WireFault, int64s
+from ..records import record
 from . import kernel
 
 __all__ = ["IoRewriter", "quoted_strings", "parse_shapes", "bucket_dim", "starts_of"]
@@ -108,7 +109,7 @@ _DEVICE_SCAN = 32
 _PAD = _DEVICE_SCAN + 8
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TensorSpans:
     """The canonical tensors of a text (what :data:`_CANONICAL_TENSOR_B` splits by), found with numpy: each
     tensor's span, its tensor and storage ids as numbers, where its storage id ends and its device starts
@@ -344,7 +345,7 @@ def _renumbered(ids: list[bytes], table: dict[bytes, int]) -> list[int]:
     return out
 
 
-@dataclass
+@record
 class IoRewriter:
     """One rank's IOInfo rewriting (tensor numbering is per rank: ids are per process)."""
 

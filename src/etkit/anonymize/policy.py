@@ -11,13 +11,14 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ..errors import UsageError
+from ..records import record
 
 __all__ = ["Policy", "DEFAULT_POLICY_TEXT", "load_policy", "default_policy", "HOT_ATTRIBUTES"]
 
@@ -77,7 +78,7 @@ HOT_ATTRIBUTES = ("is_cpu_op", "num_ops", "tensor_size", "comm_type", "comm_size
                   "comm_tag", "comm_priority", "pg_name", "tid", "stream", "cat", "ts_ns", "dur_ns")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Policy:
     """What to keep. See :data:`DEFAULT_POLICY_TEXT` for the meaning of each field."""
 

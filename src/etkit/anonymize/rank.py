@@ -21,7 +21,7 @@ rank's IOInfo is rewritten once per distinct message.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 import orjson
@@ -40,6 +40,7 @@ from ..model.edges import edges
 from ..model.groups import parse_process_group_init
 from ..model.survey import survey_file
 from ..model.trace import MISSING, Trace, load_trace
+from ..records import record
 from . import kernel
 from .ioinfo import IoRewriter, parse_shapes, quoted_strings, starts_of
 from .leaks import find_in_joined, needle_index, text_strings
@@ -53,7 +54,7 @@ __all__ = ["RankSurvey", "survey_rank", "RankTask", "RankOutcome", "rewrite_rank
 PRODUCER = f"etkit {__version__} anonymize"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RankSurvey:
     rank: int
     nodes: int
@@ -72,7 +73,7 @@ def survey_rank(item: tuple[int, str]) -> RankSurvey:
                       dict(survey.declared.groups))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RankTask:
     """What one rewrite task needs (small and picklable)."""
 
@@ -87,7 +88,7 @@ class RankTask:
     vocabulary: str = ""  # etkit's own words: a string inside them is not searched (:func:`searched_strings`)
 
 
-@dataclass
+@record
 class RankOutcome:
     rank: int
     nodes: int
@@ -123,7 +124,7 @@ def _jittered(values: np.ndarray, noise: np.ndarray | None) -> np.ndarray:
     return (v + np.trunc(v * noise).astype(np.int64)).astype(values.dtype)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Warp:
     """A jittered clock of one rank: its distinct event times (starts and ends, in µs) and their new times.
 
@@ -257,7 +258,7 @@ def _group_init_values(text: str, pg_map: dict[str, str]) -> str:
     return str([orjson.dumps(entries).decode()])
 
 
-@dataclass
+@record
 class _Shapes:
     """Each node's IOInfo shapes text, per side: an index into that side's table of texts (-1: no IOInfo)."""
 
@@ -511,7 +512,7 @@ class _RankWriter:
         return self.outcome
 
 
-@dataclass
+@record
 class _RankView:
     """What the columns do not hold, per node: its encoded IOInfo messages and its other attributes
     (from :func:`etkit.format.parts.record_parts`, or by parsing each node when that declines)."""
@@ -566,8 +567,8 @@ class _RankView:
         texts: list[list[tuple[str, str, str]]] = [[], []]
         strings: list[str] = []
         attrs: dict[str, tuple[list[int], list[bytes]]] = {}
-        for row, record in enumerate(trace.records()):
-            node = Node.FromString(record)
+        for row, raw in enumerate(trace.records()):
+            node = Node.FromString(raw)
             for side, field_name in enumerate(("inputs", "outputs")):
                 if node.HasField(field_name):
                     msg = getattr(node, field_name)

@@ -19,10 +19,11 @@ They say what etkit's :class:`~etkit.simulate.config.NetworkConfig` and
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..records import record
 from ..simulate.config import Dimension, NetworkConfig, SystemConfig
 
 __all__ = ["AstraMachine", "astra_machine", "network_yaml", "system_json", "memory_json", "astra_command",
@@ -32,7 +33,7 @@ __all__ = ["AstraMachine", "astra_machine", "network_yaml", "system_json", "memo
 ASTRA_BINARIES = {"unaware": "AstraSim_Analytical_Congestion_Unaware", "aware": "AstraSim_Analytical_Congestion_Aware"}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AstraMachine:
     """The network and system as ASTRA-sim gets them (``dims``: which of the original dimensions remain)."""
 

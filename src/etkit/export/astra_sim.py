@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from ..executor import Executor, default_executor
 from ..fileio import atomic_output, job_output
 from ..model.groups import ProcessGroups
 from ..model.job import discover, load_groups
+from ..records import record
 from ..simulate.config import NetworkConfig, SystemConfig, load_network, load_system
 from .astra_config import astra_command, astra_machine, memory_json, network_yaml, system_json
 from .plan import ExportError, RankSummary, plan_export, summarise
@@ -31,7 +32,7 @@ from .rewrite import RankWritten, write_rank
 __all__ = ["AstraSimExport", "astra_sim"]
 
 
-@dataclass
+@record
 class AstraSimExport:
     """What :func:`astra_sim` wrote."""
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 import numpy as np
 
@@ -40,6 +40,7 @@ from ..format.schema import NodeType
 from ..model.groups import ProcessGroups, communicator_key
 from ..model.matching import CommRecord, collectives_by_group, comm_record, match_comm, match_p2p
 from ..model.trace import MISSING
+from ..records import record
 from ..simulate.config import NetworkConfig, SystemConfig
 from ..simulate.loader import load_columns
 from ..validate.findings import ERROR, Finding, FindingSink
@@ -66,7 +67,7 @@ class ExportError(EtkitError):
     """The job cannot be written so that ASTRA-sim runs it; the message names rank and node."""
 
 
-@dataclass
+@record
 class RankSummary:
     """What pass 1 learns about one rank."""
 
@@ -92,7 +93,7 @@ def summarise(item: tuple[int, str]) -> RankSummary:
                        comm_record(trace, rank), sink.done(), loaded.groups, int(mem.sum()))
 
 
-@dataclass
+@record
 class RankTask:
     """What pass 2 needs to write one rank (arrays are indexed like the rank's :class:`CommRecord`)."""
 
@@ -113,7 +114,7 @@ class RankTask:
     known_system: bool = False  # ``system`` is the one ASTRA-sim gets (else etkit's defaults)
 
 
-@dataclass
+@record
 class ExportPlan:
     npus: int
     job_ranks: list[int]

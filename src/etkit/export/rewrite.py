@@ -37,7 +37,7 @@ What changes:
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
@@ -47,6 +47,7 @@ from ..format.schema import CommType, GlobalMetadata, Node, NodeType
 from ..format.stream import TraceWriter, open_trace
 from ..model.groups import communicator_key
 from ..model.trace import MISSING, Trace, comm_type_name
+from ..records import record
 from ..simulate.collectives import decompose
 from ..simulate.config import Knobs
 from ..simulate.loader import load_columns
@@ -65,7 +66,7 @@ _ALL_GATHER = int(CommType.ALL_GATHER)
 SMALL_ALL_GATHER = 64
 
 
-@dataclass
+@record
 class RankWritten:
     rank: int
     nodes_in: int

@@ -21,8 +21,8 @@ returns ``None`` and the caller takes the record-by-record path, which produces 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, fields
 from dataclasses import field as _field_default
+from dataclasses import fields
 from functools import lru_cache
 from typing import Any
 
@@ -30,6 +30,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from ..arrays import distinct
+from ..records import record
 from . import schema, tags
 from . import wire as _wire
 from .attrwire import (
@@ -70,7 +71,7 @@ _CHECK_CHUNK = 1 << 16
 _U32 = np.uint64(0xFFFFFFFF)
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class NodeColumns:
     """The per-node columns every decoded form of a trace has (this list's one home): :class:`Columns` (the
     decoder's result) and :class:`etkit.model.trace.Trace` (which adds the metadata, the integer attribute
@@ -99,14 +100,14 @@ class NodeColumns:
 NODE_COLUMNS = tuple(f.name for f in fields(NodeColumns))
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class Columns(NodeColumns):
     """What the decoder gives: the :class:`NodeColumns` and the :data:`HOT_INT_ATTRS` columns by name."""
 
     ints: dict[str, np.ndarray]
 
 
-@dataclass
+@record
 class _Fields:
     """Fields kept from a scan, in step-major order (a message's later fields come later)."""
 
@@ -351,7 +352,7 @@ def _hot_name_ids(keys: np.ndarray, length: np.ndarray) -> np.ndarray:
     return np.where(exact, ids, -1)
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class _Hot:
     """The hot attributes one decode makes columns of (:func:`_hot`): the integer ones, in
     :data:`HOT_INT_ATTRS` order, are rows ``0..len(ints)-1`` of ``int_rows``; ``cpu`` and ``pg`` are the ids
@@ -665,7 +666,7 @@ class _Proof:
         return not high.any()
 
 
-@dataclass
+@record
 class WalkSpans:
     """What the lean walk of a chunk of records found besides the columns, for callers that read the rest of
     the records (:func:`etkit.format.parts.walked_parts`): rows index the records, offsets the buffer.
@@ -902,7 +903,7 @@ def _wide_varints(b: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return value, length
 
 
-@dataclass
+@record
 class _Spans:
     """Length-delimited fields of one Node tag found by the walk, in walk order (a record's in wire order):
     one entry per step (``add``: ``step`` lists the steps), or all steps in one entry (``joined``, the C kernel's:
@@ -1138,7 +1139,7 @@ def _lean_io(b: np.ndarray, words: np.ndarray, start: np.ndarray, end: np.ndarra
     return high
 
 
-@dataclass
+@record
 class _LeanAttrs:
     head: np.ndarray  # the attribute's first eight bytes (tag 0a, name length, the name's first six bytes)
     name_len: np.ndarray

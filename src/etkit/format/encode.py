@@ -14,10 +14,11 @@ numpy for all records at once, so the cost per node is a few array passes, not a
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
+from ..records import record
 from . import tags
 from .columnar import MISSING
 from .tags import key_byte
@@ -28,7 +29,7 @@ __all__ = ["AttrColumn", "NodeTable", "Packed", "encode_nodes", "encode_strings"
 INT_ATTR_FIELDS = {"int32_val": 7, "int64_val": 9, "uint32_val": 11, "uint64_val": 13, "bool_val": 27}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Packed:
     """Byte strings packed in one array: entry ``i`` is ``data[starts[i]:starts[i] + sizes[i]]``."""
 
@@ -44,7 +45,7 @@ class Packed:
 Table = Sequence[bytes] | Packed
 
 
-@dataclass
+@record
 class AttrColumn:
     """One attribute of the nodes: ``values`` per row (``MISSING`` = the node has none) of an integer
     ``kind``, or ``index`` per row into ``table`` (-1 = none), the encoded AttributeProto messages."""
@@ -56,7 +57,7 @@ class AttrColumn:
     index: np.ndarray | None = None
 
 
-@dataclass
+@record
 class NodeTable:
     ids: np.ndarray
     types: np.ndarray

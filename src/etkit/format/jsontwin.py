@@ -22,7 +22,6 @@ import itertools
 import json
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ FramedSink = Callable[[memoryview, int], None]
 
 from ..errors import TraceFormatError
 from ..fileio import atomic_output, open_maybe_gzip
+from ..records import record
 from .jsonfast import FramingFault, TwinWriter, iter_blocks
 from .jsonfast import metadata_json as fast_metadata_json
 
@@ -51,7 +51,7 @@ FORMAT_NAME = "etkit-et-json"
 _RUN_READ = 1 << 20
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LineRuns:
     """The C path of the twin's node lines: runs of them encoded by ``encode``, their records given to ``write``."""
 
@@ -59,7 +59,7 @@ class LineRuns:
     write: FramedSink
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class WrittenRun:
     """``count`` consecutive node lines whose records :attr:`LineRuns.write` has been given."""
 

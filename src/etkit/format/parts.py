@@ -12,10 +12,10 @@ Anything the walk does not handle returns ``None``: the caller parses record by 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
+from ..records import record
 from .attrwire import INT_KIND, MISSING, ONEOF_WIRE_LUT, STRING_VAL, int_values, plain_int, simple_attributes
 from .columnar import PAD, WalkSpans, _scan, _string_table
 from .wire import WireFault
@@ -25,7 +25,7 @@ __all__ = ["RecordParts", "record_parts", "walked_parts", "joined_spans", "span_
 _STRING_LIST = 30
 
 
-@dataclass
+@record
 class RecordParts:
     io_off: np.ndarray  # (records, 2): where the encoded inputs / outputs IOInfo starts (-1: the node has none)
     io_len: np.ndarray  # (records, 2)

@@ -15,7 +15,6 @@ import os
 import zlib
 from array import array
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, BinaryIO
@@ -23,6 +22,7 @@ from typing import IO, TYPE_CHECKING, BinaryIO
 from ..errors import TraceFormatError
 from ..fileio import atomic_output, open_maybe_gzip
 from ..lazy import LazyModule
+from ..records import record
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -100,7 +100,7 @@ def _long_length(buf: Bytes, pos: int, end: int, path: str | os.PathLike[str], i
             return length & 0xFFFFFFFF, pos
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FrameTable:
     """Where the records of a whole-file buffer lie: one int64 entry per record, in file order."""
 

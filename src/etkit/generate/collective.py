@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
@@ -31,6 +30,7 @@ from ..format.schema import CommType
 from ..model.groups import ProcessGroups
 from ..model.job import Job
 from ..model.template import Param, RankPlan, TraceTemplate, build_job, synthetic_metadata, write_job
+from ..records import record
 from ..units import parse_size
 
 __all__ = [
@@ -171,7 +171,7 @@ def add_barrier(tpl: TraceTemplate, members: Sequence[int], rank: int, *, tag: i
     return deps
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CollectiveSpec:
     """One collective job: type (see :data:`COLLECTIVE_TYPES`), ``comm_size`` bytes, ranks, groups."""
 

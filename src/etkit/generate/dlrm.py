@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from dataclasses import dataclass
 
 from ..errors import UsageError
 from ..executor import Executor
@@ -24,6 +23,7 @@ from ..format.schema import CommType
 from ..model.devices import Device, get_device
 from ..model.groups import ProcessGroups
 from ..model.template import RankPlan, TraceTemplate, synthetic_metadata
+from ..records import record
 from .training import DTYPE_BYTES, ComputeChain, GeneratedJob, GradientBuckets, JobSummary
 
 __all__ = ["DLRM_MODELS", "DlrmConfig", "DlrmJob", "DlrmSpec", "dlrm", "write_dlrm"]
@@ -35,7 +35,7 @@ SGD_BYTES_PER_PARAM = 12
 ALL_RANKS_GROUP = "1"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DlrmConfig:
     """A DLRM: bottom MLP over dense features, ``tables`` embedding tables, pairwise dot interaction, top MLP.
 
@@ -88,7 +88,7 @@ DLRM_MODELS: dict[str, DlrmConfig] = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DlrmSpec:
     """Everything that defines a generated DLRM job (hashable, picklable)."""
 

@@ -18,13 +18,13 @@ micro-batches on a stage.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..arrays import distinct
 from ..errors import UsageError
 from ..model.groups import ProcessGroups
+from ..records import record
 
 __all__ = [
     "GROUP_KINDS",
@@ -42,7 +42,7 @@ SCHEDULES = ("1f1b", "gpipe")
 GROUP_KINDS = ("tp", "dp", "ep", "edp", "emb")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ParallelLayout:
     """How a training job is split over ``dp * tp * pp`` ranks, and the memory/time trade-offs it makes.
 
@@ -103,7 +103,7 @@ class ParallelLayout:
         return range(stage * width, (stage + 1) * width)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RankCoords:
     """Position of a rank in each parallel dimension."""
 
@@ -114,7 +114,7 @@ class RankCoords:
     edp: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GroupTable:
     """Every process group of a layout: ``groups`` for the comm-groups JSON, ``names[kind][rank]`` per rank
     (the group's number, -1 where the rank has no group of that kind)."""

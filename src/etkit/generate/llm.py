@@ -26,13 +26,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from dataclasses import dataclass
 
 from ..errors import UsageError
 from ..executor import Executor
 from ..format.schema import CommType
 from ..model.devices import Device, get_device
 from ..model.template import Param, RankPlan, TraceTemplate, synthetic_metadata
+from ..records import record
 from .layout import GroupTable, ParallelLayout, build_groups, pipeline_order
 from .training import (
     ADAM_BYTES_PER_PARAM,
@@ -58,7 +58,7 @@ __all__ = [
 
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ModelConfig:
     """A decoder-only transformer. ``ffn_kind`` "swiglu" has 3 FFN matrices, "gelu" 2.
 
@@ -129,7 +129,7 @@ def get_model(model: str | ModelConfig, **overrides: object) -> ModelConfig:
     return dataclasses.replace(model, **changes)  # type: ignore[arg-type]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TrainConfig:
     """One training step: ``microbatches`` micro-batches of ``micro_batch`` sequences per data-parallel rank."""
 
@@ -154,7 +154,7 @@ class TrainConfig:
         return DTYPE_BYTES[self.grad_dtype]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LlmSpec:
     """Everything that defines a generated LLM job (hashable, picklable)."""
 
@@ -196,7 +196,7 @@ class LlmSpec:
 
 # -- the operations of one block (embedding, layer, head) ------------------------------------------
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Op:
     """One step of a block's forward pass on one rank, for one micro-batch.
 
@@ -213,7 +213,7 @@ class _Op:
     expert: bool = False
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Block:
     name: str
     ops: tuple[_Op, ...]

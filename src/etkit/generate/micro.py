@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
@@ -30,6 +29,7 @@ from ..format.attrs import make_attr
 from ..format.schema import CommType, Node, NodeType
 from ..model.job import Job
 from ..model.template import RankPlan, TraceTemplate, WriteTask, build_job, plan_writes, run_writes, synthetic_metadata
+from ..records import record
 from .collective import add_barrier, add_broadcast
 
 __all__ = ["MICRO_CASES", "MicroParams", "micro", "write_micro"]
@@ -40,7 +40,7 @@ COMP_NUM_OPS = 2 * _MATMUL_N**3
 COMP_TENSOR_BYTES = 3 * _MATMUL_N * _MATMUL_N * 4
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MicroParams:
     """Sizes and durations of the micro cases (defaults: the reference generator's values)."""
 

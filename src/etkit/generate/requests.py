@@ -21,13 +21,13 @@ import csv
 import dataclasses
 import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import orjson
 
 from ..errors import EtkitError, UsageError
+from ..records import record
 
 __all__ = ["Request", "RequestSource", "LengthDist", "parse_length", "synthetic_requests", "load_requests",
            "MAX_TOKENS"]
@@ -41,7 +41,7 @@ _PROMPT_COLUMNS = ("prompt_tokens", "input_tokens", "prompt_len", "input_len")
 _OUTPUT_COLUMNS = ("output_tokens", "output_len", "max_tokens")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Request:
     """One request: its number, arrival (µs from the start), prompt and output lengths (tokens)."""
 
@@ -51,7 +51,7 @@ class Request:
     output: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LengthDist:
     """A distribution of token counts: ``kind`` fixed, uniform, normal, lognormal or exp, with ``a``, ``b``."""
 
@@ -78,7 +78,7 @@ class LengthDist:
         return f"{self.kind}:{self.a:g}" + (f":{self.b:g}" if self.kind != "exp" else "")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RequestSource:
     """Where a serving run's requests come from: a ``file``, or a synthetic load (``rate`` requests/s for
     ``duration_s`` seconds or ``count`` requests, lengths ``prompt_len``/``output_len``, ``seed``).

@@ -49,7 +49,7 @@ import heapq
 import math
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import orjson
 
@@ -58,6 +58,7 @@ from ..format.schema import CommType, NodeType
 from ..model.devices import Device, get_device
 from ..model.groups import ProcessGroups
 from ..model.template import Param, RankPlan, TraceTemplate, Value, synthetic_metadata
+from ..records import record
 from .llm import ModelConfig, get_model
 from .requests import Request, RequestSource
 from .training import DTYPE_BYTES, GeneratedJob
@@ -84,7 +85,7 @@ SERVE_PRESETS: dict[str, dict[str, object]] = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ServeLayout:
     """GPUs of a serving run: instances of ``tp * pp`` GPUs; ``ep`` divides ``tp`` (experts over TP ranks).
 
@@ -142,7 +143,7 @@ class ServeLayout:
         return instance, stage, tp_index
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class EngineConfig:
     """The serving engine's scheduler limits (vLLM's names in brackets).
 
@@ -175,7 +176,7 @@ class EngineConfig:
         return DTYPE_BYTES[self.dtype]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StepShape:
     """The tokens of one engine step: ``decode`` tokens whose requests hold ``decode_context`` tokens of KV
     cache in all before them, prefill ``chunks`` as ``(new tokens, tokens already cached)``, and ``logits``
@@ -202,7 +203,7 @@ class StepShape:
         return self.decode_context + self.decode + sum(c + k for c, k in self.chunks)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StepCost:
     """One GPU's share of one layer (``layer_*``) and of the output head (``head_*``) for a step."""
 
@@ -295,7 +296,7 @@ def alpha_beta_comm(bandwidth_gbps: float = 450.0, latency_ns: float = 700.0) ->
     return cost
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ServeSpec:
     """Everything that defines a serving run."""
 
@@ -329,7 +330,7 @@ class ServeSpec:
 
 # -- the scheduler ---------------------------------------------------------------------------------
 
-@dataclass(eq=False)
+@record(eq=False)
 class _Seq:
     """A request inside an instance. Blocks held are always ``ceil(computed / block_size)``."""
 
@@ -349,7 +350,7 @@ class _Seq:
 StagePlan = tuple[int, list[tuple[int, int, int, int, int]], int]
 
 
-@dataclass
+@record
 class _StepRecord:
     """One engine step of one instance, as the generator saw it."""
 
@@ -365,7 +366,7 @@ class _StepRecord:
     done: list[int] = field(default_factory=list)
 
 
-@dataclass
+@record
 class _Transfer:
     """A KV-cache transfer from a prefill instance to a decode instance (disaggregated serving)."""
 
@@ -805,13 +806,13 @@ class _StageBuilder:
                 recvs_after.setdefault(t.after_decode_step, []).append(t)
         recv_node = {t.request: self._kv(t, []) for t in recvs_after.get(-1, [])}
         previous: int | None = None
-        for record in self.job.steps(self.inst):
-            waits = [arrivals[r] for r in record.admitted if r in arrivals] if self.stage == 0 else []
-            waits += [recv_node[r] for r in record.received]
-            previous = self._step(record, previous, waits)
-            for t in sends_after.get(record.index, []):
+        for step in self.job.steps(self.inst):
+            waits = [arrivals[r] for r in step.admitted if r in arrivals] if self.stage == 0 else []
+            waits += [recv_node[r] for r in step.received]
+            previous = self._step(step, previous, waits)
+            for t in sends_after.get(step.index, []):
                 self._kv(t, [previous])
-            for t in recvs_after.get(record.index, []):
+            for t in recvs_after.get(step.index, []):
                 recv_node[t.request] = self._kv(t, [previous])
         return self.tpl
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..executor import Executor, SerialExecutor, default_executor
@@ -21,6 +20,7 @@ from ..model.groups import ProcessGroups
 from ..model.job import Job
 from ..model.template import Param, RankPlan, TraceTemplate, build_job, write_job
 from ..model.trace import Trace
+from ..records import record
 from ..units import exact_sum
 
 __all__ = ["ComputeChain", "GeneratedJob", "GradientBuckets", "JobSummary", "summarize",
@@ -105,7 +105,7 @@ class GradientBuckets:
         return closed
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class JobSummary:
     """Totals of a generated job, computed from one stamped rank per role times the role's rank count."""
 

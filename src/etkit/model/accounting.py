@@ -26,10 +26,11 @@ with the same inputs for the same schedule, so they report the same numbers.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 
 import numpy as np
 
+from ..records import record
 from .kinds import KIND_NAMES, NodeKind
 
 __all__ = ["COMPUTE", "CPU", "COMM", "MEMORY", "OTHER", "KIND_NAMES", "CATEGORIES", "TimeAccount", "account",
@@ -68,7 +69,7 @@ def host_counts_as_compute(kinds: np.ndarray) -> bool:
     return bool((kinds == CPU).any()) and not bool((kinds == COMPUTE).any())
 
 
-@dataclass
+@record
 class TimeAccount:
     """Integer nanoseconds per category for one rank (or summed over ranks); see the module docstring.
 

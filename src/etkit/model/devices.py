@@ -11,16 +11,16 @@ gets: :mod:`etkit.generate.serve`). A leaf of the model layer: producers and con
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import UsageError
+from ..records import record
 
 __all__ = ["Device", "DEVICES", "get_device"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Device:
     """A roofline device model: ``peak_tflops`` (dense, for the training dtype), ``memory_gbps``, ``efficiency``,
     and ``memory_gb`` of device memory (GB = 1e9 bytes, as vendors quote it)."""

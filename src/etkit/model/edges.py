@@ -8,10 +8,9 @@ names no node of the trace.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from ..records import record
 from .trace import Trace
 
 __all__ = ["Edges", "edges", "ctrl_parent", "DEP_KINDS"]
@@ -20,7 +19,7 @@ __all__ = ["Edges", "edges", "ctrl_parent", "DEP_KINDS"]
 DEP_KINDS = ("data", "ctrl", "both")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Edges:
     """Dependency edges of one trace, one entry per listed dependency (see the module docstring)."""
 

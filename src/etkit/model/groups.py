@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ import orjson
 from ..errors import EtkitError
 from ..fileio import atomic_output
 from ..literal import LiteralError, parse_literal
+from ..records import record
 
 __all__ = ["ProcessGroups", "parse_process_group_init", "WORLD", "communicator_key"]
 
@@ -29,7 +30,7 @@ def communicator_key(pg_name: str | None) -> str:
     return WORLD if pg_name in (None, "", WORLD) else pg_name
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProcessGroups:
     """``pg_name`` -> sorted global ranks. An empty tuple means every rank of the job. ``listed``: a
     group's ranks in the order its source listed them, where that is not sorted (ASTRA-sim runs a

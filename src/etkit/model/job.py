@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -20,6 +20,7 @@ from ..errors import UsageError
 from ..executor import Executor, in_client
 from ..fileio import RANK_FILE, comm_groups_path, job_output, rank_file_path, rank_files
 from ..format.schema import NodeType
+from ..records import record
 from .groups import ProcessGroups, parse_process_group_init
 from .trace import BATCH_BYTES, Trace, TraceBatch, load_batches
 
@@ -33,7 +34,7 @@ R = TypeVar("R")
 _RANK_SUFFIX = RANK_FILE
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RankFile:
     rank: int
     path: Path
@@ -276,7 +277,7 @@ def groups_from_traces(traces: Mapping[int, Trace]) -> ProcessGroups:
     return groups
 
 
-@dataclass
+@record
 class Job:
     """Every rank's trace of one job, with its process groups."""
 

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
 from ..format.schema import CommType, NodeType
+from ..records import record
 from .groups import ProcessGroups, communicator_key
 from .trace import MISSING, Trace, TraceBatch, comm_type_name, is_comm
 
@@ -49,7 +50,7 @@ _MAX_PER_RULE = 50
 _ANY = -1  # a missing tag or receive source: matches anything
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CommRecord:
     """The communication of one rank in issue order: what the matcher compares (a few arrays, picklable)."""
 
@@ -133,7 +134,7 @@ def comm_records(batch: TraceBatch, ranks: Sequence[int]) -> list[CommRecord]:
     return out
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Mismatch:
     """One broken cross-rank rule (``node_id`` None: the rank as a whole)."""
 
@@ -144,7 +145,7 @@ class Mismatch:
     severity: str = ERROR
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Instance:
     """One collective call: the ``seq``-th on ``group``; ``members`` the (rank, row) of each rank that issued
     it, in rank order; ``expected`` how many ranks of the job the group holds."""
@@ -155,7 +156,7 @@ class Instance:
     expected: int
 
 
-@dataclass
+@record
 class Matching:
     """What :func:`match_comm` found."""
 
@@ -302,7 +303,7 @@ def _compare_sequences(key: str, ranks: list[int], by_rank: Mapping[int, np.ndar
 
 # -- point to point ----------------------------------------------------------------------------------
 
-@dataclass
+@record
 class _Ends:
     """Every send (or every receive) of the job in issue order, ranks in order: one array per field."""
 

@@ -9,10 +9,11 @@ do not fit a float64 exactly (they would round to multiples of 256 ns).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
+from ..records import record
 from .job import Job
 from .trace import MISSING, Trace
 
@@ -27,7 +28,7 @@ def as_ns(values: np.ndarray) -> np.ndarray:
     return np.rint(np.nan_to_num(values.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)).astype(np.int64)
 
 
-@dataclass
+@record
 class RankSchedule:
     """Per trace row: start and end (int64 ns), whether it ran, and optionally the resource a simulator
     put it on (int8: 0 cpu, 1 compute, 2 comm, 3 memory) and, for communication rows, when data began
@@ -55,7 +56,7 @@ class RankSchedule:
         return int(self.start_ns[self.ran].min()), int(self.end_ns[self.ran].max())
 
 
-@dataclass
+@record
 class Schedule:
     """Per-rank node times; ``source`` says where they came from ("trace" or "simulation")."""
 

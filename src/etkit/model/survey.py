@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from ..format.columnar import HOT_INT_ATTRS
 from ..format.parts import record_parts
 from ..format.schema import NodeType
 from ..format.stream import frame_table
+from ..records import record
 from .groups import ProcessGroups
 from .job import groups_from_trace
 from .trace import Trace, load_trace, read_trace_bytes
@@ -38,7 +39,7 @@ __all__ = ["Survey", "survey_file"]
 _TYPE, _START = 3, 6
 
 
-@dataclass
+@record
 class Survey:
     """One rank file's node types, the process groups its nodes name and declare, and the columns asked for."""
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar, Union
 
@@ -41,6 +41,7 @@ from ..format.attrs import CANONICAL_KINDS, make_attr
 from ..format.schema import SCHEMA_VERSION, CommType, NodeType
 from ..format.stream import encode_varint, frame
 from ..format.tags import NODE_ATTR, key_byte
+from ..records import record
 from .groups import ProcessGroups
 from .job import Job, comm_groups_path
 from .trace import Trace
@@ -70,7 +71,7 @@ _ATTR_TAG = key_byte(NODE_ATTR)
 Value = Union[int, str, bool, "Param"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Param:
     """A placeholder for a per-rank attribute value, filled from the rank's params at stamping time.
 
@@ -81,7 +82,7 @@ class Param:
     name: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RankPlan:
     """What to write for one rank: the role (template key) and the values of its placeholders."""
 
@@ -144,7 +145,7 @@ def frame_runs(items: Iterable[_T]) -> list[_T | bytes]:
     return out
 
 
-@dataclass
+@record
 class _Stamped:
     """A node whose fixed bytes are followed by attributes filled per rank."""
 

@@ -14,7 +14,7 @@ import os
 import zlib
 from array import array
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -38,6 +38,7 @@ from ..format.columnar import (
 )
 from ..format.schema import CommType, NodeType
 from ..format.stream import HEAD_BYTES, FrameTable, TraceWriter, check_head, frame_table
+from ..records import record
 
 if TYPE_CHECKING:
     from ..format.schema import GlobalMetadata, Node
@@ -75,7 +76,7 @@ def _offsets(lengths: np.ndarray) -> np.ndarray:
     return out
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class Trace(NodeColumns):
     """One rank's execution trace as columns (:class:`~etkit.format.columnar.NodeColumns`, then the fields below).
     Row ``i`` is the ``i``-th node in file order.
@@ -397,7 +398,7 @@ def load_trace(path: str | os.PathLike[str], *, allow_empty: bool = False, names
 BATCH_BYTES = 1 << 22
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class TraceBatch:
     """Consecutive rank files decoded together (:func:`load_batches`): ``paths[i]``'s rows are
     ``bounds[i]:bounds[i + 1]`` of :attr:`columns` (the files' columns joined, one string table), its

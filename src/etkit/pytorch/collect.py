@@ -23,7 +23,6 @@ import tempfile
 import time
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from ..errors import EtkitError
 from ..fileio import atomic_output, check_writable, job_output
 from ..progress import Progress
 from ..rankprocs import rank_context
+from ..records import record
 
 __all__ = ["profile", "Recorder", "run_example", "WORKLOADS", "CollectError"]
 
@@ -44,7 +44,7 @@ class CollectError(EtkitError):
     """A collection run that failed; the message says which rank and why."""
 
 
-@dataclass
+@record
 class Recorder:
     """Handle yielded by :func:`profile`: call :meth:`step` once at the end of every loop iteration."""
 

@@ -11,12 +11,12 @@ for which argument each op sends.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from ..format.schema import CommType, NodeType
+from ..records import record
 from .host import is_tensor
 
 __all__ = ["CommKind", "classify_op", "classify_kernel", "message_bytes", "tensor_bytes", "group_name_arg", "dtype_bytes",
@@ -33,7 +33,7 @@ class Family:
     KERNEL = "kernel"          # GPU NCCL kernel
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CommKind:
     """What one communication op is."""
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import field
 from itertools import repeat
 from typing import Any
 
@@ -39,6 +39,7 @@ from ..format.assemble import INPUTS, OUTPUTS, AttrPieces, IoPieces, id_varints,
 from ..format.attrs import PROFILER_CATEGORIES
 from ..format.schema import SCHEMA_VERSION, CommType, NodeType
 from ..format.stream import TraceWriter
+from ..records import record
 from .comm import (
     CommArgumentError,
     CommKind,
@@ -64,7 +65,7 @@ GLOO_THREADS_PER_GROUP = 2
 _FAMILY_DEPTH = {Family.FUNCTIONAL: 0, Family.DISPATCH: 1, Family.PARAM: 2, Family.BACKEND: 3, Family.KERNEL: 4}
 
 
-@dataclass
+@record
 class GroupInfo:
     """Process groups one rank knows: ``pg_name`` -> global ranks (group-rank order), plus descriptions."""
 
@@ -92,7 +93,7 @@ class GroupInfo:
         return members[group_rank]
 
 
-@dataclass
+@record
 class RankReport:
     """What converting one rank produced."""
 
@@ -133,7 +134,7 @@ class RankReport:
         return {k: v for k, v in self.__dict__.items() if k != "p2p"}
 
 
-@dataclass
+@record
 class P2PCall:
     """One send/recv as written: ``peers`` maps each global peer it may have to that reading's group (one
     entry unless this rank alone cannot tell which of its groups the call used)."""
@@ -205,7 +206,7 @@ def _gloo_thread_groups(linked: LinkedRank, groups: GroupInfo, rank: int | None)
 # -- conversion ------------------------------------------------------------------------------------------
 
 
-@dataclass
+@record
 class _Walk:
     """The depth-first walk of a rank's repaired op tree (``_Converter.run``), per op index."""
     order: list[int]  # parents before children, siblings in start order
@@ -220,7 +221,7 @@ class _Walk:
     gloo_groups: dict[int, str]  # gloo worker thread -> its group
 
 
-@dataclass
+@record
 class _WriteState:
     """What the dependencies of the next node depend on, updated as nodes are written in id order."""
     new_id: dict[int, int]  # ref (op index, -(GPU activity + 1)) -> node id

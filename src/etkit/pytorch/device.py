@@ -14,11 +14,12 @@ the host call that waited (Lumos, https://arxiv.org/abs/2504.09307, rebuilds the
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
 from ..format.schema import NodeType
+from ..records import record
 from .link import LinkedRank
 
 __all__ = ["gpu_node_type", "DeviceWaits", "device_waits", "STREAM_WAIT", "HOST_SYNCS"]
@@ -37,7 +38,7 @@ def gpu_node_type(category: str, name: str) -> int:
     return int(NodeType.COMP_NODE)
 
 
-@dataclass
+@record
 class DeviceWaits:
     """Cross-stream and host-device dependencies: the GPU activities (indices into ``linked.gpu``) that a
     GPU activity or a host op (index into the host ops) waited for."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +26,7 @@ import orjson
 
 from ..errors import EtkitError
 from ..lazy import LazyModule
+from ..records import record
 from .jsonio import convert_element, read_array_document
 
 try:  # the typed path's common nodes in C (optional: typed_op gives the same HostOps)
@@ -57,7 +58,7 @@ class HostTraceError(EtkitError):
     """A host trace that cannot be read; the message names the file, rank, node and field."""
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class HostOp:
     """One host op, compacted. ``inputs``/``outputs`` hold raw values only for communication ops."""
 
@@ -82,7 +83,7 @@ class HostOp:
     gpu: tuple[str, int] | None = None                # (category, stream) of a GPU node in a linked trace
 
 
-@dataclass
+@record
 class HostTrace:
     """A host ET: top-level metadata plus its ops in file order."""
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..executor import Executor, default_executor
 from ..fileio import JobOutput, comm_groups_path, job_output
+from ..records import record
 from .convert import RankReport, convert_linked
 from .jsonio import paused_gc
 from .link import link_files
@@ -39,7 +40,7 @@ _HOST = re.compile(r"^(?:rank-(?P<a>\d+)\.et|host\.(?P<b>\d+))\.json(?:\.gz)?$")
 RankPair = Pairing
 
 
-@dataclass
+@record
 class JobReport:
     """What :func:`convert_job` wrote: per-rank reports, files and the job's process groups."""
 

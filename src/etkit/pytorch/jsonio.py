@@ -27,13 +27,13 @@ import re
 import stat
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import orjson
 
 from ..errors import EtkitError
 from ..fileio import read_bytes_maybe_gzip
+from ..records import record
 
 __all__ = ["JsonArrayDocument", "read_array_document", "check_readable", "convert_element", "CHUNK_ELEMENTS",
            "paused_gc"]
@@ -48,7 +48,7 @@ Scan = Callable[[Any, int, int], tuple[list[T], int, int]]
 CHUNK_ELEMENTS = 64
 
 
-@dataclass
+@record
 class JsonArrayDocument:
     """A JSON object whose ``key`` array is read lazily: ``header`` holds every other top-level key."""
 

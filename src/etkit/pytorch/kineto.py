@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import msgspec
@@ -29,6 +29,7 @@ import numpy as np
 import orjson
 
 from ..errors import EtkitError
+from ..records import record
 from .jsonio import read_array_document
 
 try:  # the whole of a trace's events in one pass in C (optional: the typed and dict paths give the same columns)
@@ -66,7 +67,7 @@ def us_to_ns(us: np.ndarray) -> np.ndarray:
     return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
 
 
-@dataclass
+@record
 class KinetoTrace:
     """Columns of one Kineto trace. Times are µs relative to the trace's own clock (``ts`` as written)."""
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass
 from itertools import repeat
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ import numpy as np
 from ..errors import UsageError
 from ..executor import Executor, default_executor, in_client
 from ..model.trace import Trace, trace_from_bytes
+from ..records import record
 from .comm import dtype_bytes
 from .convert import RankReport, convert_linked, convert_linked_bytes
 from .host import HostOp, HostTrace
@@ -154,7 +154,7 @@ def _groups_from_args(kin: KinetoTrace) -> list[dict[str, Any]]:
     return [{"pg_name": name, "pg_desc": "", "ranks": ranks, "pg_size": len(ranks)} for name, ranks in found.items()]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KinetoRank:
     rank: int
     path: Path

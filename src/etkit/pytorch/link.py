@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import field
 from itertools import repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
@@ -34,6 +34,7 @@ from ..errors import EtkitError
 from ..fileio import atomic_output
 from ..format.attrs import PROFILER_CATEGORIES
 from ..format.schema import CommType, NodeType
+from ..records import record
 from .comm import Family, classify_op, process_group_entries
 from .host import HostOp, HostTrace, load_host_trace
 from .jsonio import read_array_document
@@ -53,7 +54,7 @@ _ID, _PARENT, _GPU, _LINKED = (attrgetter(name) for name in ("id", "parent", "gp
 _NO_PID = -1
 
 
-@dataclass
+@record
 class LinkReport:
     """How well the two traces matched: ``host_ops = linked_ops + unlinked_ops + roots``."""
 
@@ -78,7 +79,7 @@ class LinkReport:
         return dict(self.__dict__)
 
 
-@dataclass
+@record
 class GpuActivity:
     """One GPU kernel / memcpy / memset attached to the host op (index) that launched it: its CUDA runtime
     call where the trace has it, else the innermost op around the launch (-1: no launch found)."""
@@ -95,7 +96,7 @@ class GpuActivity:
     row: int = -1  # its row in the Kineto trace (-1: from a linked JSON)
 
 
-@dataclass
+@record
 class LinkedRank:
     """A host trace with per-op timing (µs, NaN where unknown), repaired parents and GPU activity.
 

@@ -22,7 +22,7 @@ import glob
 import os
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ import orjson
 
 from ..errors import UsageError
 from ..filekind import HEAD_BYTES, read_head, sniff
+from ..records import record
 
 __all__ = ["HostInfo", "KinetoInfo", "Pairing", "host_info", "kineto_info", "pair_traces", "expand_paths",
            "job_files", "check_pair", "SAME_RUN_S"]
@@ -44,7 +45,7 @@ _CPU_PID = re.compile(rb'"cat"\s*:\s*"(?:cpu_op|user_annotation|python_function|
 _NUMBER = re.compile(r"\d+")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HostInfo:
     """What a host execution trace says about where it comes from."""
 
@@ -56,7 +57,7 @@ class HostInfo:
     rank_from: str = ""  # "process_group:init" or "record_param_comms"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KinetoInfo:
     """What a Kineto trace says about where it comes from."""
 
@@ -67,7 +68,7 @@ class KinetoInfo:
     host_name: str = ""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Pairing:
     """One rank's files and how they were found to belong together."""
 
@@ -244,7 +245,7 @@ def _name_numbers(paths: Sequence[Path]) -> dict[Path, int] | None:
     return None
 
 
-@dataclass
+@record
 class _Job:
     hosts: list[HostInfo]
     kinetos: list[KinetoInfo]

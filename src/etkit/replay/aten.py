@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import torch
 
 from ..literal import LiteralError, parse_literal
+from ..records import record
 from .pool import TensorPool
 
 __all__ = ["OpCall", "ArgSpec", "parse_op_call", "UnsupportedOp", "tensor_dtype", "run_op_call"]
@@ -43,7 +44,7 @@ class UnsupportedOp(ValueError):
     """A node whose operator cannot be rebuilt; the message is the reason the report lists."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ArgSpec:
     """One argument: ``kind`` is "value", "tensor", "tensors", "device" or "none"."""
 
@@ -52,7 +53,7 @@ class ArgSpec:
     value: Any = None
 
 
-@dataclass
+@record
 class OpCall:
     """A resolved operator and its argument specs, ready to run many times."""
 

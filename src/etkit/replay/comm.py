@@ -9,13 +9,13 @@ carries and tests count. The same code runs on gloo/CPU and on NCCL/CUDA: only t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from ..model.groups import WORLD
+from ..records import record
 from .plan import CommSpec
 from .pool import TensorPool
 
@@ -26,7 +26,7 @@ _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_t
 _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CommCall:
     """One issued communication: what the instrumentation hook records."""
 

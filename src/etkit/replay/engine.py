@@ -19,7 +19,7 @@ from __future__ import annotations
 import gc
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,7 @@ from ..format.attrs import get_str
 from ..model.edges import ctrl_parent
 from ..model.schedule import RankSchedule
 from ..model.trace import Trace
+from ..records import record
 from .aten import OpCall, UnsupportedOp, parse_op_call, run_op_call
 from .hosttime import blocked_us
 from .kernels import KernelBank, KernelChoice
@@ -46,14 +47,14 @@ _COMMS = frozenset({int(Action.COLL), int(Action.SEND), int(Action.RECV)})
 _IDLE = frozenset({int(Action.NOOP), int(Action.COVERED), int(Action.SKIP), int(Action.OFF)})
 
 
-@dataclass
+@record
 class KindStat:
     nodes: int = 0
     trace_us: float = 0.0
     replay_us: float = 0.0
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Deviation:
     rank: int
     node_id: int
@@ -63,7 +64,7 @@ class Deviation:
     replay_us: float
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Unreplayed:
     """Nodes of one name left out (``skipped``) or run as a stand-in kernel (``emulated``), with why."""
 
@@ -75,7 +76,7 @@ class Unreplayed:
     node_ids: tuple[int, ...]
 
 
-@dataclass
+@record
 class RankResult:
     rank: int
     nodes: int

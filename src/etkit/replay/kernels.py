@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 
 import torch
 
+from ..records import record
 from .pool import TensorPool
 
 __all__ = ["KernelBank", "KernelChoice"]
@@ -24,7 +24,7 @@ _MAX_MATMUL = 2048
 _MAX_COPY_BYTES = 64 << 20
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KernelChoice:
     """What a node runs: ``reps`` times a ``kind`` ("matmul"/"copy") of ``size`` (matrix side or bytes)."""
 

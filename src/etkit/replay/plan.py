@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import heapq
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from enum import IntEnum
 
 import numpy as np
@@ -34,6 +34,7 @@ from ..model.job import Job
 from ..model.matching import DISAGREEMENTS, Matching, comm_record, match_comm
 from ..model.steps import is_step_name
 from ..model.trace import MISSING, Trace, comm_type_name
+from ..records import record
 
 __all__ = ["Action", "CommSpec", "RankReplayPlan", "JobPlan", "plan_job", "plan_rank", "largest_buffer", "MODES",
            "ACTION_KIND"]
@@ -71,7 +72,7 @@ _P2P_TYPES: dict[int, str] = {NodeType.COMM_SEND_NODE: "SEND", NodeType.COMM_REC
 _COMPUTE_TYPES = (NodeType.COMP_NODE, NodeType.MEM_LOAD_NODE, NodeType.MEM_STORE_NODE)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CommSpec:
     """One communication as it will be issued. ``nbytes`` is per the convention of ``comm_size``:
     the per-rank input for ALL_GATHER/GATHER, the whole buffer for the others."""
@@ -108,7 +109,7 @@ class CommSpec:
         return numel * self.itemsize
 
 
-@dataclass
+@record
 class RankReplayPlan:
     """The static part of one rank's replay (picklable; PyTorch-free)."""
 
@@ -126,7 +127,7 @@ class RankReplayPlan:
     trace_time_basis: str = "timestamps"  # or "critical path of durations"
 
 
-@dataclass
+@record
 class JobPlan:
     world: int
     groups: dict[str, tuple[int, ...]]  # every non-world group the job uses, created on every rank in order

@@ -10,16 +10,17 @@ integer and bool tensors hold zeros (always a valid index).
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
 
 import torch
+
+from ..records import record
 
 __all__ = ["TensorPool", "PoolStats"]
 
 Key = tuple[tuple[int, ...], torch.dtype]
 
 
-@dataclass
+@record
 class PoolStats:
     allocations: int = 0
     reuses: int = 0

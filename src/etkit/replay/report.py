@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import os
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any
 
 from ..errors import EtkitError
 from ..model.job import Job
 from ..model.schedule import Schedule
+from ..records import record
 from .engine import Deviation, KindStat, RankResult, Unreplayed
 from .plan import JobPlan
 
 __all__ = ["ReplayReport", "build_report"]
 
 
-@dataclass
+@record
 class ReplayReport:
     prefix: str | None
     mode: str

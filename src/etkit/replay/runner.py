@@ -20,7 +20,7 @@ import pickle
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +30,14 @@ from ..model.job import Job, load_job
 from ..model.trace import load_trace
 from ..progress import Progress
 from ..rankprocs import start_ranks
+from ..records import record
 from ..units import format_bytes
 from .plan import JobPlan, RankReplayPlan, largest_buffer, plan_job
 
 __all__ = ["ReplayOptions", "replay_job", "in_torchrun"]
 
 
-@dataclass
+@record
 class ReplayOptions:
     """Everything a rank needs besides its trace and plan (picklable)."""
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 
 from ..errors import OptionError, UsageError
 from ..executor import Executor, default_executor
 from ..fileio import job_files, job_output, protect_inputs
 from ..model.groups import ProcessGroups
 from ..model.job import discover, load_groups
+from ..records import record
 from .layout import GridLayout, infer_layout, parse_layout
 from .plan import KEEP_MODES, ScalePlan, make_plan
 from .rank import SourceTask, Target, merge_stages, survey_rank, write_copies
@@ -30,7 +30,7 @@ from .rank import SourceTask, Target, merge_stages, survey_rank, write_copies
 __all__ = ["scale", "ScaleReport", "plan_scale", "GridLayout", "infer_layout", "parse_layout", "KEEP_MODES"]
 
 
-@dataclass
+@record
 class ScaleReport:
     source: str
     prefix: str

@@ -15,12 +15,12 @@ job). ``parse_layout("tp2,dp4,pp2")`` states a layout instead when the communica
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import OptionError, UsageError
 from ..model.groups import WORLD, ProcessGroups
+from ..records import record
 
 __all__ = ["Dim", "GridLayout", "infer_layout", "parse_layout", "DIM_NAMES"]
 
@@ -28,13 +28,13 @@ __all__ = ["Dim", "GridLayout", "infer_layout", "parse_layout", "DIM_NAMES"]
 DIM_NAMES = ("tp", "dp", "pp")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Dim:
     name: str
     size: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GridLayout:
     """Dimensions fastest first; ``rank = sum(coord[d] * stride[d])`` with ``stride[d]`` the product of the sizes before ``d``."""
 

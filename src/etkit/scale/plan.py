@@ -17,7 +17,7 @@ into a :class:`ScalePlan`:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 
 import numpy as np
@@ -26,6 +26,7 @@ from ..arrays import distinct
 from ..errors import OptionError, UsageError
 from ..format.schema import CommType
 from ..model.groups import WORLD, ProcessGroups
+from ..records import record
 from .layout import GridLayout
 
 __all__ = ["ScalePlan", "Rescale", "make_plan", "KEEP_MODES"]
@@ -33,7 +34,7 @@ __all__ = ["ScalePlan", "Rescale", "make_plan", "KEEP_MODES"]
 KEEP_MODES = ("per-rank-batch", "global-batch")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Rescale:
     """Factors applied on a source rank: ``compute`` to COMP nodes (duration, ``num_ops``, ``tensor_size``),
     ``along`` to collectives of groups across the scaled dimension (``ALL_GATHER`` only: its ``comm_size``
@@ -70,7 +71,7 @@ def rescale_for(dim: str, old: int, new: int, keep: str) -> Rescale:
     return Rescale()
 
 
-@dataclass
+@record
 class ScalePlan:
     old: GridLayout
     new: GridLayout

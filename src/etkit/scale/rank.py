@@ -13,7 +13,7 @@ generators' templates do) and merged ranks written by :class:`~etkit.format.stre
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from ..format.tags import NODE_ATTR
 from ..model.survey import survey_file
 from ..model.template import attr_field
 from ..model.trace import MISSING, Trace, load_trace
+from ..records import record
 
 __all__ = ["RankSurvey", "survey_rank", "Target", "SourceTask", "write_copies", "merge_stages"]
 
@@ -36,7 +37,7 @@ _P2P = (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE)
 _RANK_ATTRS = ("comm_src", "comm_dst")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RankSurvey:
     rank: int
     nodes: int
@@ -59,7 +60,7 @@ def survey_rank(item: tuple[int, str]) -> RankSurvey:
     return RankSurvey(rank, len(survey), survey.pg_names, known, dict(survey.declared.groups), by_type)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Target:
     """One new rank made from a source rank: where it goes and how its groups and peers are named."""
 
@@ -70,7 +71,7 @@ class Target:
     declared: dict[str, tuple[int, ...]] | None = None  # process_group:init content (new names), if any
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SourceTask:
     """One executor task: the source rank(s) and every new rank made from them."""
 
@@ -212,7 +213,7 @@ _STAMP_NAMES = ("pg_name", *_RANK_ATTRS)
 _ATTR_TAG = NODE_ATTR
 
 
-@dataclass
+@record
 class _FastStamps:
     """The stamped records found with the vectorised walk: their rows, fixed bytes and keys."""
 
@@ -481,8 +482,8 @@ def merge_stages(task: SourceTask) -> int:
     recvs: dict[tuple[int, int, int], list[Node]] = {}
     for trace, offset in zip(traces, offsets):
         pg_names = trace.pg_names()
-        for row, record in enumerate(trace.records()):
-            node = Node.FromString(record)
+        for row, raw in enumerate(trace.records()):
+            node = Node.FromString(raw)
             node.id += offset
             deps = [d + offset for d in node.data_deps]
             ctrl = [d + offset for d in node.ctrl_deps]

@@ -24,7 +24,7 @@ import socket
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +39,7 @@ from ..model.job import Job
 from ..model.matching import CommRecord, comm_record, match_comm, match_p2p
 from ..model.steps import STEP_PREFIX, step_number
 from ..model.trace import Trace
+from ..records import record
 from .collectives import group_shape, p2p_time, plan_collective
 from .config import (
     ERRORS_KEY,
@@ -63,7 +64,7 @@ COLLECTIVES = {"all_reduce": CommType.ALL_REDUCE, "all_gather": CommType.ALL_GAT
                "reduce_scatter": CommType.REDUCE_SCATTER, "all_to_all": CommType.ALL_TO_ALL, "send_recv": None}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Measurement:
     collective: str  # a COLLECTIVES key or a CommType name
     size: int  # comm_size as an ET would carry it (all_gather: the per-rank shard)
@@ -72,7 +73,7 @@ class Measurement:
     instance: int = -1  # from a trace: which recorded call (the members of one call share it)
 
 
-@dataclass
+@record
 class Calibration:
     ranks: int
     backend: str
@@ -319,7 +320,7 @@ def fit(measurements: list[Measurement], ranks: int, *, topology: str = "Switch"
     return cal
 
 
-@dataclass
+@record
 class _Instance:
     kind: str
     size: int
@@ -385,7 +386,7 @@ def _in_channel_order(records: dict[int, CommRecord], pairs: list[tuple[int, int
     return sorted(pairs, key=lambda p: first[(p[0], p[2], tag_of[(p[0], p[1])])])
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Steps:
     """One rank's profiled steps (:func:`step_rows`): their numbers and recorded starts, in order."""
 

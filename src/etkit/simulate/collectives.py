@@ -23,9 +23,9 @@ group is symmetric) and returns when each member finishes; :func:`plan_collectiv
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from ..format.schema import CommType
+from ..records import record
 from .algorithms import A2A, AG, AR, RS
 from .config import NetworkConfig, SystemConfig
 from .events import EventQueue
@@ -125,7 +125,7 @@ def run_alone(kind: str, size: int, members: tuple[int, ...], group: GroupPlan, 
 
 # -- closed views for the calibration --------------------------------------------------------------
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GroupShape:
     """A group on a network (what :func:`plan_collective` times a collective on)."""
 
@@ -137,7 +137,7 @@ def group_shape(members: Sequence[int], network: NetworkConfig) -> GroupShape:
     return GroupShape(tuple(members), network)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CollectivePlan:
     time_ns: float  # the slowest member's time, per-call overhead included
 

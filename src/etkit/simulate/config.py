@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from ..errors import EtkitError, OptionError, UsageError
 from ..filekind import require
 from ..format.schema import CommType
 from ..model.devices import DEVICES, Device, get_device
+from ..records import record
 from ..suggest import warn_unknown_keys
 
 __all__ = ["Dimension", "NetworkConfig", "SystemConfig", "Knobs", "SimConfig", "PRESETS", "TOPOLOGIES",
@@ -66,7 +67,7 @@ def check_number(value: Any, what: str, *, minimum: float = 0.0, inclusive: bool
     return float(int(number)) if integer else number
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Dimension:
     """One network dimension: ``npus`` NPUs joined by ``topology`` links of ``bandwidth_gbps`` and ``latency_ns``."""
 
@@ -88,7 +89,7 @@ class Dimension:
         return 2 if self.topology == "Switch" else 1
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NetworkConfig:
     """Multi-dimensional network; NPU ``r`` sits at coordinates ``r`` in mixed radix, dimension 0 fastest."""
 
@@ -124,7 +125,7 @@ class NetworkConfig:
                 "bandwidth": [d.bandwidth_gbps for d in self.dims], "latency": [d.latency_ns for d in self.dims]}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SystemConfig:
     """ASTRA-sim system JSON keys that shape timing (names converted to snake case)."""
 
@@ -210,7 +211,7 @@ class SystemConfig:
                                                      for k, g, vecs in self.collective_residuals_ns))
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class Knobs:
     """What-if changes applied without editing files (keyword arguments only)."""
 
@@ -257,7 +258,7 @@ class Knobs:
                 raise UsageError(f"straggler factor of rank {rank} must be positive")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SimConfig:
     network: NetworkConfig
     system: SystemConfig

@@ -39,7 +39,7 @@ import math
 from array import array
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
@@ -49,6 +49,7 @@ from ..format.schema import CommType
 from ..model.groups import ProcessGroups
 from ..model.matching import Matching, summary
 from ..model.trace import comm_type_name
+from ..records import record
 from .collectives import KIND, SUPPORTED, CollectiveStuck, decompose, run_alone
 from .config import NetworkConfig, SystemConfig
 from .events import EventQueue, RankTicks
@@ -60,7 +61,7 @@ __all__ = ["BlockedNode", "BlockedReport", "SimulationBlocked", "SymmetryBroken"
            "disagreement_report", "REFUSED"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BlockedNode:
     rank: int
     node_id: int
@@ -69,7 +70,7 @@ class BlockedNode:
     waits_for: str
 
 
-@dataclass
+@record
 class BlockedReport:
     """Why a simulation could not finish: ``reason`` and the nodes that cannot make progress."""
 
@@ -136,7 +137,7 @@ class SymmetryBroken(Exception):
     """Ranks merged into one class would not run alike (internal: the caller simulates them apart)."""
 
 
-@dataclass
+@record
 class EngineResult:
     start: list[np.ndarray]  # per class, ns per row (NaN = never ran)
     end: list[np.ndarray]
@@ -145,7 +146,7 @@ class EngineResult:
     warnings: list[str]
 
 
-@dataclass
+@record
 class _Instance:
     members: tuple[int, ...]
     seq: int
@@ -158,7 +159,7 @@ class _Instance:
     delays: dict[int, float] | None = None  # class -> release after its finish (overheads, recorded residuals)
 
 
-@dataclass
+@record
 class _Message:
     cls: int
     row: int

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
@@ -28,6 +27,7 @@ from ..model.groups import ProcessGroups
 from ..model.job import groups_from_batch, groups_from_trace
 from ..model.matching import CommRecord, comm_record, comm_records
 from ..model.trace import Trace, load_batches, load_trace
+from ..records import record
 
 __all__ = ["RankColumns", "load_columns", "load_ranks_many", "CHUNK_RECORDS"]
 
@@ -43,7 +43,7 @@ _KEPT_ATTRS = (*_KEPT_INTS, "is_cpu_op", "pg_name")
 _EMPTY = np.empty(0, dtype=np.int64)
 
 
-@dataclass
+@record
 class RankColumns:
     """One rank as the simulator loads it: a record-less :class:`Trace` and the groups its METADATA nodes declare."""
 
@@ -113,9 +113,9 @@ def _loaded_together(run: list[tuple[int, str | os.PathLike[str]]], names: bool)
     for batch in load_batches([path for _, path in run], names=names, attrs=_KEPT_ATTRS):
         ranks = [rank for rank, _ in run[at:at + len(batch.paths)]]
         at += len(batch.paths)
-        for trace, groups, record in zip(batch.traces(), groups_from_batch(batch), comm_records(batch, ranks),
+        for trace, groups, comm in zip(batch.traces(), groups_from_batch(batch), comm_records(batch, ranks),
                                          strict=True):
-            yield _kept(trace, groups), record
+            yield _kept(trace, groups), comm
 
 
 def _kept(whole: Trace, groups: ProcessGroups | None = None) -> RankColumns:

@@ -11,18 +11,19 @@ stalls); ``cpu_ns`` is the time any CPU op ran.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
 from ..model import accounting
 from ..model.schedule import RankSchedule, Schedule, as_ns
+from ..records import record
 from .workload import K_COLL, K_CPU, K_GPU, K_MEM, K_RECV, K_SEND, SCHEDULE_RESOURCE, RankClass
 
 __all__ = ["RankFigures", "SimulationResult", "figures_for"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RankFigures:
     finish_ns: int
     compute_ns: int
@@ -63,7 +64,7 @@ def figures_for(cls: RankClass, start: np.ndarray, end: np.ndarray, transfer: np
                        acc.exposed_comm_ns, acc.idle_ns, entered, acc.waiting_ns, acc.memory_ns, acc.host_ns)
 
 
-@dataclass
+@record
 class SimulationResult:
     """Outcome of :func:`etkit.simulate.simulate`."""
 

@@ -33,8 +33,8 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
 
+from ..records import record
 from .algorithms import A2A, AG, AR, RS, Algorithm, Direct, DoubleBinaryTree, HalvingDoubling, Ring
 from .config import NetworkConfig, SystemConfig
 from .events import EventQueue, RankTicks
@@ -58,7 +58,7 @@ def split_algorithm(name: str) -> tuple[str, int]:
     return base, -1
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SysParams:
     """The system configuration as every rank's system layer reads it."""
 

@@ -21,7 +21,7 @@ import itertools
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from ..errors import UsageError
 from ..executor import Executor, SerialExecutor, in_client
 from ..model.devices import get_device
 from ..progress import Progress
+from ..records import record
 from .config import Knobs, NetworkConfig, SystemConfig, load_config, load_etkit_system, load_system
 
 __all__ = ["parse_straggler", "parse_sweep", "parse_sweeps", "apply_setting", "plan_sweep", "sweep", "with_device",
@@ -166,7 +167,7 @@ def with_device(system: SystemConfig, knobs: Knobs) -> SystemConfig:
     return replace(system, peak_perf_tflops=knobs.device.peak_tflops, local_mem_bw_gbps=knobs.device.memory_gbps)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PointConfig:
     """One point of a sweep: its settings and the configuration they make."""
 
@@ -192,7 +193,7 @@ def plan_sweep(axes: Sequence[Axis], network: NetworkConfig | None, system: Syst
     return points
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SweepPoint:
     """One simulated point: its settings, what it ran on, and its figures."""
 
@@ -216,7 +217,7 @@ class SweepPoint:
         return out
 
 
-@dataclass
+@record
 class SweepResult:
     """Every point of a sweep and the baseline its speed-ups are relative to."""
 

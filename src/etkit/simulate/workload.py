@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from ..model.groups import ProcessGroups
 from ..model.job import Job
 from ..model.kinds import Resource
 from ..model.trace import MISSING, Trace
+from ..records import record
 from .config import Knobs, NetworkConfig, SystemConfig
 from .system import ring_order
 
@@ -46,7 +47,7 @@ SCHEDULE_RESOURCE = np.asarray([Resource.CPU, Resource.CPU, Resource.COMPUTE, Re
                                 Resource.COMM, Resource.MEMORY], dtype=np.int8)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Problem:
     """Something in a trace that stops the simulation before it starts (reported, never raised as a crash)."""
 
@@ -56,7 +57,7 @@ class Problem:
     message: str
 
 
-@dataclass
+@record
 class Program:
     """One rank's graph in engine form.
 
@@ -93,7 +94,7 @@ class Program:
         return None if i < 0 else self.strings[i]
 
 
-@dataclass
+@record
 class RankClass:
     """Ranks that run the same program (simulated once)."""
 
@@ -341,7 +342,7 @@ _SIGNATURE_COLUMNS = ("types", "duration", "data_ptr", "ctrl_ptr", "is_cpu_op", 
 _ANY_PEER, _SELF = -1, -2
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RankShape:
     """What decides whether two ranks simulate alike, taken from one rank's trace (kept after it is dropped).
 

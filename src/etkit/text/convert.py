@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from ..errors import UsageError
@@ -49,6 +49,7 @@ from ..format.schema import CommType
 from ..model.groups import ProcessGroups
 from ..model.job import Job
 from ..model.template import Param, RankPlan, TraceTemplate, build_job, synthetic_metadata, write_job
+from ..records import record
 from .parse import Phase, TextLayer, TextWorkload, TextWorkloadError, read_text
 
 __all__ = ["GroupLayout", "build_template", "convert_text", "group_layout", "write_text"]
@@ -61,7 +62,7 @@ _NONE: Handle = ()
 WORLD, MP, DP = "world", "mp", "dp"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GroupLayout:
     """Model- and data-parallel groups of a job (``mp``/``dp`` per rank index their group's ``pg_name``)."""
 
@@ -101,7 +102,7 @@ def group_layout(npus: int, mp_size: int, *, data_first: bool, source: str = "<t
     return GroupLayout(npus, mp_size, mp, dp)
 
 
-@dataclass
+@record
 class _Builder:
     """Builds one rank's graph into a template; comm scopes become ``pg_name`` params."""
 
@@ -126,7 +127,7 @@ def _merge(handles: Iterable[Handle]) -> Handle:
     return tuple(dict.fromkeys(i for h in handles for i in h))
 
 
-@dataclass
+@record
 class _PassState:
     """What the next pass's forward waits on, per layer."""
 

@@ -19,11 +19,11 @@ Every fault is reported as ``<file>:<line>: <what is wrong>`` (:class:`TextWorkl
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EtkitError
 from ..format.schema import CommType
+from ..records import record
 
 __all__ = ["COMM_TYPES", "MODES", "LAYER_POLICIES", "TextLayer", "TextWorkload", "TextWorkloadError",
            "parse_text", "read_text"]
@@ -54,7 +54,7 @@ class TextWorkloadError(EtkitError, ValueError):
         super().__init__(f"{source}:{line}: {message}")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Phase:
     """One phase of a layer: compute time (µs as written) and its collective (``comm`` None = NONE)."""
 
@@ -67,7 +67,7 @@ class Phase:
         return COMM_TYPES[self.comm_token]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TextLayer:
     """One layer line: forward, input-gradient and weight-gradient phases."""
 
@@ -80,7 +80,7 @@ class TextLayer:
     line: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TextWorkload:
     """A parsed text workload. ``mode`` is normalised (``HYBRID_DLRM_ENHANCED`` -> ``HYBRID_DLRM``)."""
 

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any
 
 from ..model.matching import ERROR, WARNING
+from ..records import record
 
 __all__ = ["Finding", "ValidationReport", "FindingSink", "ERROR", "WARNING"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Finding:
     """One broken rule. ``node_id`` is ``None`` for file-level findings."""
 
@@ -50,7 +51,7 @@ class FindingSink:
         return self.findings
 
 
-@dataclass
+@record
 class ValidationReport:
     """All findings of a job. ``ok`` is true when there is no error (warnings allowed)."""
 

@@ -20,7 +20,6 @@ import re
 import shutil
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from ..arrays import distinct
 from ..errors import DependencyError, OptionError, UsageError
 from ..fileio import atomic_output
 from ..model.trace import Trace, node_type_name
+from ..records import record
 from ..safetext import xml_text
 from .svg import KIND_COLORS
 
@@ -43,7 +43,7 @@ _NOT_A_FILTER = "{filters}: not a filter; use type=..., kind=..., name~REGEX, du
 _FILTER = re.compile(r"^(?P<key>type|kind|name|dur)\s*(?P<op>=|~|>=|<=)\s*(?P<value>.+)$")
 
 
-@dataclass
+@record
 class SubGraph:
     trace: Trace
     rows: np.ndarray  # selected rows, in file order
@@ -88,7 +88,7 @@ def _literal(text: str) -> str:
     return text.replace("{", "{{").replace("}", "}}")
 
 
-@dataclass
+@record
 class _Csr:
     """Parents and children of every row as CSR arrays (numpy: no per-node Python objects)."""
 

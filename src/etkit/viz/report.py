@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from ..fileio import atomic_output
 from ..model.job import Job
 from ..model.schedule import Schedule
 from ..model.steps import step_name_codes
+from ..records import record
 from . import svg
 
 __all__ = ["write_report", "render_report", "Iteration", "iterations"]
@@ -44,7 +44,7 @@ _MAX_TIMELINE_RANKS = 16
 _MAX_BOXES = 6000
 
 
-@dataclass
+@record
 class Iteration:
     name: str
     start_ns: float

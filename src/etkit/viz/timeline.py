@@ -18,7 +18,7 @@ import heapq
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +31,7 @@ from ..fileio import atomic_output
 from ..model.job import Job
 from ..model.schedule import Schedule
 from ..model.trace import MISSING, node_type_name
+from ..records import record
 
 __all__ = ["write_timeline", "TimelineResult", "MAX_JSON_BYTES"]
 
@@ -39,7 +40,7 @@ _BYTES_PER_EVENT = 190  # measured average of one serialised slice, plus its nam
 _MAX_FLOWS = 500_000
 
 
-@dataclass
+@record
 class TimelineResult:
     paths: list[Path]
     events: int
