@@ -18,13 +18,14 @@ through orjson's dicts, which report the fault. Both give the same columns.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
+from collections.abc import Callable
 from dataclasses import field
 from typing import Any
 
-import msgspec
 import numpy as np
 import orjson
 
@@ -473,14 +474,16 @@ class _Columns:
         sync[6].append(_id(args.get("correlation"), "args.correlation"))
 
     def typed_chunk(self, text: bytes) -> list[Any] | None:
-        """Read a chunk of events (a JSON array) through :class:`_Event` records: what the dict path would
+        """Read a chunk of events (a JSON array) through typed records (:func:`_event_decoder`): what the dict path would
         add to the columns, added; ``[_TAKEN] * len(events)``. ``None`` (nothing added) when an event needs
         the dict path: a field of another type or out of range, a GPU event without a stream, non-ASCII
         text (msgspec skips the fields it does not read unchecked: orjson would refuse bad UTF-8 there)."""
         if not text.isascii():
             return None
+        import msgspec  # (imported by _event_decoder)
+
         try:
-            events = _decode_events(text)
+            events = _event_decoder()(text)
             taken = _TypedChunk(self).take(events)
         except (msgspec.MsgspecError, RecursionError, orjson.JSONDecodeError):
             return None
@@ -601,29 +604,32 @@ def _kernel_trace(text: Any, start: int, stop: int, path: str,
 #: then uses the tid), and, as their JSON text, a thread's name and COMM_ARGS + INPUT_ARGS (orjson parses those
 #: of the few events that keep them, as the dict path does).
 _RAW_ARGS = {key: "raw_" + key.lower().replace(" ", "_") for key in ("name",) + COMM_ARGS + INPUT_ARGS}
-_EventArgs = msgspec.defstruct(
-    "_EventArgs",
-    [("ext", int, msgspec.field(name="External id", default=_NO_ID)),
-     ("rf", int, msgspec.field(name="Record function id", default=_NO_ID)),
-     ("correlation", int, _NO_ID), ("stream", int | None, None),
-     ("nbytes", int, msgspec.field(name="bytes", default=_NO_ID)), ("wait_on_stream", int, _NO_ID),
-     ("wait_corr", int, msgspec.field(name="wait_on_cuda_event_record_corr_id", default=_NO_ID))]
-    + [(attr, msgspec.Raw, msgspec.field(name=key, default=msgspec.Raw())) for key, attr in _RAW_ARGS.items()],
-    gc=False)
+@functools.cache
+def _event_decoder() -> Callable[[bytes], list[Any]]:
+    """msgspec's decoder of a chunk of events into typed records: made, and msgspec imported, when a chunk first
+    takes the typed path (the C kernel reads a whole trace without it)."""
+    import msgspec
+
+    args = msgspec.defstruct(
+        "_EventArgs",
+        [("ext", int, msgspec.field(name="External id", default=_NO_ID)),
+         ("rf", int, msgspec.field(name="Record function id", default=_NO_ID)),
+         ("correlation", int, _NO_ID), ("stream", int | None, None),
+         ("nbytes", int, msgspec.field(name="bytes", default=_NO_ID)), ("wait_on_stream", int, _NO_ID),
+         ("wait_corr", int, msgspec.field(name="wait_on_cuda_event_record_corr_id", default=_NO_ID))]
+        + [(attr, msgspec.Raw, msgspec.field(name=key, default=msgspec.Raw())) for key, attr in _RAW_ARGS.items()],
+        gc=False)
+    event = msgspec.defstruct(
+        "_Event",
+        [("ph", str | None, None), ("cat", str | None, None),
+         ("name", str, ""),  # absent: "", as the dict path reads it
+         ("pid", int | str, _NO_ID), ("tid", int | str, _NO_ID),
+         ("ts", float, 0.0),  # absent: 0, as the dict path reads it
+         ("dur", float, 0.0), ("args", args | None, None)],  # type: ignore[operator]
+        gc=False)
+    return msgspec.json.Decoder(list[event]).decode  # type: ignore[valid-type]
 
 
-class _Event(msgspec.Struct, gc=False):
-    ph: str | None = None
-    cat: str | None = None
-    name: str = ""  # absent: "", as the dict path reads it
-    pid: int | str = _NO_ID
-    tid: int | str = _NO_ID
-    ts: float = 0.0  # absent: 0, as the dict path reads it
-    dur: float = 0.0
-    args: _EventArgs | None = None  # type: ignore[valid-type]
-
-
-_decode_events = msgspec.json.Decoder(list[_Event]).decode
 _TAKEN = object()  # a chunk's events the typed path took
 #: Times the typed path takes: exact as float64 whether written as integers or not (beyond: the dict path).
 _EXACT_US = float(1 << 53)
@@ -663,7 +669,7 @@ class _TypedChunk:
         self.pids: list[int] = []
         self.ids: list[int] = []  # every id taken, for the 64-bit check
 
-    def take(self, events: list[_Event]) -> _TypedChunk | None:
+    def take(self, events: list[Any]) -> _TypedChunk | None:
         """Gather what ``events`` add (names are added to the columns' table at once, and removed again
         when the chunk is not taken)."""
         names = self.cols.names
@@ -677,7 +683,7 @@ class _TypedChunk:
                     del names[name]
         return taken
 
-    def _take(self, events: list[_Event]) -> _TypedChunk | None:  # noqa: C901 - one dispatch, as load_kineto's
+    def _take(self, events: list[Any]) -> _TypedChunk | None:  # noqa: C901 - one dispatch, as load_kineto's
         kind_of, category_of, lim = _KIND_OF, _CATEGORY_OF_KIND, _EXACT_US
         cols = self.cols
         names = cols.names
