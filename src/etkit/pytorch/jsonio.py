@@ -152,8 +152,10 @@ class JsonArrayDocument:
             yield _apply(convert, items[i:i + size])
 
 
-#: Plain files from this size on are mapped rather than read (below it a read costs less than a mapping).
-MAP_BYTES = 32 << 20
+#: Plain files from this size on are mapped rather than read. Reading costs a copy and a page fault per 4 KiB
+#: of fresh memory: ``convert pytorch`` of param's 12 MB resnet host trace faulted 11,965 pages read, 6,764
+#: mapped, and took 15 ms (8 %) less CPU mapped; below 1 MiB either costs next to nothing.
+MAP_BYTES = 1 << 20
 
 
 def _mapped(path: str | os.PathLike[str]) -> mmap.mmap | None:
