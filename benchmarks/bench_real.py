@@ -15,6 +15,7 @@ The reference tools come from ``$ETKIT_REF_VENV`` (``make refenv``; default ``.v
 etkit's side is measured alone.
 
     python benchmarks/bench_real.py [--runs 3] [--large-runs 1] [--nodes 1000000] [--skip-large-ref]
+    python benchmarks/bench_real.py --only convert --nodes 0     # param's host traces alone, no 1M-node input
 """
 
 from __future__ import annotations
@@ -200,8 +201,10 @@ def bench_convert(hosts: list[tuple[Path, int]], runs: int, large_runs: int, tmp
                    stdout=subprocess.DEVNULL)
     parse = [sys.executable, "-c", "import gc, orjson, sys; gc.disable(); orjson.loads(open(sys.argv[1], 'rb').read())"]
     parse_gc = [sys.executable, "-c", "import orjson, sys; orjson.loads(open(sys.argv[1], 'rb').read())"]
-    base = measure([sys.executable, "-c", "import etkit.cli.convert_pytorch, etkit.pytorch.job"], tmp).peak_mb
-    start = alternate({"imports": [sys.executable, "-c", "import etkit.cli.main, etkit.pytorch.job"]}, runs, tmp)
+    # (OpenBLAS with one thread, as the converter loads it: its pool of threads would cost 0.1-0.2 s here)
+    imports = "import os; os.environ['OPENBLAS_NUM_THREADS'] = '1'; import etkit.cli.main, etkit.cli.convert_pytorch, etkit.pytorch.job"
+    base = measure([sys.executable, "-c", imports], tmp).peak_mb
+    start = alternate({"imports": [sys.executable, "-c", imports]}, runs, tmp)
     print(f"  etkit's start-up alone (interpreter + the converter's imports): {start['imports'].cpu:.2f} s CPU")
     for path, nodes in hosts:
         large = nodes > 100_000
@@ -259,7 +262,10 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=1_000_000, help="size of the real-shaped inputs")
     parser.add_argument("--skip-large-ref", action="store_true",
                         help="no reference runs on the 1M-node inputs (jsonizer ~3 min, chakra_converter ~5 min each)")
+    parser.add_argument("--only", nargs="+", choices=SECTIONS, metavar="SECTION",
+                        help=f"these sections only ({', '.join(SECTIONS)}); --nodes 0: no real-shaped 1M-node inputs")
     args = parser.parse_args()
+    wanted = set(args.only or SECTIONS)
     if not UPSTREAM.is_dir():
         print(f"skipped: {UPSTREAM} not found")
         return 0
@@ -267,34 +273,52 @@ def main() -> int:
           f"{REF_BIN if ref('chakra_jsonizer') else 'missing (make refenv)'}")
     with tempfile.TemporaryDirectory(prefix="etkit-bench-real-") as name:
         tmp = Path(name)
-        bench_startup(args.runs, tmp)
+        if "startup" in wanted:
+            bench_startup(args.runs, tmp)
+        if wanted & {"json", "checks"}:
+            _bench_ets(args, tmp, wanted)
+        if "convert" in wanted:
+            hosts = [(plain, len(orjson.loads(plain.read_bytes())["nodes"]))
+                     for plain in (plain_copy(p, tmp) for p in HOST_TRACES)]
+            big_host = tmp / "real1m_host.json"
+            if args.nodes:
+                hosts.append((big_host, repeat_host_trace(hosts[0][0], big_host, args.nodes)))
+            bench_convert(hosts, args.runs, args.large_runs, tmp, not args.skip_large_ref)
+            big_host.unlink(missing_ok=True)
+        if "jobs" in wanted:
+            _bench_jobs(args, tmp)
+    return 0
 
-        vectors = [(p, node_count(p)) for p in sorted(UPSTREAM.rglob("*")) if p.name.endswith((".et", ".et.gz"))]
-        vectors = [(p, n) for p, n in vectors if n >= 10_000]
-        largest = max(vectors, key=lambda v: v[1])[0]
-        big = tmp / "real1m.0.et"
-        big_nodes = repeat_et(largest, big, args.nodes)
+
+#: The sections of the script, in the order they run.
+SECTIONS = ("startup", "json", "convert", "checks", "jobs")
+
+
+def _bench_ets(args: argparse.Namespace, tmp: Path, wanted: set[str]) -> None:
+    """to-json / from-json on the upstream vectors and the 1M-node real-shaped ET; validate, info, analyze on it."""
+    vectors = [(p, node_count(p)) for p in sorted(UPSTREAM.rglob("*")) if p.name.endswith((".et", ".et.gz"))]
+    vectors = [(p, n) for p, n in vectors if n >= 10_000]
+    largest = max(vectors, key=lambda v: v[1])[0]
+    big = tmp / "real1m.0.et"
+    big_nodes = repeat_et(largest, big, args.nodes or 1_000_000)
+    if "json" in wanted:
         bench_to_json([*vectors, (big, big_nodes)], args.runs, args.large_runs, tmp, not args.skip_large_ref)
         bench_from_json(big, big_nodes, args.large_runs, tmp)
-
-        hosts = [(plain, len(orjson.loads(plain.read_bytes())["nodes"])) for plain in (plain_copy(p, tmp) for p in HOST_TRACES)]
-        big_host = tmp / "real1m_host.json"
-        hosts.append((big_host, repeat_host_trace(hosts[0][0], big_host, args.nodes)))
-        bench_convert(hosts, args.runs, args.large_runs, tmp, not args.skip_large_ref)
-        big_host.unlink()
-
+    if "checks" in wanted:
         bench_checks(tmp / "real1m", big_nodes, args.large_runs, tmp)
 
-        print("== whole jobs (info, validate, the simulator's loading: >= 1,000,000 nodes/s, the 1,024-rank job in <= 3 s)")
-        for job in sorted(p for p in STAGE.iterdir() if p.is_dir()):
-            files = sorted(job.glob("*.et"))
-            bench_job(job / "workload", sum(map(node_count, files)), args.runs, tmp, f"STAGE {job.name}", targets=False)
-        llama = tmp / "llama" / "l70"
-        measure(ETKIT + ["generate", "llm", "--model", "llama3-70b", "--dp", "64", "--tp", "4", "--pp", "4",
-                         "-o", str(llama), "-q"], tmp)
-        llama_nodes = sum(node_count(p) for p in llama.parent.glob("l70.*.et"))
-        bench_job(llama, llama_nodes, args.large_runs, tmp, "Llama-3-70B, 1,024 ranks")
-    return 0
+
+def _bench_jobs(args: argparse.Namespace, tmp: Path) -> None:
+    """Whole jobs: STAGE's and a generated 1,024-rank Llama-3-70B."""
+    print("== whole jobs (info, validate, the simulator's loading: >= 1,000,000 nodes/s, the 1,024-rank job in <= 3 s)")
+    for job in sorted(p for p in STAGE.iterdir() if p.is_dir()):
+        files = sorted(job.glob("*.et"))
+        bench_job(job / "workload", sum(map(node_count, files)), args.runs, tmp, f"STAGE {job.name}", targets=False)
+    llama = tmp / "llama" / "l70"
+    measure(ETKIT + ["generate", "llm", "--model", "llama3-70b", "--dp", "64", "--tp", "4", "--pp", "4",
+                     "-o", str(llama), "-q"], tmp)
+    llama_nodes = sum(node_count(p) for p in llama.parent.glob("l70.*.et"))
+    bench_job(llama, llama_nodes, args.large_runs, tmp, "Llama-3-70B, 1,024 ranks")
 
 
 if __name__ == "__main__":
