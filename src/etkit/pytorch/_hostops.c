@@ -628,8 +628,10 @@ typedef struct {
     char scratch[4096];  /* a decoded string or a number's text */
 } Scan;
 
+#define WS_BITS ((UINT64_C(1) << ' ') | (UINT64_C(1) << '\n') | (UINT64_C(1) << '\r') | (UINT64_C(1) << '\t'))
+
 static inline Ptr ws(Ptr p, Ptr end) {
-    while (p < end && *p <= ' ' && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+    while (p < end && *p <= ' ' && ((WS_BITS >> *p) & 1)) p++;
     return p;
 }
 
@@ -824,17 +826,14 @@ static PyObject *string_object(Scan *sc, Py_ssize_t n) {
 
 /* An integer of at most MAX_NUMBER digits (p at its first byte, not "-0"): 1 and *value, *after; 0 when it
  * is not such an integer (a float, a longer one, not a number). */
-static int small_int(Ptr p, Ptr end, long long *value, Ptr *after) {
+static inline int small_int(Ptr p, Ptr end, long long *value, Ptr *after) {
     int negative = p < end && *p == '-';
-    Ptr q = p + negative, digits = q;
+    Ptr q = p + negative;
     if (q >= end || !DIGIT(*q) || (*q == '0' && q + 1 < end && DIGIT(q[1]))) return 0;
     long long v = 0;
-    while (q < end && DIGIT(*q)) {
-        if (q - digits >= MAX_NUMBER) return 0;
-        v = v * 10 + (*q - '0');
-        q++;
-    }
-    if (q < end && (*q == '.' || *q == 'e' || *q == 'E')) return 0;
+    Ptr last = end - q > MAX_NUMBER ? q + MAX_NUMBER : end;  /* (a digit after MAX_NUMBER of them: not taken) */
+    for (; q < last && DIGIT(*q); q++) v = v * 10 + (*q - '0');
+    if (q < end && (DIGIT(*q) || *q == '.' || *q == 'e' || *q == 'E')) return 0;
     if (negative && v == 0) return 0;
     *value = negative ? -v : v;
     *after = q;
@@ -1229,7 +1228,8 @@ static int scan_node(Scan *sc, Ptr p, Ptr end, Ptr *after, PyObject **op) {
             int plain;
             Py_ssize_t n;
             if (*p != '"') goto done;
-            Ptr text = p, q = skip_string(p, end);
+            Ptr text = p;
+            q = skip_string(p, end);
             if (q != NULL && (named = jb_seen_get(&sc->seen_name, text, q - text)) != NULL) {
                 p = q;  /* (a name decoded before) */
             } else {
