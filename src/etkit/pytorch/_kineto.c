@@ -237,8 +237,9 @@ static inline int opens_empty(Cur *c, uint8_t close) {
  * depth; 1 when taken, 0 declined. */
 typedef int (*OnMember)(Cur *c, const Val *key, void *ctx, int depth);
 
-/* The object at c->p ('{'), each member handed to `on`; 0 when declined. */
-static int object(Cur *c, int depth, OnMember on, void *ctx) {
+/* The object at c->p ('{'), each member handed to `on`; 0 when declined. Inline, so that where `on` is known
+ * (an event's members, its args') it is called directly. */
+static inline int object(Cur *c, int depth, OnMember on, void *ctx) {
     if (depth > MAX_DEPTH) return 0;
     if (opens_empty(c, '}')) return 1;
     for (;;) {
