@@ -74,6 +74,17 @@ CORNERS = {
     "nested tensors": _node(inputs='{"values": [[[1,2,0,4,4,"cpu"],[[3,4,0,4,4,"cpu"]]],[5,6,0,4,4,"cpu"]],'
                                    ' "shapes": [], "types": ["GenericList[Tensor]", "Tensor"]}'),
     "types not strings": _node(inputs='{"values": [1], "shapes": [], "types": [1, [2]]}'),
+    "long names, strings and schema": _node(
+        name='"aten::a_rather_long_name_with_a\\ttab"',
+        inputs='{"values": ["abcdefghijklmnopqrstuvwxyz", "abcdefghijklmnop\'qrst", "abcdefghijklmnopqr\\"stu",'
+               ' "0123456789abcdef\u00e9", "0123456789abcdef\x7f"], "shapes": [[],[],[],[],[]],'
+               ' "types": ["String","String","String","String","String"]}',
+        attrs='[{"name": "rf_id", "type": "uint64", "value": 9}, {"name": "op_schema", "type": "string",'
+              ' "value": "aten::a_rather_long_name(Tensor self, str mode=\\"it\'s\\") -> Tensor"}]'),
+    "names and schemas alike in their first bytes": ", ".join(
+        _node(id=str(i), name=f'"aten::convolution_backward{tail}"',
+              attrs=f'[{{"name": "op_schema", "value": "aten::convolution_backward{tail}(Tensor x) -> Tensor"}}]')
+        for i, tail in enumerate(["", "_overrideable", "", "_overrideable"])),
 }
 
 
@@ -285,6 +296,9 @@ VALUES = {  # argument values whose str() the scan writes itself (True), or leav
     "too deep": ("[" * 70 + "1" + "]" * 70, False),
     "object in values": ('[{"a": 1}]', False),
     "spaces": ('[ 1 ,\t[ 2 ] , "x" ]', True),
+    "long strings": ('["abcdefghijklmnopqrstuvwxyz", "abcdefghijklmnop\'qrstuvwx", "abcdefghijklmnopqr\\"stu",'
+                     ' "abcdefghijklmnopqrs\u00e9 and more", "abcdefghijklmnop\x7frstuvw",'
+                     ' "0123456789abcdef\\\\0123456789abcdef\\n"]', True),
 }
 
 

@@ -192,6 +192,13 @@ KERNEL_CORNERS = {
     "a kernel's bytes of any shape": [{**_KERNEL, "args": {"stream": 7, "bytes": [1]}}],
     "nested values": [_event(args={"External id": 5, "Input Dims": [[[1, [2]], {"a": {"b": [None, True]}}]]})],
     "ts written as an integer, negative zero": [_event(ts=-0, dur=0), _event(ts=-0.0, dur=-0.0)],
+    "long names, strings and numbers": [
+        _event(name="aten::a_rather_long_operator_name", ts=1700000000000000.123456, dur=123456789012,
+               args={"External id": 123456789012345678, "Record function id": 1234567890123456789,
+                     "note": "abcdefghijklmnop\"qrstuvwxyz\\0123456789abcdef\n", "Trace name": "PyTorch Profiler"}),
+        {**_KERNEL, "name": "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float> >",
+         "args": {"stream": 7, "correlation": 40, "External id": 5, "Collective nam": 1, "Collective namf": 2}},
+        _event(name="aten::a_rather_long_operator_name"), _event(name="aten::a_rather_long_operator_namf")],
 }
 
 
@@ -217,7 +224,8 @@ TAKEN_BY_KERNEL = ("host ops of both kinds, ts written as an integer", "host op 
                    "stream ranges and syncs", "thread names, twice", "ids at the 64-bit edges",
                    "a stream range and a kernel without a stream arg (on their tid)", "nested values",
                    "numbers of every shape where they are not read", "a kernel's bytes of any shape",
-                   "ts written as an integer, negative zero", "other events, of any shape")
+                   "ts written as an integer, negative zero", "other events, of any shape",
+                   "long names, strings and numbers")
 DECLINED_BY_KERNEL = ("ids written as floats and strings", "times beyond 2**53 us (exact only as written)",
                       "non-ASCII names", "escapes in names and other strings")
 
@@ -236,6 +244,8 @@ def test_the_kernel_takes_the_common_events_and_declines_the_rest(case):
     '[{"cat": "x", "name": "a\\ud800"}]', '[{"cat": "x", "v": 1e400}]', '[{"cat": "x", "v": 01}]',
     '[{"cat": "x", "v": "\\x"}]', '[{"cat": "x", "v": nul}]', '[{"cat": "x", "v": [1 2]}]',
     '[{"cat": "x", "v": "\t"}]', '[{"c\\u0061t": "kernel"}]', '[{"cat": "kernel", "args": {"stream": 1, "stream": 2}}]',
+    '[{"cat": "x", "v": "abcdefghijklmnop\tq"}]', '[{"cat": "x", "v": "abcdefghijklmnop\\qrs"}]',
+    '[{"cat": "x", "v": "abcdefghijklmnop\u00e9"}]', '[{"cat": "x", "v": 12345678901234567.}]',
     '[{"cat": "x"} {"cat": "x"}]', '[1]', '[{"cat": "gpu_user_annotation", "tid": "--1"}]', '[{"cat": "x", "v": ' + "[" * 80 + "]" * 80 + "}]"])
 def test_the_kernel_declines_what_it_does_not_vouch_for(text):
     data = text.encode()

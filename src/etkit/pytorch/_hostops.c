@@ -10,9 +10,11 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "../_buffers.h"
+#include "../_jsonbytes.h"
 
 typedef struct {
     PyObject *names;       /* dict: op name -> (name, keeps raw arguments) */
@@ -593,6 +595,9 @@ typedef const unsigned char *Ptr;
 
 #define DIGIT(c) ((unsigned)((c) - '0') < 10u)
 
+/* Whether the len bytes at s are the literal lit (the first byte tested before memcmp is called). */
+#define SPELLS(s, len, lit) ((len) == sizeof(lit) - 1 && (s)[0] == (lit)[0] && memcmp((s), (lit), sizeof(lit) - 1) == 0)
+
 enum { TAKEN = 0, NOT_HERE = 1, FAILED = -1 };  /* a node: made here / for slow (or malformed) / error set */
 
 #define MAX_DEPTH 64      /* deeper values go to slow */
@@ -613,6 +618,8 @@ typedef struct {  /* one entry of a list of argument values: a tensor's key, or 
 
 typedef struct {
     PyObject *names, *raw_strings, *strings, *learn, *learn_name, *hostop;
+    /* the texts looked up before (see jb_seen): raw_lookup's, a name's (its tuple in names), op_schema's (its str) */
+    JbSeen seen_raw, seen_name, seen_schema;
     Text text;
     Entry *entries;
     int n_entries, cap_entries;
@@ -621,8 +628,10 @@ typedef struct {
     char scratch[4096];  /* a decoded string or a number's text */
 } Scan;
 
-static Ptr ws(Ptr p, Ptr end) {
-    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+#define WS_BITS ((UINT64_C(1) << ' ') | (UINT64_C(1) << '\n') | (UINT64_C(1) << '\r') | (UINT64_C(1) << '\t'))
+
+static inline Ptr ws(Ptr p, Ptr end) {
+    while (p < end && *p <= ' ' && ((WS_BITS >> *p) & 1)) p++;
     return p;
 }
 
@@ -645,9 +654,8 @@ static Ptr skip_utf8(Ptr p, Ptr end) {  /* p at a byte >= 0x80: the end of its w
 
 static int is_hex(unsigned c) { return (c - '0' < 10u) || ((c | 0x20) - 'a' < 6u); }
 
-static Ptr skip_string(Ptr p, Ptr end) {  /* p at the opening quote */
-    p++;
-    while (p < end) {
+static Ptr skip_string_rest(Ptr p, Ptr end) {  /* p inside the string, at a byte that is not plain (or end) */
+    while ((p = jb_plain_run(p, end, NULL)) < end) {
         unsigned c = *p;
         if (c == '"') return p + 1;
         if (c < 0x20) return NULL;
@@ -669,6 +677,12 @@ static Ptr skip_string(Ptr p, Ptr end) {  /* p at the opening quote */
         }
     }
     return NULL;
+}
+
+static inline Ptr skip_string(Ptr p, Ptr end) {  /* p at the opening quote */
+    p = jb_plain_run(p + 1, end, NULL);
+    if (p < end && *p == '"') return p + 1;  /* (the common string: plain bytes, then the quote) */
+    return skip_string_rest(p, end);
 }
 
 static Ptr skip_digits(Ptr p, Ptr end) {
@@ -701,6 +715,16 @@ static Ptr skip_word(Ptr p, Ptr end, const char *word, size_t n) {
     return (size_t)(end - p) >= n && memcmp(p, word, n) == 0 ? p + n : NULL;
 }
 
+static Ptr skip_value(Ptr p, Ptr end, int depth);
+
+/* skip_value, a string or a number taken here (the callers' usual values), any other value by skip_value. */
+static inline Ptr skip_scalar(Ptr p, Ptr end, int depth) {
+    if (depth > SKIP_DEPTH) return NULL;
+    if (p < end && *p == '"') return skip_string(p, end);
+    if (p < end && (*p == '-' || DIGIT(*p))) return skip_number(p, end);
+    return skip_value(p, end, depth);
+}
+
 static Ptr skip_value(Ptr p, Ptr end, int depth) {
     if (p >= end || depth > SKIP_DEPTH) return NULL;
     switch (*p) {
@@ -720,7 +744,7 @@ static Ptr skip_value(Ptr p, Ptr end, int depth) {
                 if (p >= end || *p != ':') return NULL;
                 p = ws(p + 1, end);
             }
-            if ((p = skip_value(p, end, depth + 1)) == NULL) return NULL;
+            if ((p = skip_scalar(p, end, depth + 1)) == NULL) return NULL;
             p = ws(p, end);
             if (p >= end) return NULL;
             if (*p == close) return p + 1;
@@ -734,15 +758,18 @@ static Ptr skip_value(Ptr p, Ptr end, int depth) {
 
 /* ---- the pieces of a common node ---- */
 
-static int text_put(Text *t, const char *s, Py_ssize_t n) {
-    if (t->len + n > t->cap) {
-        Py_ssize_t cap = (t->cap ? t->cap : 256);
-        while (cap < t->len + n) cap *= 2;
-        char *buf = PyMem_Realloc(t->buf, cap);
-        if (buf == NULL) { PyErr_NoMemory(); return -1; }
-        t->buf = buf;
-        t->cap = cap;
-    }
+static int text_grow(Text *t, Py_ssize_t n) {
+    Py_ssize_t cap = (t->cap ? t->cap : 256);
+    while (cap < t->len + n) cap *= 2;
+    char *buf = PyMem_Realloc(t->buf, cap);
+    if (buf == NULL) { PyErr_NoMemory(); return -1; }
+    t->buf = buf;
+    t->cap = cap;
+    return 0;
+}
+
+static inline int text_put(Text *t, const char *s, Py_ssize_t n) {
+    if (t->len + n > t->cap && text_grow(t, n) < 0) return -1;
     memcpy(t->buf + t->len, s, n);
     t->len += n;
     return 0;
@@ -753,9 +780,17 @@ static int text_put(Text *t, const char *s, Py_ssize_t n) {
  * (its repr is then the text in single quotes); -1 when it is not taken here (no error set). */
 static Py_ssize_t decode_string(Scan *sc, Ptr p, Ptr end, Ptr *after, int *plain) {
     Py_ssize_t n = 0;
-    int simple = 1;
+    int simple = 1, odd = 0;
     p++;
     while (p < end) {
+        Ptr run = jb_plain_run(p, end, &odd);  /* (bytes kept as they are: copied at once) */
+        if (run > p) {
+            if (run - p > (Py_ssize_t)sizeof sc->scratch - 1 - n) return -1;
+            memcpy(sc->scratch + n, p, run - p);
+            n += run - p;
+            if (odd) simple = 0;
+            if ((p = run) == end) break;
+        }
         unsigned c = *p;
         if (c == '"') { *after = p + 1; *plain = simple; return n; }
         if (n >= (Py_ssize_t)sizeof sc->scratch - 1 || c < 0x20) return -1;
@@ -791,17 +826,14 @@ static PyObject *string_object(Scan *sc, Py_ssize_t n) {
 
 /* An integer of at most MAX_NUMBER digits (p at its first byte, not "-0"): 1 and *value, *after; 0 when it
  * is not such an integer (a float, a longer one, not a number). */
-static int small_int(Ptr p, Ptr end, long long *value, Ptr *after) {
+static inline int small_int(Ptr p, Ptr end, long long *value, Ptr *after) {
     int negative = p < end && *p == '-';
-    Ptr q = p + negative, digits = q;
+    Ptr q = p + negative;
     if (q >= end || !DIGIT(*q) || (*q == '0' && q + 1 < end && DIGIT(q[1]))) return 0;
     long long v = 0;
-    while (q < end && DIGIT(*q)) {
-        if (q - digits >= MAX_NUMBER) return 0;
-        v = v * 10 + (*q - '0');
-        q++;
-    }
-    if (q < end && (*q == '.' || *q == 'e' || *q == 'E')) return 0;
+    Ptr last = end - q > MAX_NUMBER ? q + MAX_NUMBER : end;  /* (a digit after MAX_NUMBER of them: not taken) */
+    for (; q < last && DIGIT(*q); q++) v = v * 10 + (*q - '0');
+    if (q < end && (DIGIT(*q) || *q == '.' || *q == 'e' || *q == 'E')) return 0;
     if (negative && v == 0) return 0;
     *value = negative ? -v : v;
     *after = q;
@@ -984,9 +1016,11 @@ static PyObject *tensor_key_tuple(Scan *sc) {
 /* raw_strings[text] for the JSON value text [a, b) (borrowed; learnt by learn(text) when new): (str(), is a
  * list); NULL with no error set when the node goes to slow. */
 static PyObject *raw_lookup(Scan *sc, Ptr a, Ptr b) {
+    PyObject *found = jb_seen_get(&sc->seen_raw, a, b - a);
+    if (found != NULL) return found;
     PyObject *key = PyBytes_FromStringAndSize((const char *)a, b - a);
     if (key == NULL) return NULL;
-    PyObject *found = PyDict_GetItemWithError(sc->raw_strings, key);
+    found = PyDict_GetItemWithError(sc->raw_strings, key);
     if (found == NULL && !PyErr_Occurred()) {
         PyObject *learnt = PyObject_CallOneArg(sc->learn, key);
         if (learnt == NULL && PyErr_ExceptionMatches(PyExc_ValueError)) PyErr_Clear();  /* (orjson: not JSON) */
@@ -997,6 +1031,7 @@ static PyObject *raw_lookup(Scan *sc, Ptr a, Ptr b) {
     if (found != NULL && (!PyTuple_CheckExact(found) || PyTuple_GET_SIZE(found) != 2
                           || !PyUnicode_CheckExact(PyTuple_GET_ITEM(found, 0))))
         found = NULL;
+    if (found != NULL && jb_seen_put(&sc->seen_raw, a, b - a, found) < 0) found = NULL;
     return found;
 }
 
@@ -1039,7 +1074,7 @@ static int io_object(Scan *sc, Ptr p, Ptr end, Ptr *after, Io *io) {
         if (p >= end || *p != ':') return NOT_HERE;
         p = ws(p + 1, end);
         if (p >= end) return NOT_HERE;
-        if (len == 6 && memcmp(key, "values", 6) == 0 && !(seen & 1)) {
+        if (SPELLS(key, len, "values") && !(seen & 1)) {
             seen |= 1;
             if (*p != '[') return NOT_HERE;
             sc->text.len = 0;
@@ -1055,8 +1090,8 @@ static int io_object(Scan *sc, Ptr p, Ptr end, Ptr *after, Io *io) {
             if (io->values == NULL) return FAILED;
             if (sc->text.ascii) memcpy(PyUnicode_DATA(io->values), sc->text.buf, sc->text.len);
             if ((io->keys = count ? tensor_key_tuple(sc) : PyTuple_New(0)) == NULL) return FAILED;
-        } else if (((len == 6 && memcmp(key, "shapes", 6) == 0 && !(seen & 2))
-                    || (len == 5 && memcmp(key, "types", 5) == 0 && !(seen & 4)))) {
+        } else if (((SPELLS(key, len, "shapes") && !(seen & 2))
+                    || (SPELLS(key, len, "types") && !(seen & 4)))) {
             Ptr *span = len == 6 ? shapes : types;
             seen |= len == 6 ? 2 : 4;
             span[0] = p;
@@ -1081,6 +1116,7 @@ static int io_object(Scan *sc, Ptr p, Ptr end, Ptr *after, Io *io) {
 
 enum { A_RF_ID, A_FW_PARENT, A_SEQ_ID, A_SCOPE, A_TID, A_FW_TID, A_NUMBERS };
 static const char *const number_attrs[A_NUMBERS] = {"rf_id", "fw_parent", "seq_id", "scope", "tid", "fw_tid"};
+static const size_t number_attr_len[A_NUMBERS] = {5, 9, 6, 5, 3, 6};
 
 /* The "attrs" list (p at it): the six numbers (last one wins, as in a dict) and op_schema (a new reference,
  * or left NULL); attributes kept elsewhere (kernel_*, tensor_range) skipped, any other one must be empty. */
@@ -1103,10 +1139,10 @@ static int attrs_list(Scan *sc, Ptr p, Ptr end, Ptr *after, long long numbers[A_
             if (p >= end || *p != ':') return NOT_HERE;
             p = ws(p + 1, end);
             Ptr v = p;
-            if ((p = skip_value(p, end, 0)) == NULL) return NOT_HERE;
-            if (len == 4 && memcmp(key, "name", 4) == 0 && name == NULL) { name = v; name_end = p; }
-            else if (len == 5 && memcmp(key, "value", 5) == 0 && value == NULL) { value = v; value_end = p; }
-            else if (len == 4 && memcmp(key, "type", 4) == 0 && !has_type) has_type = 1;
+            if ((p = skip_scalar(p, end, 0)) == NULL) return NOT_HERE;
+            if (SPELLS(key, len, "name") && name == NULL) { name = v; name_end = p; }
+            else if (SPELLS(key, len, "value") && value == NULL) { value = v; value_end = p; }
+            else if (SPELLS(key, len, "type") && !has_type) has_type = 1;
             else return NOT_HERE;
             p = ws(p, end);
             if (p >= end) return NOT_HERE;
@@ -1120,20 +1156,27 @@ static int attrs_list(Scan *sc, Ptr p, Ptr end, Ptr *after, long long numbers[A_
         if (memchr(n0, '\\', len) != NULL) return NOT_HERE;
         int which = -1;
         for (int k = 0; k < A_NUMBERS; k++)
-            if (strlen(number_attrs[k]) == len && memcmp(n0, number_attrs[k], len) == 0) which = k;
+            if (number_attr_len[k] == len && number_attrs[k][0] == (char)n0[0] && memcmp(n0, number_attrs[k], len) == 0)
+                which = k;
         if (which >= 0) {
             Ptr q;
             if (value == NULL || !small_int(value, value_end, &numbers[which], &q) || q != value_end) return NOT_HERE;
-        } else if (len == 9 && memcmp(n0, "op_schema", 9) == 0) {
+        } else if (SPELLS(n0, len, "op_schema")) {
             int plain;
             Ptr q;
             Py_ssize_t n;
-            if (value == NULL || *value != '"' || (n = decode_string(sc, value, value_end, &q, &plain)) < 0) return NOT_HERE;
-            PyObject *s = string_object(sc, n);
-            if (s == NULL) return PyErr_Occurred() ? FAILED : NOT_HERE;
+            if (value == NULL || *value != '"') return NOT_HERE;
+            PyObject *s = jb_seen_get(&sc->seen_schema, value, value_end - value);
+            if (s != NULL) {  /* (a text decoded before) */
+                Py_INCREF(s);
+            } else {
+                if ((n = decode_string(sc, value, value_end, &q, &plain)) < 0) return NOT_HERE;
+                if ((s = string_object(sc, n)) == NULL) return PyErr_Occurred() ? FAILED : NOT_HERE;
+                if (jb_seen_put(&sc->seen_schema, value, value_end - value, s) < 0) { Py_DECREF(s); return FAILED; }
+            }
             Py_XSETREF(*schema, s);
-        } else if ((len == 14 && memcmp(n0, "kernel_backend", 14) == 0) || (len == 11 && memcmp(n0, "kernel_file", 11) == 0)
-                   || (len == 12 && memcmp(n0, "tensor_range", 12) == 0)) {
+        } else if ((SPELLS(n0, len, "kernel_backend")) || (SPELLS(n0, len, "kernel_file"))
+                   || (SPELLS(n0, len, "tensor_range"))) {
             /* (in HostOp's known attributes: not kept) */
         } else if (!(value == NULL || (value_end - value == 4 && memcmp(value, "null", 4) == 0)
                      || (value_end - value == 2 && memcmp(value, "\"\"", 2) == 0))) {
@@ -1166,15 +1209,15 @@ static int scan_node(Scan *sc, Ptr p, Ptr end, Ptr *after, PyObject **op) {
         p = ws(p + 1, end);
         if (p >= end) goto done;
         int bit = 0, got = TAKEN;
-        if (len == 2 && memcmp(key, "id", 2) == 0) bit = 1;
-        else if (len == 4 && memcmp(key, "name", 4) == 0) bit = 2;
-        else if (len == 9 && memcmp(key, "ctrl_deps", 9) == 0) bit = 4;
-        else if (len == 6 && memcmp(key, "inputs", 6) == 0) bit = 8;
-        else if (len == 7 && memcmp(key, "outputs", 7) == 0) bit = 16;
-        else if (len == 5 && memcmp(key, "attrs", 5) == 0) bit = 32;
-        else if ((len == 2 && memcmp(key, "ts", 2) == 0) || (len == 13 && memcmp(key, "inclusive_dur", 13) == 0)
-                 || (len == 13 && memcmp(key, "exclusive_dur", 13) == 0) || (len == 3 && memcmp(key, "cat", 3) == 0)
-                 || (len == 6 && memcmp(key, "stream", 6) == 0) || (len == 7 && memcmp(key, "pg_name", 7) == 0)
+        if (SPELLS(key, len, "id")) bit = 1;
+        else if (SPELLS(key, len, "name")) bit = 2;
+        else if (SPELLS(key, len, "ctrl_deps")) bit = 4;
+        else if (SPELLS(key, len, "inputs")) bit = 8;
+        else if (SPELLS(key, len, "outputs")) bit = 16;
+        else if (SPELLS(key, len, "attrs")) bit = 32;
+        else if ((SPELLS(key, len, "ts")) || (SPELLS(key, len, "inclusive_dur"))
+                 || (SPELLS(key, len, "exclusive_dur")) || (SPELLS(key, len, "cat"))
+                 || (SPELLS(key, len, "stream")) || (SPELLS(key, len, "pg_name"))
                  || memchr(key, '\\', len) != NULL)
             goto done;  /* a linked trace's fields (or a key written with escapes) */
         if (seen & bit) goto done;  /* a key twice */
@@ -1184,16 +1227,24 @@ static int scan_node(Scan *sc, Ptr p, Ptr end, Ptr *after, PyObject **op) {
         } else if (bit == 2) {
             int plain;
             Py_ssize_t n;
-            if (*p != '"' || (n = decode_string(sc, p, end, &p, &plain)) < 0) goto done;
-            PyObject *name = string_object(sc, n);
-            if (name == NULL) { result = PyErr_Occurred() ? FAILED : NOT_HERE; goto done; }
-            named = PyDict_GetItemWithError(sc->names, name);
-            if (named == NULL && !PyErr_Occurred()) {  /* a name not seen before: learnt */
-                PyObject *learnt = PyObject_CallOneArg(sc->learn_name, name);
-                Py_XDECREF(learnt);
-                if (learnt != NULL) named = PyDict_GetItemWithError(sc->names, name);
+            if (*p != '"') goto done;
+            Ptr text = p;
+            q = skip_string(p, end);
+            if (q != NULL && (named = jb_seen_get(&sc->seen_name, text, q - text)) != NULL) {
+                p = q;  /* (a name decoded before) */
+            } else {
+                if ((n = decode_string(sc, p, end, &p, &plain)) < 0) goto done;
+                PyObject *name = string_object(sc, n);
+                if (name == NULL) { result = PyErr_Occurred() ? FAILED : NOT_HERE; goto done; }
+                named = PyDict_GetItemWithError(sc->names, name);
+                if (named == NULL && !PyErr_Occurred()) {  /* a name not seen before: learnt */
+                    PyObject *learnt = PyObject_CallOneArg(sc->learn_name, name);
+                    Py_XDECREF(learnt);
+                    if (learnt != NULL) named = PyDict_GetItemWithError(sc->names, name);
+                }
+                Py_DECREF(name);
+                if (named != NULL && jb_seen_put(&sc->seen_name, text, p - text, named) < 0) named = NULL;
             }
-            Py_DECREF(name);
             if (named == NULL) { result = PyErr_Occurred() ? FAILED : NOT_HERE; goto done; }
             if (!PyTuple_CheckExact(named) || PyTuple_GET_SIZE(named) != 2 || PyTuple_GET_ITEM(named, 1) != Py_False)
                 goto done;  /* (a kept op) */
@@ -1320,6 +1371,9 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     result = Py_BuildValue("Oni", ops, pos, status);
 fail:
     Py_XDECREF(ops);
+    jb_seen_clear(&sc.seen_raw);
+    jb_seen_clear(&sc.seen_name);
+    jb_seen_clear(&sc.seen_schema);
     PyMem_Free(sc.text.buf);
     PyMem_Free(sc.entries);
     PyMem_Free(sc.first);

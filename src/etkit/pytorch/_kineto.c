@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "../_buffers.h"
+#include "../_jsonbytes.h"
 
 #define MAX_DEPTH 64
 #define LIM_US 9007199254740992.0 /* 2**53 */
@@ -91,19 +92,18 @@ typedef struct {
     Py_ssize_t n;
 } Val;
 
-/* Byte classes: JSON whitespace; the bytes a string holds as they are (printable ASCII but '"' and '\\'). */
-enum { B_WS = 1, B_PLAIN = 2 };
+/* Byte classes: JSON whitespace (a string's plain bytes are found by jb_plain_run, eight at a time). */
+enum { B_WS = 1 };
 static uint8_t byte_class[256];
 
 static void init_classes(void) {
-    for (int b = 0x20; b < 0x80; b++) byte_class[b] = B_PLAIN;
-    byte_class['"'] = byte_class['\\'] = 0;
-    byte_class[' '] = B_PLAIN | B_WS;
-    byte_class['\n'] = byte_class['\t'] = byte_class['\r'] = B_WS;
+    byte_class[' '] = byte_class['\n'] = byte_class['\t'] = byte_class['\r'] = B_WS;
 }
 
 static inline void ws(Cur *c) {
-    while (c->p < c->e && (byte_class[*c->p] & B_WS)) c->p++;
+    const uint8_t *p = c->p, *e = c->e;  /* (locals: the class table's reads may not alias them) */
+    while (p < e && (byte_class[*p] & B_WS)) p++;
+    c->p = p;
 }
 
 static inline int hexval(uint8_t ch) {
@@ -113,13 +113,13 @@ static inline int hexval(uint8_t ch) {
     return -1;
 }
 
-/* A string at c->p (its '"'): its content in *v (V_STR, or V_ESC when it has an escape); 0 when declined. */
-static int scan_string(Cur *c, Val *v) {
+/* scan_string of a string with an escape, or declined (c->p at its '"'). */
+static int scan_string_rest(Cur *c, Val *v) {
     const uint8_t *p = c->p + 1, *e = c->e;
     int esc = 0;
     v->s = p;
     for (;;) {
-        while (p < e && (byte_class[*p] & B_PLAIN)) p++;
+        p = jb_plain_run(p, e, NULL);
         if (p >= e || *p >= 0x80 || *p < 0x20) return 0;
         if (*p == '"') break;
         esc = 1; /* a backslash */
@@ -150,6 +150,20 @@ static int scan_string(Cur *c, Val *v) {
     return 1;
 }
 
+/* A string at c->p (its '"'): its content in *v (V_STR, or V_ESC when it has an escape); 0 when declined. The
+ * common one (plain bytes, then the quote) here, any other by scan_string_rest. */
+static inline int scan_string(Cur *c, Val *v) {
+    const uint8_t *p = jb_plain_run(c->p + 1, c->e, NULL);
+    if (p < c->e && *p == '"') {
+        v->s = c->p + 1;
+        v->n = p - v->s;
+        v->t = V_STR;
+        c->p = p + 1;
+        return 1;
+    }
+    return scan_string_rest(c, v);
+}
+
 /* A number at c->p, by JSON's grammar: V_INT (no fraction or exponent) or V_NUM; 0 when declined (not a number,
  * or one that is infinite as a double, which the JSON readers refuse). */
 static int scan_number(Cur *c, Val *v) {
@@ -159,13 +173,13 @@ static int scan_number(Cur *c, Val *v) {
     if (p < e && *p == '-') p++;
     if (p >= e) return 0;
     if (*p == '0') p++;
-    else if (*p >= '1' && *p <= '9') while (p < e && *p >= '0' && *p <= '9') p++;
+    else if (*p >= '1' && *p <= '9') p = jb_digit_run(p, e);
     else return 0;
     if (p < e && *p == '.') {
         is_int = 0;
         p++;
         if (p >= e || *p < '0' || *p > '9') return 0;
-        while (p < e && *p >= '0' && *p <= '9') p++;
+        p = jb_digit_run(p, e);
     }
     int has_exp = 0;
     if (p < e && (*p == 'e' || *p == 'E')) {
@@ -223,8 +237,9 @@ static inline int opens_empty(Cur *c, uint8_t close) {
  * depth; 1 when taken, 0 declined. */
 typedef int (*OnMember)(Cur *c, const Val *key, void *ctx, int depth);
 
-/* The object at c->p ('{'), each member handed to `on`; 0 when declined. */
-static int object(Cur *c, int depth, OnMember on, void *ctx) {
+/* The object at c->p ('{'), each member handed to `on`; 0 when declined. Inline, so that where `on` is known
+ * (an event's members, its args') it is called directly. */
+static inline int object(Cur *c, int depth, OnMember on, void *ctx) {
     if (depth > MAX_DEPTH) return 0;
     if (opens_empty(c, '}')) return 1;
     for (;;) {
@@ -323,9 +338,43 @@ static const Key CATS[] = {KEY("cpu_op"), KEY("user_annotation"), KEY("kernel"),
                            KEY("cuda_sync")};
 #define N_CATS ((int)(sizeof(CATS) / sizeof(CATS[0])))
 
-static inline int which(const Key *keys, int n, const uint8_t *s, Py_ssize_t len) {
-    for (int i = 0; i < n; i++)
-        if (keys[i].n == len && keys[i].s[0] == (char)s[0] && memcmp(keys[i].s, s, len) == 0) return i;
+/* A list of keys, hashed by their length and first byte (KEY_BUCKET) into chains, so that a lookup compares the
+ * few keys of its bucket (mostly one, or none). */
+#define KEY_BUCKETS 64
+#define KEY_BUCKET(len, first) ((size_t)((len) * 7 + (first)) & (KEY_BUCKETS - 1))
+typedef struct {
+    const Key *keys;
+    int n;
+    int8_t head[KEY_BUCKETS]; /* the first key of each bucket (-1: none) */
+    int8_t next[32];          /* the next key of the same bucket (-1: none) */
+} KeySet;
+
+static KeySet KEY_SET = {KEYS, N_KEYS, {0}, {0}}, ARG_SET = {ARG_KEYS, N_ARGS, {0}, {0}},
+              CAT_SET = {CATS, N_CATS, {0}, {0}};
+
+static void init_keys(KeySet *k) {
+    memset(k->head, -1, sizeof k->head);
+    for (int i = k->n - 1; i >= 0; i--) { /* (each chain in index order) */
+        size_t b = KEY_BUCKET(k->keys[i].n, (uint8_t)k->keys[i].s[0]);
+        k->next[i] = k->head[b];
+        k->head[b] = (int8_t)i;
+    }
+}
+
+/* Whether the n bytes at a and b are the same. */
+static inline int same_bytes(const char *a, const uint8_t *b, Py_ssize_t n) {
+    for (Py_ssize_t j = 0; j < n; j++)
+        if ((uint8_t)a[j] != b[j]) return 0;
+    return 1;
+}
+
+/* The index of the key s (len bytes) in k, or -1. */
+static inline int which(const KeySet *k, const uint8_t *s, Py_ssize_t len) {
+    if (len <= 0) return -1; /* (no key is empty) */
+    for (int i = k->head[KEY_BUCKET(len, s[0])]; i >= 0; i = k->next[i]) {
+        const Key *key = &k->keys[i];
+        if (key->n == len && same_bytes(key->s, s, len)) return i;
+    }
     return -1;
 }
 
@@ -335,18 +384,21 @@ static inline int is(const Val *v, const char *s) {
 
 /* The members of an object read into vals[] by their keys[] (the others skipped): a keyed walk's context. */
 typedef struct {
-    const Key *keys;
-    int n;
+    const KeySet *keys;
     Val *vals;
 } Keyed;
+
+/* The value of the member of key i (-1: a key not read here, skipped) read into vals[i]. */
+static inline int keyed_value(Cur *c, Val *vals, int i, int depth) {
+    if (i < 0) return skip_value(c, depth);
+    if (vals[i].t != V_ABSENT) return 0; /* twice */
+    return scan_value(c, &vals[i], depth);
+}
 
 static int keyed_member(Cur *c, const Val *key, void *ctx, int depth) {
     Keyed *k = ctx;
     if (key->t == V_ESC) return 0; /* (it might spell a key read here) */
-    int i = which(k->keys, k->n, key->s, key->n);
-    if (i < 0) return skip_value(c, depth);
-    if (k->vals[i].t != V_ABSENT) return 0; /* twice */
-    return scan_value(c, &k->vals[i], depth);
+    return keyed_value(c, k->vals, which(k->keys, key->s, key->n), depth);
 }
 
 /* An event's members: its own by KEYS, its args' (an object) by ARG_KEYS, in place. */
@@ -357,14 +409,11 @@ typedef struct {
 static int event_member(Cur *c, const Val *key, void *ctx, int depth) {
     Fields *f = ctx;
     if (key->t == V_ESC) return 0;
-    int i = which(KEYS, N_KEYS, key->s, key->n);
-    if (i != K_ARGS || c->p >= c->e || *c->p != '{') {
-        Keyed own = {KEYS, N_KEYS, f->top};
-        return keyed_member(c, key, &own, depth);
-    }
+    int i = which(&KEY_SET, key->s, key->n);
+    if (i != K_ARGS || c->p >= c->e || *c->p != '{') return keyed_value(c, f->top, i, depth);
     if (f->top[i].t != V_ABSENT) return 0;
     const uint8_t *at = c->p;
-    Keyed args = {ARG_KEYS, N_ARGS, f->arg};
+    Keyed args = {&ARG_SET, f->arg};
     if (!object(c, depth, keyed_member, &args)) return 0;
     f->top[i].t = V_OBJ;
     f->top[i].s = at;
@@ -383,6 +432,9 @@ static int id_of(const Val *v, int64_t *out) {
     int neg = *p == '-';
     p += neg;
     uint64_t mag = 0;
+    if (e - p <= 18) { /* (below 10**18: no overflow to check) */
+        for (; p < e; p++) mag = mag * 10 + (uint64_t)(*p - '0');
+    }
     for (; p < e; p++) {
         uint64_t d = (uint64_t)(*p - '0');
         if (mag > (UINT64_C(0x7FFFFFFFFFFFFFFF) - d) / 10) return 0;
@@ -446,26 +498,34 @@ enum { S_NAME, S_TS, S_DUR, S_STREAM, S_WAIT_STREAM, S_WAIT_CORR, S_CORR, N_SYNC
 typedef struct {
     Vec cpu[N_CPU], gpu[N_GPU], launch[N_LAUNCH], ann[N_ANN], sync[N_SYNC], threads;
     PyObject *names;
+    JbSeen seen_names; /* a name's text -> its index in names (only this call changes names) */
 } Out;
 
 /* The index of the name v (absent: "") in out->names, added when new; -1 with an exception set on failure, -2
  * when declined (not a string without escapes). */
 static int64_t name_index(Out *out, const Val *v) {
     if (v->t != V_ABSENT && v->t != V_STR) return -2;
-    PyObject *s = PyUnicode_DecodeASCII(v->t == V_STR ? (const char *)v->s : "", v->t == V_STR ? v->n : 0, NULL);
+    const uint8_t *text = v->t == V_STR ? v->s : (const uint8_t *)"";
+    Py_ssize_t n = v->t == V_STR ? v->n : 0;
+    PyObject *kept = jb_seen_get(&out->seen_names, text, n);
+    if (kept != NULL) return PyLong_AsLongLong(kept);
+    PyObject *s = PyUnicode_DecodeASCII((const char *)text, n, NULL);
     if (s == NULL) return -1;
-    PyObject *found = PyDict_GetItemWithError(out->names, s);
+    PyObject *found = PyDict_GetItemWithError(out->names, s), *i = NULL;
     int64_t index;
     if (found != NULL) {
         index = PyLong_AsLongLong(found);
+        Py_INCREF(found);
+        i = found;
     } else if (PyErr_Occurred()) {
         index = -1;
     } else {
         index = PyDict_GET_SIZE(out->names);
-        PyObject *i = PyLong_FromLongLong(index);
+        i = PyLong_FromLongLong(index);
         if (i == NULL || PyDict_SetItem(out->names, s, i) < 0) index = -1;
-        Py_XDECREF(i);
     }
+    if (index >= 0 && jb_seen_put(&out->seen_names, text, n, i) < 0) index = -1;
+    Py_XDECREF(i);
     Py_DECREF(s);
     return index;
 }
@@ -484,7 +544,7 @@ static int event(Cur *c, Out *out) {
     const Val *cat = &top[K_CAT], *ph = &top[K_PH], *name = &top[K_NAME], *args = &top[K_ARGS];
     if (cat->t == V_ESC || ph->t == V_ESC || name->t == V_ESC) return 0;
     int kind = -1;
-    if (cat->t == V_STR) kind = which(CATS, N_CATS, cat->s, cat->n);
+    if (cat->t == V_STR) kind = which(&CAT_SET, cat->s, cat->n);
     else if (cat->t != V_ABSENT && cat->t != V_NULL) return 0; /* the readers refuse it */
     if (kind < 0) {
         if (is(ph, "M") && is(name, "thread_name")) {
@@ -661,6 +721,7 @@ static PyObject *events(PyObject *Py_UNUSED(self), PyObject *argv) {
     free_vecs(out.ann, N_ANN);
     free_vecs(out.sync, N_SYNC);
     free_vecs(&out.threads, 1);
+    jb_seen_clear(&out.seen_names);
     release(&buf);
     return result;
 }
@@ -678,5 +739,8 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__kineto(void) {
     init_classes();
+    init_keys(&KEY_SET);
+    init_keys(&ARG_SET);
+    init_keys(&CAT_SET);
     return PyModule_Create(&module);
 }
