@@ -293,22 +293,23 @@ class _Converter:
         return self._emit(_Walk(order, key, kinds, head, owner, emitted_parent, lane_of, pg_init, pg_entries,
                                 gloo_groups), writer_path)
 
-    def _chain_members(self, order: list[int], head: list[int]) -> dict[int, list[int]]:
+    def _chain_members(self, order: np.ndarray, heads: np.ndarray) -> dict[int, list[int]]:
+        """COMM chain head -> its members in walk order (``order``: the walk, ``heads``: each op's head)."""
         members: dict[int, list[int]] = {}
-        for i in order:
-            h = head[i]
-            if h >= 0:
-                members.setdefault(h, []).append(i)
+        in_chain = np.flatnonzero(heads[order] >= 0)
+        for i, h in zip(order[in_chain].tolist(), heads[order[in_chain]].tolist()):
+            members.setdefault(h, []).append(i)
         return members
 
     def _emit(self, walk: _Walk, path: str | None) -> RankReport:
         """Write the rank's nodes: GPU activity placed, nodes put in id order, records written, report finished."""
         self._gpu_columns()
         self._exact_times()
-        chains = self._chain_members(walk.order, walk.head)
+        order, heads = np.array(walk.order, dtype=np.int64), np.array(walk.head, dtype=np.int64)
+        chains = self._chain_members(order, heads)
         nodes, kernel_kind = self._place_gpu(walk, chains)
         waits = device_waits(self.linked)
-        items = self._node_order(walk, waits, nodes)
+        items = self._node_order(walk, waits, nodes, order, heads[order])
         self._write_nodes(path, walk, chains, items, nodes, kernel_kind, waits)
         return self._finish_report(walk, items)
 
@@ -360,13 +361,14 @@ class _Converter:
                                           else None) for g in kernel_heads}
         return nodes, kernel_kind
 
-    def _node_order(self, walk: _Walk, waits: DeviceWaits, nodes: list[int]) -> list[int]:
+    def _node_order(self, walk: _Walk, waits: DeviceWaits, nodes: list[int], order: np.ndarray,
+                    heads: np.ndarray) -> list[int]:
         """The written nodes in id order: refs (op index >= 0, ``-(GPU activity + 1)``) sorted by (time,
         depth-first position). An op without a time of its own took its parent's, and its position keeps it
         after the parent and in call order among its siblings; a host call that waited for the device comes
         after that work, a COMM node that ran as a kernel after the kernel's launch. ``nodes``: the GPU
-        activities written as nodes, in order."""
-        key, head, report, gpu_ts, gpu_op = walk.key, walk.head, self.report, self.gpu_ts, self.gpu_op
+        activities written as nodes, in order; ``order``: the walk, ``heads``: the COMM head of each op in it."""
+        key, report, gpu_ts, gpu_op = walk.key, self.report, self.gpu_ts, self.gpu_op
         report.device_waits = waits.count
         for i, producers in waits.host.items():
             key[i] = max([key[i]] + [gpu_ts[g] for g in producers])
@@ -376,8 +378,6 @@ class _Converter:
                 key[h] = max(key[h], float(np.nextafter(key[launch], math.inf)))
         # refs in depth-first position order: each op not folded into its chain's COMM node, followed by the
         # activity it launched (in order); last the activity whose launch is not in the trace (by its own start)
-        order = np.array(walk.order, dtype=np.int64)
-        heads = np.array(head, dtype=np.int64)[order]
         kept = order[(heads < 0) | (heads == order)]
         n_kept = len(kept)
         report.folded_ops += len(order) - n_kept
@@ -422,7 +422,7 @@ class _Converter:
         GPU activities written as nodes of their own)."""
         linked = self.linked
         st = _WriteState(dict(zip(items, range(1, len(items) + 1))), waits, linked.ts.tolist(), linked.excl.tolist())
-        self._stream_prev = self._stream_predecessors(st.new_id)
+        self._stream_prev = self._stream_predecessors(st.new_id, nodes)
         self.ids = id_varints(len(items) + 1)
         gpu_records, orphans = self._gpu_records(nodes, st.new_id, kernel_kind, waits)
         head, counts = walk.head, self.counts
@@ -661,11 +661,12 @@ class _Converter:
         last_on_lane[lane] = nid
         self.report.gpu_time_et_ns += self.gpu_dur_ns[g]
 
-    def _stream_predecessors(self, new_id: dict[int, int]) -> dict[int, int | None]:
+    def _stream_predecessors(self, new_id: dict[int, int], nodes: list[int]) -> dict[int, int | None]:
         """Per written GPU activity, the node of the activity before it on its stream (None: the stream's first),
         in the stream's own order (start, then duration, then node id). Nodes are written in host order, where a COMM node that ran as a
-        kernel comes at its call, possibly before kernels that ran ahead of it on its stream."""
-        node_of = {-ref - 1: nid for ref, nid in new_id.items() if ref < 0}
+        kernel comes at its call, possibly before kernels that ran ahead of it on its stream. ``nodes``: the
+        activities that may be nodes of their own (those with an id are)."""
+        node_of = {g: new_id[-g - 1] for g in nodes if -g - 1 in new_id}
         node_of.update((g, new_id[h]) for g, h in self.kernel_chain.items() if h in new_id)
         if not node_of:
             return {}
