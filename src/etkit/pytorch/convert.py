@@ -277,7 +277,7 @@ class _Converter:
         """Convert the rank: write ``writer_path``, or (``None``) keep the framed records in :attr:`framed`."""
         linked, ops = self.linked, self.ops
         parent = linked.parent.tolist()
-        ts = linked.ts.tolist()
+        ts = self.op_ts = linked.ts.tolist()  # (read, never changed, by the walk and the writing)
         kinds, pg_init = classify_ops(ops)
         groups, pg_entries = groups_of_rank(linked, ops[pg_init] if pg_init is not None else None)
         self.groups = groups
@@ -421,7 +421,7 @@ class _Converter:
         """Write the metadata node (when the host trace has none) and every node in id order (``nodes``: the
         GPU activities written as nodes of their own)."""
         linked = self.linked
-        st = _WriteState(dict(zip(items, range(1, len(items) + 1))), waits, linked.ts.tolist(), linked.excl.tolist())
+        st = _WriteState(dict(zip(items, range(1, len(items) + 1))), waits, self.op_ts, linked.excl.tolist())
         self._stream_prev = self._stream_predecessors(st.new_id, nodes)
         self.ids = id_varints(len(items) + 1)
         gpu_records, orphans = self._gpu_records(nodes, st.new_id, kernel_kind, waits)
