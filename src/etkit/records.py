@@ -21,10 +21,10 @@ unchanged. Only :attr:`__dataclass_params__` tells the difference (``repr`` and 
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Callable
 from operator import attrgetter
 from reprlib import recursive_repr
-import typing
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 if TYPE_CHECKING:  # (typing's own from Python 3.11)

@@ -71,6 +71,9 @@ def _csv_body(rows: Sequence[Sequence[Any]], width: int, writer: Any, buf: io.St
         elif kinds == {str}:
             quoted = {}
             for value in set(column):
+                if not ("," in value or '"' in value or "\n" in value or "\r" in value):
+                    quoted[value] = value  # (nothing to quote: the csv module writes it as it is)
+                    continue
                 writer.writerow((value, ""))  # "<field>,\n": the field as written on any row
                 quoted[value] = buf.getvalue()[start:-2]
                 buf.seek(start)

@@ -28,7 +28,6 @@ import math
 import os
 from collections import Counter
 from dataclasses import field
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -55,7 +54,7 @@ from .comm import (
 from .device import DeviceWaits, device_waits, gpu_node_type
 from .host import KERNEL as _HOSTOPS
 from .host import KNOWN_SCHEMAS, HostOp, HostTraceError
-from .link import LinkedRank
+from .link import GpuActivity, LinkedRank
 
 __all__ = ["RankReport", "P2PCall", "convert_linked", "convert_linked_bytes", "GroupInfo", "groups_of_rank"]
 
@@ -279,7 +278,7 @@ class _Converter:
         """Convert the rank: write ``writer_path``, or (``None``) keep the framed records in :attr:`framed`."""
         linked, ops = self.linked, self.ops
         parent = linked.parent.tolist()
-        ts = linked.ts.tolist()
+        ts = self.op_ts = linked.ts.tolist()  # (read, never changed, by the walk and the writing)
         kinds, pg_init = classify_ops(ops)
         groups, pg_entries = groups_of_rank(linked, ops[pg_init] if pg_init is not None else None)
         self.groups = groups
@@ -295,100 +294,119 @@ class _Converter:
         return self._emit(_Walk(order, key, kinds, head, owner, emitted_parent, lane_of, pg_init, pg_entries,
                                 gloo_groups), writer_path)
 
-    def _chain_members(self, order: list[int], head: list[int]) -> dict[int, list[int]]:
+    def _chain_members(self, order: np.ndarray, heads: np.ndarray) -> dict[int, list[int]]:
+        """COMM chain head -> its members in walk order (``order``: the walk, ``heads``: each op's head)."""
         members: dict[int, list[int]] = {}
-        for i in order:
-            h = head[i]
-            if h >= 0:
-                members.setdefault(h, []).append(i)
+        in_chain = np.flatnonzero(heads[order] >= 0)
+        for i, h in zip(order[in_chain].tolist(), heads[order[in_chain]].tolist()):
+            members.setdefault(h, []).append(i)
         return members
 
     def _emit(self, walk: _Walk, path: str | None) -> RankReport:
         """Write the rank's nodes: GPU activity placed, nodes put in id order, records written, report finished."""
+        self._gpu_columns()
         self._exact_times()
-        chains = self._chain_members(walk.order, walk.head)
-        gpu_by_op, kernel_kind = self._place_gpu(walk, chains)
+        order, heads = np.array(walk.order, dtype=np.int64), np.array(walk.head, dtype=np.int64)
+        chains = self._chain_members(order, heads)
+        nodes, kernel_kind = self._place_gpu(walk, chains)
         waits = device_waits(self.linked)
-        items = self._node_order(walk, waits, gpu_by_op)
-        self._write_nodes(path, walk, chains, items, kernel_kind, waits)
+        items = self._node_order(walk, waits, nodes, order, heads[order])
+        self._write_nodes(path, walk, chains, items, nodes, kernel_kind, waits)
         return self._finish_report(walk, items)
 
-    def _place_gpu(self, walk: _Walk, chains: dict[int, list[int]]
-                   ) -> tuple[dict[int, list[int]], dict[int, CommKind | None]]:
+    def _gpu_columns(self) -> None:
+        """The GPU activities' fields the passes below read, as columns (lists, in ``linked.gpu`` order)."""
+        gpu = self.linked.gpu
+        self.gpu_op = [a.op for a in gpu]
+        self.gpu_ts = [a.ts for a in gpu]
+        self.gpu_dur = [a.dur for a in gpu]
+        self.gpu_stream = [a.stream for a in gpu]
+        self.gpu_name = [a.name for a in gpu]
+
+    def _place_gpu(self, walk: _Walk, chains: dict[int, list[int]]) -> tuple[list[int], dict[int, CommKind | None]]:
         """Where each GPU activity goes: a comm kernel folds into the chain of its launching op (the first one
-        only), every other activity becomes a node of its own. Returns the activities written as nodes by
-        launching op (-1: launch not in the trace) and the kinds of the comm kernels among them."""
+        only), every other activity becomes a node of its own. Returns the activities written as nodes (in
+        order) and the kinds of the comm kernels among them."""
         linked, head, kinds = self.linked, walk.head, walk.kinds
-        gpu_by_op: dict[int, list[int]] = {}
+        nodes: list[int] = []
         kernel_heads: list[int] = []
         cats = linked.cat if linked.cat is not None else np.full(len(self.ops), -1, dtype=np.int8)
         runtime = set(np.flatnonzero((cats == 2) | (cats == 3)).tolist())  # CUDA runtime calls
         folded_kernel: set[int] = set()  # chains that already took a kernel's interval
         parents = linked.parent
-        for g, act in enumerate(linked.gpu):
-            caller = int(parents[act.op]) if act.op in runtime else act.op  # a runtime call's caller
+        nccl: dict[str, bool] = {}  # is_comm_kernel of each name (the others have no kind: nodes of their own)
+        for g, (op, name) in enumerate(zip(self.gpu_op, self.gpu_name)):
+            comm = nccl.get(name)
+            if comm is None:
+                comm = nccl[name] = is_comm_kernel(name)
+            if not comm:
+                nodes.append(g)
+                continue
+            caller = int(parents[op]) if op in runtime else op  # a runtime call's caller
             launch_head = head[caller] if caller >= 0 else -1
-            kind = classify_kernel(act.name, kinds[launch_head] if launch_head >= 0 else None)
+            kind = classify_kernel(name, kinds[launch_head] if launch_head >= 0 else None)
             if kind is not None and launch_head >= 0 and launch_head not in folded_kernel:
                 chains[launch_head].append(-(g + 1))
                 folded_kernel.add(launch_head)
                 self.kernel_chain[g] = launch_head
             else:  # (a chain's further kernels are nodes of their own: every measured kernel is in the ET)
-                gpu_by_op.setdefault(act.op, []).append(g)
+                nodes.append(g)
                 if kind is not None:
                     kernel_heads.append(g)
-                elif is_comm_kernel(act.name):  # written as a compute kernel, and listed
+                else:  # written as a compute kernel, and listed
                     unknown = self.report.unknown_comm_kernels
-                    unknown[act.name] = unknown.get(act.name, 0) + 1
-        kernel_kind = {g: classify_kernel(linked.gpu[g].name, kinds[head[int(parents[linked.gpu[g].op])]]
-                                          if linked.gpu[g].op in runtime and head[int(parents[linked.gpu[g].op])] >= 0
+                    unknown[name] = unknown.get(name, 0) + 1
+        gpu_op, gpu_name = self.gpu_op, self.gpu_name
+        kernel_kind = {g: classify_kernel(gpu_name[g], kinds[head[int(parents[gpu_op[g]])]]
+                                          if gpu_op[g] in runtime and head[int(parents[gpu_op[g]])] >= 0
                                           else None) for g in kernel_heads}
-        return gpu_by_op, kernel_kind
+        return nodes, kernel_kind
 
-    def _node_order(self, walk: _Walk, waits: DeviceWaits, gpu_by_op: dict[int, list[int]]) -> list[int]:
+    def _node_order(self, walk: _Walk, waits: DeviceWaits, nodes: list[int], order: np.ndarray,
+                    heads: np.ndarray) -> list[int]:
         """The written nodes in id order: refs (op index >= 0, ``-(GPU activity + 1)``) sorted by (time,
         depth-first position). An op without a time of its own took its parent's, and its position keeps it
         after the parent and in call order among its siblings; a host call that waited for the device comes
-        after that work, a COMM node that ran as a kernel after the kernel's launch."""
-        linked, key, head, report = self.linked, walk.key, walk.head, self.report
+        after that work, a COMM node that ran as a kernel after the kernel's launch. ``nodes``: the GPU
+        activities written as nodes, in order; ``order``: the walk, ``heads``: the COMM head of each op in it."""
+        key, report, gpu_ts, gpu_op = walk.key, self.report, self.gpu_ts, self.gpu_op
         report.device_waits = waits.count
         for i, producers in waits.host.items():
-            key[i] = max([key[i]] + [linked.gpu[g].ts for g in producers])
+            key[i] = max([key[i]] + [gpu_ts[g] for g in producers])
         for g, h in self.kernel_chain.items():
-            launch = linked.gpu[g].op
+            launch = gpu_op[g]
             if launch >= 0:  # (strictly after: on a tie the head would sort first, being earlier in the tree)
                 key[h] = max(key[h], float(np.nextafter(key[launch], math.inf)))
         # refs in depth-first position order: each op not folded into its chain's COMM node, followed by the
-        # activity it launched; last the activity whose launch is not in the trace (by its own start)
-        order = np.array(walk.order, dtype=np.int64)
-        heads = np.array(head, dtype=np.int64)[order]
+        # activity it launched (in order); last the activity whose launch is not in the trace (by its own start)
         kept = order[(heads < 0) | (heads == order)]
-        report.folded_ops += len(order) - len(kept)
+        n_kept = len(kept)
+        report.folded_ops += len(order) - n_kept
         op_key = np.array(key, dtype=np.float64)
         refs, keys = kept, op_key[kept]
-        if gpu_by_op:
-            position = np.full(len(key), -1, dtype=np.int64)  # of each kept op among the kept ones
-            position[kept] = np.arange(len(kept))
-            acts: list[int] = []  # each activity, its launching op's position and its place after it
-            at: list[int] = []
-            after: list[int] = []
-            launched: list[int] = []
-            for i, gs in gpu_by_op.items():
-                if i == -1 or (i >= 0 and position[i] >= 0):
-                    acts.extend(gs)
-                    at.extend(repeat(int(position[i]) if i >= 0 else len(kept), len(gs)))
-                    after.extend(range(1, len(gs) + 1))
-                    launched.extend(repeat(i, len(gs)))
-            act = np.array(acts, dtype=np.int64)
-            act_ts = np.array([linked.gpu[g].ts for g in acts], dtype=np.float64)
-            by = np.array(launched, dtype=np.int64)
+        if nodes:
+            position = np.full(len(key) + 1, -1, dtype=np.int64)  # of each kept op among the kept ones
+            position[kept] = np.arange(n_kept)
+            position[-1] = n_kept  # (launch not in the trace: after every op)
+            act = np.array(nodes, dtype=np.int64)
+            by = np.array(gpu_op, dtype=np.int64)[act]
+            at = position[by]
+            placed = at >= 0  # (the activity of an op folded into its COMM node has no place)
+            act, by, at = act[placed], by[placed], at[placed]
+            act_ts = np.array(gpu_ts, dtype=np.float64)[act]
             launcher_key = op_key[np.maximum(by, 0)]
             # max(ts, the launcher's key), as Python's max (NaN ts: NaN); the unlaunched: their own start
             act_key = np.where((by >= 0) & (launcher_key > act_ts), launcher_key, act_ts)
-            built = np.lexsort((np.concatenate((np.zeros(len(kept), dtype=np.int64), np.array(after, dtype=np.int64))),
-                                np.concatenate((np.arange(len(kept)), np.array(at, dtype=np.int64)))))
-            refs = np.concatenate((kept, -(act + 1)))[built]
-            keys = np.concatenate((keys, act_key))[built]
+            # each kept op, then the activities at its position (in order): their places in the merged list
+            by_place = np.argsort(at, kind="stable")
+            at_sorted = at[by_place]
+            acts_before = np.searchsorted(at_sorted, np.arange(n_kept), side="left")
+            refs = np.empty(n_kept + len(act), dtype=np.int64)
+            keys = np.empty(n_kept + len(act), dtype=np.float64)
+            op_place = np.arange(n_kept) + acts_before
+            act_place = np.minimum(at_sorted + 1, n_kept) + np.arange(len(act))
+            refs[op_place], keys[op_place] = kept, op_key[kept]
+            refs[act_place], keys[act_place] = -(act[by_place] + 1), act_key[by_place]
         # a stable sort by key keeps depth-first position order among equal keys (numpy: 20x faster than tuples)
         return refs[np.argsort(keys, kind="stable")].tolist()
 
@@ -400,13 +418,15 @@ class _Converter:
             ("start_ts", host.start_ts, "uint64_val"), ("finish_ts", host.finish_ts, "uint64_val")))
 
     def _write_nodes(self, path: str | None, walk: _Walk, chains: dict[int, list[int]], items: list[int],
-                     kernel_kind: dict[int, CommKind | None], waits: DeviceWaits) -> None:
-        """Write the metadata node (when the host trace has none) and every node in id order."""
-        linked, report = self.linked, self.report
-        st = _WriteState({ref: n for n, ref in enumerate(items, 1)}, waits, linked.ts.tolist(), linked.excl.tolist())
-        self._stream_prev = self._stream_predecessors(st.new_id)
+                     nodes: list[int], kernel_kind: dict[int, CommKind | None], waits: DeviceWaits) -> None:
+        """Write the metadata node (when the host trace has none) and every node in id order (``nodes``: the
+        GPU activities written as nodes of their own)."""
+        linked = self.linked
+        st = _WriteState(dict(zip(items, range(1, len(items) + 1))), waits, self.op_ts, linked.excl.tolist())
+        self._stream_prev = self._stream_predecessors(st.new_id, nodes)
         self.ids = id_varints(len(items) + 1)
-        head = walk.head
+        gpu_records, orphans = self._gpu_records(nodes, st.new_id, kernel_kind, waits)
+        head, counts = walk.head, self.counts
         with TraceWriter(path, self._metadata()) as writer:
             write = writer.write_record
             if walk.pg_init is None and walk.pg_entries:
@@ -421,8 +441,10 @@ class _Converter:
                 ref = items[k]
                 k += 1
                 if ref < 0:
-                    write(self._gpu_node(k, -ref - 1, st.new_id, st.last_on_lane, kernel_kind, waits))
-                    report.gpu_nodes += 1
+                    write(gpu_records[-ref - 1])
+                    label = orphans.get(-ref - 1)
+                    if label is not None:  # (counted in id order, as the COMM nodes are)
+                        counts[label] += 1
                 elif head[ref] == ref:
                     write(self._comm_record(k, ref, walk, chains[ref], st))
                 else:
@@ -596,20 +618,20 @@ class _Converter:
         linked = self.linked
         known = ~np.isnan(linked.ts)
         if not linked.gpu and not known.any():  # a host trace alone: nothing is timed
-            self.op_ts_ns = self.op_dur_ns = [0] * len(linked.ts)
+            self.op_ts_ns = self.op_dur_ns = np.zeros(len(linked.ts), dtype=np.int64)
             self.gpu_ts_ns, self.gpu_dur_ns, self.op_timing, self.gpu_timing = [], [], [], []
             return
         from .kineto import us_to_ns  # (the Kineto reader: imported where there are times)
 
         op_ts = np.where(known, linked.base_ns + us_to_ns(np.where(known, linked.ts, 0.0)), 0)
         op_dur = us_to_ns(np.where(known, linked.dur, 0.0))
-        gpu_ts = linked.base_ns + us_to_ns(np.array([a.ts for a in linked.gpu], dtype=np.float64))
-        gpu_dur = us_to_ns(np.array([a.dur for a in linked.gpu], dtype=np.float64))
-        self.op_ts_ns, self.op_dur_ns = op_ts.tolist(), op_dur.tolist()
+        gpu_ts = linked.base_ns + us_to_ns(np.array(self.gpu_ts, dtype=np.float64))
+        gpu_dur = us_to_ns(np.array(self.gpu_dur, dtype=np.float64))
+        self.op_ts_ns, self.op_dur_ns = op_ts, op_dur  # (read for a few comm ops only: as arrays)
         self.gpu_ts_ns, self.gpu_dur_ns = gpu_ts.tolist(), gpu_dur.tolist()
         cats = linked.cat if linked.cat is not None else np.full(len(linked.ts), -1, dtype=np.int8)
-        gpu_cat = np.array([PROFILER_CATEGORIES.index(a.category) if a.category in PROFILER_CATEGORIES else -1
-                            for a in linked.gpu], dtype=np.int64)
+        category = {c: PROFILER_CATEGORIES.index(c) for c in PROFILER_CATEGORIES}
+        gpu_cat = np.array([category.get(a.category, -1) for a in linked.gpu], dtype=np.int64)
         self.op_timing = self._timing_column(op_ts, op_dur, cats)
         self.gpu_timing = self._timing_column(gpu_ts, gpu_dur, gpu_cat)
 
@@ -640,53 +662,92 @@ class _Converter:
         last_on_lane[lane] = nid
         self.report.gpu_time_et_ns += self.gpu_dur_ns[g]
 
-    def _stream_predecessors(self, new_id: dict[int, int]) -> dict[int, int | None]:
+    def _stream_predecessors(self, new_id: dict[int, int], nodes: list[int]) -> dict[int, int | None]:
         """Per written GPU activity, the node of the activity before it on its stream (None: the stream's first),
         in the stream's own order (start, then duration, then node id). Nodes are written in host order, where a COMM node that ran as a
-        kernel comes at its call, possibly before kernels that ran ahead of it on its stream."""
-        node_of = {-ref - 1: nid for ref, nid in new_id.items() if ref < 0}
+        kernel comes at its call, possibly before kernels that ran ahead of it on its stream. ``nodes``: the
+        activities that may be nodes of their own (those with an id are)."""
+        node_of = {g: new_id[-g - 1] for g in nodes if -g - 1 in new_id}
         node_of.update((g, new_id[h]) for g, h in self.kernel_chain.items() if h in new_id)
         if not node_of:
             return {}
         acts = np.fromiter(node_of, dtype=np.int64, count=len(node_of))
         nids = np.fromiter(node_of.values(), dtype=np.int64, count=len(node_of))
-        gpu = self.linked.gpu
-        stream = np.array([gpu[g].stream for g in acts.tolist()], dtype=np.int64)
-        ts = np.array([gpu[g].ts for g in acts.tolist()], dtype=np.float64)
-        dur = np.array([gpu[g].dur for g in acts.tolist()], dtype=np.float64)
+        stream = np.array(self.gpu_stream, dtype=np.int64)[acts]
+        ts = np.array(self.gpu_ts, dtype=np.float64)[acts]
+        dur = np.array(self.gpu_dur, dtype=np.float64)[acts]
         order = np.lexsort((nids, dur, ts, stream))
         acts, nids, stream = acts[order].tolist(), nids[order].tolist(), stream[order].tolist()
         return {g: (nids[k - 1] if k and stream[k - 1] == stream[k] else None) for k, g in enumerate(acts)}
 
-    def _gpu_node(self, nid: int, g: int, new_id: dict[int, int], last_on_lane: dict[Any, int],
-                  kernel_kind: dict[int, CommKind | None], waits: DeviceWaits) -> bytes:
-        act = self.linked.gpu[g]
-        launcher = new_id.get(act.op) if act.op >= 0 else None
-        deps: list[int] = []
-        self._on_stream(nid, g, deps, new_id, last_on_lane, waits)
-        if launcher is not None and launcher not in deps:
-            deps.append(launcher)
-        start = max(0, int(round(act.ts + self.linked.clock_offset_us)))
-        duration = max(0, int(round(act.dur)))
-        kind = kernel_kind.get(g)
+    def _gpu_records(self, nodes: list[int], new_id: dict[int, int], kernel_kind: dict[int, CommKind | None],
+                     waits: DeviceWaits) -> tuple[list[bytes], dict[int, str]]:
+        """The Node record of every GPU activity of ``nodes`` that has a node id (by activity; the others
+        b""), and the label of each orphan comm kernel among them (counted where it is written, in id order).
+        A record depends only on ids: its stream's previous node, the work of other streams it waited for,
+        its launch. (The stream's last node is not kept in the lanes: every activity has its predecessor.)"""
+        gpu, ids, report = self.linked.gpu, self.ids, self.report
+        written = [g for g in nodes if -g - 1 in new_id]
+        nids = [new_id[-g - 1] for g in written]
+        starts, durations = self._gpu_times(written)
+        name_field, stream_prev, waits_gpu, timing, gpu_op = self.io_pieces.name, self._stream_prev, waits.gpu, \
+            self.gpu_timing, self.gpu_op
+        heads = {s: self.attr("is_cpu_op", False) + self.attr("stream", s) for s in set(self.gpu_stream)}
+        special = {g for g in written if gpu[g].category in _MEMORY_CATEGORIES}.union(kernel_kind)
+        records = [b""] * len(gpu)
+        orphans: dict[int, str] = {}
+        for g, nid, start, duration in zip(written, nids, starts, durations):
+            act = gpu[g]
+            op = gpu_op[g]
+            launcher = new_id.get(op) if op >= 0 else None
+            prev = stream_prev[g]
+            deps = [prev] if prev is not None else []
+            if g in waits_gpu:  # the work of other streams it waited for
+                for producer in waits_gpu[g]:
+                    waited = new_id.get(-(producer + 1))
+                    if waited is not None and waited not in deps and waited < nid:
+                        deps.append(waited)
+            if launcher is not None and launcher not in deps:
+                deps.append(launcher)
+            attrs = heads[act.stream] + timing[g]
+            node_type = _COMP
+            if g in special:
+                node_type, extra, label = self._gpu_kind(act, kernel_kind.get(g))
+                attrs += extra
+                if label:
+                    orphans[g] = label
+            records[g] = node_record(nid, name_field(act.name), node_type, launcher, deps, start, duration, b"",
+                                     attrs, ids)
+        report.gpu_nodes += len(written)
+        dur_ns = self.gpu_dur_ns
+        report.gpu_time_et_ns += sum([dur_ns[g] for g in written])
+        return records, orphans
+
+    def _gpu_times(self, acts: list[int]) -> tuple[list[int], list[int]]:
+        """The node start (Unix µs) and duration of each activity of ``acts``: ``max(0, int(round(...)))`` of its
+        Kineto start (plus the clock's offset) and duration, with numpy (its ``rint`` rounds half to even, as
+        ``round``) where every value is finite and far within int64, else one at a time (which raises)."""
+        start = np.array(self.gpu_ts, dtype=np.float64)[acts] + self.linked.clock_offset_us
+        duration = np.array(self.gpu_dur, dtype=np.float64)[acts]
+        both = np.concatenate((start, duration))
+        if bool((np.abs(both) < 2.0 ** 62).all()):  # (False for NaN)
+            whole = np.maximum(np.rint(both), 0.0).astype(np.int64).tolist()
+            return whole[:len(acts)], whole[len(acts):]
+        return [max(0, int(round(t))) for t in start.tolist()], [max(0, int(round(d))) for d in duration.tolist()]
+
+    def _gpu_kind(self, act: GpuActivity, kind: CommKind | None) -> tuple[int, bytes, str]:
+        """Node type, further attributes and (an orphan comm kernel's) COMM label of a copy, a set or a comm
+        kernel written as a node of its own."""
         a = self.attr
-        attrs = [a("is_cpu_op", False), a("stream", act.stream),
-                 self.gpu_timing[g]]
         node_type = gpu_node_type(act.category, act.name)
-        if node_type != NodeType.COMP_NODE:
+        if node_type != _COMP:
             self.report.gpu_memory_nodes += 1
-            if act.nbytes >= 0:
-                attrs.append(a("tensor_size", act.nbytes))
-        elif kind is not None:
-            node_type = int(kind.node_type)
-            if kind.comm_type is not None:
-                attrs.append(a("comm_type", int(kind.comm_type)))
-            attrs.append(a("comm_size", 0))
-            attrs.append(a("pg_name", act.pg_name or "0"))
-            self.report.link["orphan_comm_kernels"] = self.report.link.get("orphan_comm_kernels", 0) + 1
-            self.counts[_kind_label(kind)] += 1
-        return node_record(nid, self.io_pieces.name(act.name), node_type, launcher, deps, start, duration, b"",
-                           b"".join(attrs), self.ids)
+            return node_type, a("tensor_size", act.nbytes) if act.nbytes >= 0 else b"", ""
+        if kind is None:
+            return node_type, b"", ""
+        extra = a("comm_type", int(kind.comm_type)) if kind.comm_type is not None else b""
+        self.report.link["orphan_comm_kernels"] = self.report.link.get("orphan_comm_kernels", 0) + 1
+        return int(kind.node_type), extra + a("comm_size", 0) + a("pg_name", act.pg_name or "0"), _kind_label(kind)
 
     def _comm_node(self, h: int, kinds: list[CommKind | None], members: list[int], gloo_groups: dict[int, str],
                    offset: float, counts: Counter[str]) -> tuple[int, int, int, bytes, str]:
@@ -710,7 +771,7 @@ class _Converter:
                     pg = pg or act.pg_name
             else:
                 cat = int(linked.cat[m]) if linked.cat is not None else -1
-                ns, stream, name = (self.op_ts_ns[m], self.op_dur_ns[m]), -1, ""
+                ns, stream, name = (int(self.op_ts_ns[m]), int(self.op_dur_ns[m])), -1, ""
                 mk = kinds[m]
                 depth = _FAMILY_DEPTH.get(mk.family, 0) if mk is not None else -1
                 t, d = linked.ts[m], linked.dur[m]
@@ -834,6 +895,8 @@ class _Converter:
 
 _NO_TIME = float("nan")
 _COMP, _METADATA = int(NodeType.COMP_NODE), int(NodeType.METADATA_NODE)
+#: Categories of the GPU activity that is not a kernel (see :func:`etkit.pytorch.device.gpu_node_type`).
+_MEMORY_CATEGORIES = frozenset({"gpu_memcpy", "gpu_memset"})
 #: ``_hostops.host_records`` (plain host ops' nodes in C, the bytes of ``_host_record``), where both C modules
 #: are built; None: every node in Python
 HOST_KERNEL: Any = _HOSTOPS if _HOSTOPS is not None and assemble.KERNEL is not None else None

@@ -478,9 +478,9 @@ def _pair_by_kind(backend: list[int], dispatch: list[int], kinds: dict[int, tupl
 
 
 def _repair_parents(host: HostTrace, rows: np.ndarray, k_parent: np.ndarray, ts: np.ndarray,
-                    report: LinkReport) -> np.ndarray:
+                    report: LinkReport, index_of: dict[int, int]) -> np.ndarray:
+    """Each op's parent (op index, -1: a root), repaired; ``index_of``: op id -> op index."""
     ops = host.ops
-    index_of = {op.id: i for i, op in enumerate(ops)}
     paired = _pair_backend_ops(host, index_of, ts)
     report.backend_ops_paired = len(paired)
     if _rows_are_ops(rows, k_parent) and len(rows) == len(ops):
@@ -524,11 +524,13 @@ def _own_rows_parents(host: HostTrace, index_of: dict[int, int], k_parent: np.nd
     """:func:`_repair_parents` when every op is linked to its own Kineto row (a Kineto trace alone): an op's
     parent is its Kineto parent, else its thread root; a backend op's, its dispatcher op."""
     ops = host.ops
-    et_parent = np.fromiter((index_of.get(op.parent, -1) for op in ops), dtype=np.int64, count=len(ops))
+    et_parent = np.array([index_of.get(op.parent, -1) for op in ops], dtype=np.int64)
     et_parent[et_parent == np.arange(len(ops))] = -1
     parent = k_parent.copy()
     for i in np.flatnonzero(parent < 0).tolist():
-        parent[i] = _thread_root_of(host, index_of, i)
+        # (the top of its host-trace tree: _thread_root_of's answer without its walk)
+        parent[i] = _thread_root_of(host, index_of, i) if et_parent[i] >= 0 else (
+            i if ops[i].name.startswith(ROOT_MARKERS) else -1)
     for b, d in paired.items():
         parent[b] = d
     report.tree_repairs += int((parent != et_parent).sum())
@@ -590,12 +592,13 @@ def _owner_op(row: int, k_parent: np.ndarray, host_of_row: dict[int, int]) -> in
 
 
 def _add_runtime_ops(host: HostTrace, kin: KinetoTrace, rows: np.ndarray, k_parent: np.ndarray,
-                     rt_parent: np.ndarray, window: tuple[float, float]) -> dict[int, int]:
+                     rt_parent: np.ndarray, window: tuple[float, float]) -> tuple[dict[int, int], list[int]]:
     """Append a host op for every CUDA runtime call of the window (launches, copies, syncs), under the
-    linked op that made it; returns Kineto runtime row -> op index."""
+    linked op that made it; returns Kineto runtime row -> op index, and the op each call is under (op index,
+    -1: none; in the same order)."""
     sel = np.flatnonzero((kin.launch_ts >= window[0]) & (kin.launch_ts <= window[1]))
     if not len(sel) or not len(kin.launch_name):
-        return {}
+        return {}, []
     ops = host.ops
     if _rows_are_ops(rows, k_parent):  # a Kineto trace alone: the op of CPU row r is op r
         owners = rt_parent[sel].tolist()
@@ -609,7 +612,7 @@ def _add_runtime_ops(host: HostTrace, kin: KinetoTrace, rows: np.ndarray, k_pare
     names = np.asarray(kin.names, dtype=object)[kin.launch_name[sel]].tolist()
     ops.extend(map(HostOp, ids, names, parent_ids, repeat(0), repeat(0), repeat(-1), repeat(0), tids, repeat(0),
                    repeat(""), repeat(("[]", "[]", "[]", "[]", "[]", "[]")), repeat(()), repeat(())))
-    return dict(zip(sel.tolist(), range(first, len(ops))))
+    return dict(zip(sel.tolist(), range(first, len(ops)))), owners
 
 
 def _rows_are_ops(rows: np.ndarray, k_parent: np.ndarray) -> bool:
@@ -626,8 +629,41 @@ def _attach_gpu(kin: KinetoTrace, rows: np.ndarray, k_parent: np.ndarray, runtim
     n_gpu = len(kin.gpu_ts)
     if not n_gpu:
         return []
-    host_of_row = {int(r): i for i, r in enumerate(rows.tolist()) if r >= 0}
     launch_of = {int(c): j for j, c in enumerate(kin.launch_correlation.tolist()) if c >= 0}
+    # each activity's launch (-1: none): in the window, else the activity itself runs in it (columns at once)
+    corr = kin.gpu_correlation.tolist()
+    launch = np.fromiter(map(launch_of.get, corr, repeat(-1)), dtype=np.int64, count=n_gpu)
+    launched = launch >= 0
+    t = np.where(launched, kin.launch_ts[np.maximum(launch, 0)] if len(kin.launch_ts) else _NAN, _NAN)
+    lo, hi = window
+    inside = np.where(launched, (lo <= t) & (t <= hi), (kin.gpu_ts < hi) & (kin.gpu_ts + kin.gpu_dur > lo))
+    sel = np.flatnonzero(inside)
+    js = launch[sel].tolist()
+    owners = list(map(runtime_ops.get, js, repeat(-1)))  # (no runtime op is a launch -1's)
+    searched = [k for k, (o, j) in enumerate(zip(owners, js)) if o < 0 and j >= 0]
+    if searched:  # no runtime call for the launch: the innermost linked op enclosing it on its thread
+        _enclosing_ops(kin, rows, k_parent, owners, searched, js, t[sel].tolist())
+    kernels_unlinked = sum(1 for o in owners if o < 0)
+    g_rows = sel.tolist()
+    gpu_bytes = kin.gpu_bytes[sel] if len(kin.gpu_bytes) == n_gpu else np.full(len(sel), -1)
+    category, pg = kin.gpu_category, kin.gpu_pg
+    out = list(map(GpuActivity, owners, np.asarray(kin.names, dtype=object)[kin.gpu_name[sel]].tolist(),
+                   [category[g] for g in g_rows], kin.gpu_ts[sel].tolist(), kin.gpu_dur[sel].tolist(),
+                   kin.gpu_stream[sel].tolist(), [pg[g] for g in g_rows], gpu_bytes.tolist(),
+                   kin.gpu_correlation[sel].tolist(), g_rows))
+    report.kernels_outside += n_gpu - len(out)
+    report.kernels_unlinked += kernels_unlinked
+    report.kernels_linked += len(out) - kernels_unlinked
+    report.kernels = len(out)
+    out.extend(_stream_syncs(kin, launch_of, runtime_ops, window))
+    return out
+
+
+def _enclosing_ops(kin: KinetoTrace, rows: np.ndarray, k_parent: np.ndarray, owners: list[int], searched: list[int],
+                   launch: list[int], t: list[float]) -> None:
+    """``owners[k]`` for each ``k`` of ``searched``: the innermost linked op enclosing launch ``launch[k]``
+    (at ``t[k]``) on the launch's thread (-1: none)."""
+    host_of_row = {int(r): i for i, r in enumerate(rows.tolist()) if r >= 0}
     # Per thread: CPU events sorted by start, to find the innermost one enclosing a launch.
     per_tid: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for tid in distinct(kin.cpu_tid).tolist():
@@ -635,44 +671,16 @@ def _attach_gpu(kin: KinetoTrace, rows: np.ndarray, k_parent: np.ndarray, runtim
         sel = sel[np.lexsort((-kin.cpu_dur[sel], kin.cpu_ts[sel]))]
         per_tid[tid] = (sel, kin.cpu_ts[sel])
     end = kin.cpu_ts + kin.cpu_dur
-    lo, hi = window
-    gpu_bytes = (kin.gpu_bytes if len(kin.gpu_bytes) == n_gpu else np.full(n_gpu, -1)).tolist()
-    # plain lists: indexing numpy arrays one element at a time is several times slower
-    corr, gpu_ts, gpu_dur = kin.gpu_correlation.tolist(), kin.gpu_ts.tolist(), kin.gpu_dur.tolist()
-    stream, name_of, names = kin.gpu_stream.tolist(), kin.gpu_name.tolist(), kin.names
-    launch_ts, launch_tid = kin.launch_ts.tolist(), kin.launch_tid.tolist()
-    kernels_outside = kernels_unlinked = 0
-    out: list[GpuActivity] = []
-    for g in range(n_gpu):
-        j = launch_of.get(corr[g], -1)
-        if j >= 0:
-            t = launch_ts[j]
-            if not lo <= t <= hi:
-                kernels_outside += 1
-                continue
-        elif not (gpu_ts[g] < hi and gpu_ts[g] + gpu_dur[g] > lo):
-            kernels_outside += 1
-            continue
-        owner = runtime_ops.get(j, -1) if j >= 0 else -1
-        if owner < 0 and j >= 0:
-            found = per_tid.get(launch_tid[j])
-            if found is not None:
-                sel, starts = found
-                k = int(np.searchsorted(starts, t, side="right")) - 1
-                row = int(sel[k]) if k >= 0 else -1
-                while row >= 0 and (end[row] < t or row not in host_of_row):
-                    row = int(k_parent[row])
-                owner = host_of_row.get(row, -1) if row >= 0 else -1
-        if owner < 0:
-            kernels_unlinked += 1
-        out.append(GpuActivity(owner, names[name_of[g]], kin.gpu_category[g], gpu_ts[g], gpu_dur[g], stream[g],
-                               kin.gpu_pg[g], gpu_bytes[g], corr[g], g))
-    report.kernels_outside += kernels_outside
-    report.kernels_unlinked += kernels_unlinked
-    report.kernels_linked += len(out) - kernels_unlinked
-    report.kernels = len(out)
-    out.extend(_stream_syncs(kin, launch_of, runtime_ops, window))
-    return out
+    launch_tid = kin.launch_tid.tolist()
+    for k in searched:
+        found = per_tid.get(launch_tid[launch[k]])
+        if found is not None:
+            sel, starts = found
+            at = int(np.searchsorted(starts, t[k], side="right")) - 1
+            row = int(sel[at]) if at >= 0 else -1
+            while row >= 0 and (end[row] < t[k] or row not in host_of_row):
+                row = int(k_parent[row])
+            owners[k] = host_of_row.get(row, -1) if row >= 0 else -1
 
 
 def _stream_syncs(kin: KinetoTrace, launch_of: dict[int, int], runtime_ops: dict[int, int],
@@ -754,14 +762,14 @@ def _link_rows(host: HostTrace, kineto: KinetoTrace, rows: np.ndarray, report: L
     report.linked_ops = int(hit.sum())
     _count_unlinked(host, ts, report)
     _check_coverage(report, kineto)
-    parent = _repair_parents(host, rows, k_parent, ts, report)
+    index_of = {op.id: i for i, op in enumerate(host.ops)}  # op id -> op index (the last op of an id)
+    parent = _repair_parents(host, rows, k_parent, ts, report, index_of)
     window = window or _window(ts, dur)
-    runtime_ops = _add_runtime_ops(host, kineto, rows, k_parent, rt_parent, window)
-    if runtime_ops:  # their timing, thread and parent (the op that made the call)
+    runtime_ops, owners = _add_runtime_ops(host, kineto, rows, k_parent, rt_parent, window)
+    if runtime_ops:  # their timing, thread and parent (the op that made the call; their ids are new ones)
         j = np.fromiter(runtime_ops, dtype=np.int64, count=len(runtime_ops))
-        index_of = {op.id: i for i, op in enumerate(host.ops)}
-        extra_parent = np.asarray([index_of[host.ops[i].parent] if host.ops[i].parent != host.ops[i].id else -1
-                                   for i in runtime_ops.values()], dtype=np.int64)
+        ops = host.ops
+        extra_parent = np.asarray([index_of[ops[o].id] if o >= 0 else -1 for o in owners], dtype=np.int64)
         ts = np.concatenate((ts, kineto.launch_ts[j]))
         dur = np.concatenate((dur, kineto.launch_dur[j]))
         excl = np.concatenate((excl, kineto.launch_dur[j]))
@@ -772,8 +780,9 @@ def _link_rows(host: HostTrace, kineto: KinetoTrace, rows: np.ndarray, report: L
     cat = np.full(len(host.ops), -1, dtype=np.int8)
     if len(kineto.cpu_cat) == len(kineto.cpu_ts):
         cat[:n][hit] = kineto.cpu_cat[rows[hit]]  # cpu_op 0, user_annotation 1
-    for launch, op_index in runtime_ops.items():
-        cat[op_index] = 3 if len(kineto.launch_driver) and kineto.launch_driver[launch] else 2
+    if runtime_ops:  # cuda_runtime 2, cuda_driver 3
+        added = np.fromiter(runtime_ops.values(), dtype=np.int64, count=len(runtime_ops))
+        cat[added] = np.where(kineto.launch_driver[j], 3, 2) if len(kineto.launch_driver) else 2
     offset = kineto.base_time_ns / 1000.0
     return LinkedRank(host, ts, dur, excl, thread, parent, gpu, report, offset, kineto, base_ns=kineto.base_time_ns,
                       runtime_rows=runtime_ops, cat=cat)
