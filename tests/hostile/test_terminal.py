@@ -91,3 +91,16 @@ def test_the_escapes_are_readable_and_keep_ordinary_text() -> None:
     assert printable("x\ny", newlines=False) == "x\\x0ay"
     assert printable("\x1b[2J\u202e\ud800") == "\\x1b[2J\\u202e\\ud800"
     assert xml_text("a\x00b\tc\x1bd") == "a\\x00b\tc\\x1bd"
+
+
+def test_a_printable_text_needs_no_pattern() -> None:
+    """The fast path (``str.isprintable``: no pattern compiled) is exact: no character ``isprintable`` accepts is
+    one the escape sets hold, over every code point."""
+    import re
+
+    from etkit import safetext
+
+    sets = [re.compile(safetext._UNSAFE), re.compile(safetext._UNSAFE[:-1] + "\n]"), re.compile(safetext._NOT_XML)]
+    text = "".join(chr(c) for c in range(0x110000) if chr(c).isprintable())
+    assert not any(p.search(text) for p in sets)
+    assert safetext.printable(text) is text and safetext.xml_text(text) is text
