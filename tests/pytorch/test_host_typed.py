@@ -378,3 +378,24 @@ def test_real_traces_read_alike_with_and_without_the_scan(monkeypatch):
     with_scan = [_read(path, scan=True, monkeypatch=monkeypatch) for path in paths]
     assert 0 < len(slow) < sum(len(ops) for _, ops in with_scan) / 10  # (kept ops: collectives)
     assert [_read(path, scan=False, monkeypatch=monkeypatch) for path in paths] == with_scan
+
+
+@pytest.mark.shared_data
+@pytest.mark.skipif(host.KERNEL is None, reason="the C kernel is not built here (tests/test_extensions.py says so)")
+def test_the_scan_calls_a_hostop_class_it_cannot_fill_itself(monkeypatch):
+    """The scan fills a plain HostOp's slots itself (no __init__ call); a class with a __post_init__ (or other
+    fields) it calls instead, so that what the class does on construction still happens, once per op."""
+    path = PARAM / "1.0.3-chakra.0.0.4" / "resnet_1gpu_et.json.gz"
+    plain = load_host_trace(path).ops
+    made: list[int] = []
+
+    @host.record(slots=True)
+    class Counted(host.HostOp):
+        def __post_init__(self) -> None:
+            made.append(self.id)
+
+    monkeypatch.setattr(host, "HostOp", Counted)
+    counted = load_host_trace(path).ops
+    assert len(made) > len(plain) // 2 and sorted(made) == sorted(op.id for op in counted if type(op) is Counted)
+    assert [(op.id, op.name, op.io, op.reads, op.writes) for op in counted] == \
+        [(op.id, op.name, op.io, op.reads, op.writes) for op in plain]
