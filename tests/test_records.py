@@ -127,3 +127,18 @@ def test_records_compile_only_init():
     finally:
         builtins.exec = real
     assert len(compiled) == 1 and "__init__" in compiled[0]
+
+
+def test_one_decorator_serves_several_classes_alike():
+    mutable = record(eq=False, repr=False)
+
+    @mutable
+    class A:
+        x: int
+
+    @mutable
+    class B:
+        x: int
+
+    for cls in (A, B):
+        assert cls(1) != cls(1) and repr(cls(1)).startswith("<") and cls.__hash__ is object.__hash__

@@ -57,6 +57,7 @@ def record(cls: T | None = None, /, **options: Any) -> T | Callable[[T], T]:
 def _record(cls: T, options: dict[str, Any]) -> T:
     if options.get("order") or options.get("unsafe_hash"):
         return dataclasses.dataclass(cls, **options)  # type: ignore[return-value]
+    options = dict(options)  # (one record(...) may decorate several classes: its options stay as given)
     want_repr, want_eq = options.pop("repr", True), options.pop("eq", True)
     own = dict(cls.__dict__)  # what the class body defines (slots=True makes a new class)
     made: Any = dataclasses.dataclass(cls, repr=False, eq=False, **options)
