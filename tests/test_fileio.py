@@ -4,6 +4,7 @@ error naming it (from every verb, not a traceback)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -74,3 +75,25 @@ def test_an_atomic_write_leaves_only_its_target(tmp_path) -> None:
         f.write(b"x")
         assert [p.name.startswith(".out.txt.") and p.name.endswith(".tmp") for p in tmp_path.iterdir()] == [True]
     assert [p.name for p in tmp_path.iterdir()] == ["out.txt"] and (tmp_path / "out.txt").read_bytes() == b"x"
+
+
+def test_reading_a_gzip_whole_stops_reading_at_the_limit(tmp_path: Path, monkeypatch) -> None:
+    """``read()`` of a gzip stream inflates in few calls but still reads its compressed bytes a chunk at a time:
+    a stream that passes its limit is refused before its whole compressed file was read."""
+    import gzip
+    import random
+
+    from etkit import fileio
+
+    monkeypatch.setattr(fileio, "_READALL_CHUNK", 1 << 16)
+    rng = random.Random(3)
+    path = tmp_path / "big.gz"
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        for _ in range(64):
+            f.write(bytes(rng.getrandbits(8) & 0x0F for _ in range(1 << 16)))  # ~2x compressible
+    stream = fileio.open_maybe_gzip(path, max_bytes=1 << 20)
+    with stream:
+        with pytest.raises(fileio.DecompressionLimit):
+            stream.read()
+        assert stream.raw._raw.tell() < path.stat().st_size // 2  # (~0.6 of 2.4 MB: the 1 MiB limit and a chunk)
+    assert fileio.read_bytes_maybe_gzip(path, max_bytes=8 << 20) == gzip.decompress(path.read_bytes())
