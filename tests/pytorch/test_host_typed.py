@@ -383,8 +383,9 @@ def test_real_traces_read_alike_with_and_without_the_scan(monkeypatch):
 @pytest.mark.shared_data
 @pytest.mark.skipif(host.KERNEL is None, reason="the C kernel is not built here (tests/test_extensions.py says so)")
 def test_the_scan_calls_a_hostop_class_it_cannot_fill_itself(monkeypatch):
-    """The scan fills a plain HostOp's slots itself (no __init__ call); a class with a __post_init__ (or other
-    fields) it calls instead, so that what the class does on construction still happens, once per op."""
+    """The scan fills a plain HostOp's slots itself (no __init__ call); a class with a __post_init__, a hand-written
+    __init__ (or other fields) it calls instead, so that what the class does on construction still happens, once
+    per op."""
     path = PARAM / "1.0.3-chakra.0.0.4" / "resnet_1gpu_et.json.gz"
     plain = load_host_trace(path).ops
     made: list[int] = []
@@ -394,8 +395,18 @@ def test_the_scan_calls_a_hostop_class_it_cannot_fill_itself(monkeypatch):
         def __post_init__(self) -> None:
             made.append(self.id)
 
-    monkeypatch.setattr(host, "HostOp", Counted)
-    counted = load_host_trace(path).ops
-    assert len(made) > len(plain) // 2 and sorted(made) == sorted(op.id for op in counted if type(op) is Counted)
-    assert [(op.id, op.name, op.io, op.reads, op.writes) for op in counted] == \
-        [(op.id, op.name, op.io, op.reads, op.writes) for op in plain]
+    generated = host.HostOp.__init__
+
+    def own_init(self, *args) -> None:  # type: ignore[no-untyped-def]
+        made.append(args[0])
+        generated(self, *args)
+
+    for cls, init in ((Counted, None), (host.HostOp, own_init)):  # (HostOp itself with a hand-written __init__)
+        if init is not None:
+            monkeypatch.setattr(cls, "__init__", init)
+        made.clear()
+        monkeypatch.setattr(host, "HostOp", cls)
+        ops = load_host_trace(path).ops
+        assert len(made) > len(plain) // 2 and sorted(made) == sorted(op.id for op in ops if type(op) is cls)
+        assert [(op.id, op.name, op.io, op.reads, op.writes) for op in ops] == \
+            [(op.id, op.name, op.io, op.reads, op.writes) for op in plain]

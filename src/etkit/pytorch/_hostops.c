@@ -331,20 +331,23 @@ static int in_list(PyObject *list, PyObject *v) { return PySequence_Contains(lis
 enum { F_NAME, F_IO, F_RF_ID, F_SEQ_ID, F_FW_PARENT, F_SCOPE, F_TID, F_FW_TID, F_OP_SCHEMA, F_READS, F_WRITES, F_COUNT };
 typedef struct { PyTypeObject *type; Py_ssize_t offset[F_COUNT]; PyObject *name[F_COUNT]; } OpSlots;
 
+/* The offset of the slot that holds attribute ``name`` in objects of exactly ``type``: a T_OBJECT_EX member
+ * descriptor of the class's own dict (no MRO walk); 0 where there is none. */
+static Py_ssize_t slot_offset(PyTypeObject *type, PyObject *name) {
+    PyObject *d = PyDict_GetItemWithError(type->tp_dict, name);
+    if (d == NULL) { PyErr_Clear(); return 0; }
+    if (!Py_IS_TYPE(d, &PyMemberDescr_Type)) return 0;
+    PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+    return m->type == T_OBJECT_EX && m->offset > 0 ? m->offset : 0;
+}
+
 static void op_slots_init(OpSlots *s, PyTypeObject *type) {
     PyObject *const names[F_COUNT] = {a_name, a_io, a_rf_id, a_seq_id, a_fw_parent, a_scope, a_tid, a_fw_tid,
                                       a_op_schema, a_reads, a_writes};
     s->type = type->tp_getattro == PyObject_GenericGetAttr ? type : NULL;
     for (int f = 0; f < F_COUNT; f++) {
         s->name[f] = names[f];
-        s->offset[f] = 0;
-        if (s->type == NULL) continue;
-        PyObject *d = PyDict_GetItemWithError(type->tp_dict, names[f]);  /* (the class's own slots: no MRO walk) */
-        if (d == NULL) { PyErr_Clear(); continue; }
-        if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {
-            PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-            if (m->type == T_OBJECT_EX && m->offset > 0) s->offset[f] = m->offset;
-        }
+        s->offset[f] = s->type != NULL ? slot_offset(type, names[f]) : 0;
     }
 }
 
@@ -659,6 +662,19 @@ typedef struct {  /* one entry of a list of argument values: a tensor's key, or 
 #define HOSTOP_FIELDS 19
 typedef struct { PyTypeObject *type; Py_ssize_t offset[HOSTOP_FIELDS]; } OpMaker;
 
+/* Whether the class's own __init__ is the one dataclass writes (compiled inside its __create_fn__), not one the
+ * class body defines, which filling the slots would skip. */
+static int generated_init(PyTypeObject *type) {
+    PyObject *init = PyDict_GetItemString(type->tp_dict, "__init__");  /* (borrowed) */
+    if (init == NULL || !PyFunction_Check(init)) return 0;
+    PyObject *qualname = PyObject_GetAttrString(PyFunction_GET_CODE(init), "co_qualname");  /* (Python 3.11 on) */
+    int generated = qualname != NULL && PyUnicode_Check(qualname)
+                    && PyUnicode_CompareWithASCIIString(qualname, "__create_fn__.<locals>.__init__") == 0;
+    Py_XDECREF(qualname);
+    PyErr_Clear();
+    return generated;
+}
+
 static void op_maker_init(OpMaker *m, PyObject *cls) {
     m->type = NULL;
     if (!PyType_Check(cls)) return;
@@ -667,6 +683,7 @@ static void op_maker_init(OpMaker *m, PyObject *cls) {
     PyObject *post = PyObject_GetAttrString(cls, "__post_init__");
     if (post != NULL) { Py_DECREF(post); return; }
     PyErr_Clear();
+    if (!generated_init(type)) return;
     PyObject *fields = PyObject_GetAttrString(cls, "__dataclass_fields__"), *missing = NULL;
     if (fields == NULL || !PyDict_Check(fields) || PyDict_GET_SIZE(fields) != HOSTOP_FIELDS) goto out;
     PyObject *dataclasses = PyImport_ImportModule("dataclasses");
@@ -677,10 +694,8 @@ static void op_maker_init(OpMaker *m, PyObject *cls) {
     PyObject *name, *field;
     Py_ssize_t pos = 0, f = 0;
     while (PyDict_Next(fields, &pos, &name, &field)) {
-        PyObject *d = PyDict_GetItemWithError(type->tp_dict, name);
-        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)) goto out;
-        PyMemberDef *member = ((PyMemberDescrObject *)d)->d_member;
-        if (member->type != T_OBJECT_EX || member->offset <= 0) goto out;
+        Py_ssize_t offset = slot_offset(type, name);
+        if (offset == 0) goto out;
         if (f >= 13) {  /* a default of None, no factory */
             PyObject *dflt = PyObject_GetAttrString(field, "default"), *factory = PyObject_GetAttrString(field, "default_factory");
             int ok = dflt == Py_None && factory == missing;
@@ -688,7 +703,7 @@ static void op_maker_init(OpMaker *m, PyObject *cls) {
             Py_XDECREF(factory);
             if (!ok) goto out;
         }
-        m->offset[f++] = member->offset;
+        m->offset[f++] = offset;
     }
     if (f == HOSTOP_FIELDS) m->type = type;
 out:
