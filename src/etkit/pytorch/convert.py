@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import field
 from typing import Any
 
@@ -51,7 +52,7 @@ from .comm import (
     p2p_peer_and_tag,
     process_group_entries,
 )
-from .device import DeviceWaits, device_waits, gpu_node_type
+from .device import MEMORY_CATEGORIES, DeviceWaits, device_waits, gpu_node_type
 from .host import KERNEL as _HOSTOPS
 from .host import KNOWN_SCHEMAS, HostOp, HostTraceError
 from .link import GpuActivity, LinkedRank
@@ -655,10 +656,7 @@ class _Converter:
         prev = self._stream_prev[g] if g in self._stream_prev else last_on_lane.get(lane)
         if prev is not None and prev not in deps:
             deps.append(prev)
-        for producer in waits.gpu.get(g, ()):
-            waited = new_id.get(-(producer + 1))
-            if waited is not None and waited not in deps and waited < nid:
-                deps.append(waited)
+        _add_waited(deps, nid, waits.gpu.get(g, ()), new_id)
         last_on_lane[lane] = nid
         self.report.gpu_time_et_ns += self.gpu_dur_ns[g]
 
@@ -693,7 +691,7 @@ class _Converter:
         name_field, stream_prev, waits_gpu, timing, gpu_op = self.io_pieces.name, self._stream_prev, waits.gpu, \
             self.gpu_timing, self.gpu_op
         heads = {s: self.attr("is_cpu_op", False) + self.attr("stream", s) for s in set(self.gpu_stream)}
-        special = {g for g in written if gpu[g].category in _MEMORY_CATEGORIES}.union(kernel_kind)
+        special = {g for g in written if gpu[g].category in MEMORY_CATEGORIES}.union(kernel_kind)
         records = [b""] * len(gpu)
         orphans: dict[int, str] = {}
         for g, nid, start, duration in zip(written, nids, starts, durations):
@@ -703,10 +701,7 @@ class _Converter:
             prev = stream_prev[g]
             deps = [prev] if prev is not None else []
             if g in waits_gpu:  # the work of other streams it waited for
-                for producer in waits_gpu[g]:
-                    waited = new_id.get(-(producer + 1))
-                    if waited is not None and waited not in deps and waited < nid:
-                        deps.append(waited)
+                _add_waited(deps, nid, waits_gpu[g], new_id)
             if launcher is not None and launcher not in deps:
                 deps.append(launcher)
             attrs = heads[act.stream] + timing[g]
@@ -895,8 +890,17 @@ class _Converter:
 
 _NO_TIME = float("nan")
 _COMP, _METADATA = int(NodeType.COMP_NODE), int(NodeType.METADATA_NODE)
-#: Categories of the GPU activity that is not a kernel (see :func:`etkit.pytorch.device.gpu_node_type`).
-_MEMORY_CATEGORIES = frozenset({"gpu_memcpy", "gpu_memset"})
+
+
+def _add_waited(deps: list[int], nid: int, producers: Iterable[int], new_id: dict[int, int]) -> None:
+    """Append to ``deps`` the nodes of the GPU activities ``producers`` (other streams' work that node ``nid``'s
+    activity waited for) that are written before it and not in ``deps`` yet."""
+    for producer in producers:
+        waited = new_id.get(-(producer + 1))
+        if waited is not None and waited not in deps and waited < nid:
+            deps.append(waited)
+
+
 #: ``_hostops.host_records`` (plain host ops' nodes in C, the bytes of ``_host_record``), where both C modules
 #: are built; None: every node in Python
 HOST_KERNEL: Any = _HOSTOPS if _HOSTOPS is not None and assemble.KERNEL is not None else None

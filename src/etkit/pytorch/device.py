@@ -22,10 +22,14 @@ from ..format.schema import NodeType
 from ..records import record
 from .link import LinkedRank
 
-__all__ = ["gpu_node_type", "DeviceWaits", "device_waits", "STREAM_WAIT", "HOST_SYNCS"]
+__all__ = ["gpu_node_type", "MEMORY_CATEGORIES", "DeviceWaits", "device_waits", "STREAM_WAIT", "HOST_SYNCS"]
 
 STREAM_WAIT = "Stream Wait Event"
 HOST_SYNCS = frozenset({"Event Sync", "Stream Sync", "Context Sync"})
+
+
+#: Categories of the GPU activities that are not kernels: copies and sets (memory nodes, see :func:`gpu_node_type`).
+MEMORY_CATEGORIES = frozenset({"gpu_memcpy", "gpu_memset"})
 
 
 def gpu_node_type(category: str, name: str) -> int:
