@@ -528,9 +528,7 @@ def _own_rows_parents(host: HostTrace, index_of: dict[int, int], k_parent: np.nd
     et_parent[et_parent == np.arange(len(ops))] = -1
     parent = k_parent.copy()
     for i in np.flatnonzero(parent < 0).tolist():
-        # (the top of its host-trace tree: _thread_root_of's answer without its walk)
-        parent[i] = _thread_root_of(host, index_of, i) if et_parent[i] >= 0 else (
-            i if ops[i].name.startswith(ROOT_MARKERS) else -1)
+        parent[i] = _thread_root_of(host, index_of, i)
     for b, d in paired.items():
         parent[b] = d
     report.tree_repairs += int((parent != et_parent).sum())
