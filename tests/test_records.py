@@ -10,7 +10,7 @@ from typing import ClassVar  # noqa: F401 - read by dataclass from this module f
 
 import pytest
 
-from etkit.records import record
+from etkit.records import RecordInit, record
 
 
 def _pair(decorate_options: dict, body: dict, bases: tuple = ()):
@@ -109,7 +109,8 @@ def test_a_record_subclass_compares_its_own_fields():
     assert repr(Child(1, 2)).endswith("Child(a=1, b=2)") and hash(Child(1, 2)) == hash((1, 2))
 
 
-def test_records_compile_only_init():
+def _compiled(make):
+    """The source texts exec'd while ``make()`` runs (dataclass compiles each method it writes)."""
     import builtins
     compiled = []
     real = builtins.exec
@@ -120,13 +121,29 @@ def test_records_compile_only_init():
 
     builtins.exec = counting
     try:
+        make()
+    finally:
+        builtins.exec = real
+    return compiled
+
+
+def test_records_compile_nothing_but_a_frozen_records_setattr():
+    def mutable():
         @record
         class A:
             x: int
             y: int = 0
-    finally:
-        builtins.exec = real
-    assert len(compiled) == 1 and "__init__" in compiled[0]
+
+    def frozen():
+        @record(frozen=True)
+        class B:
+            x: int
+
+    if RecordInit is None:  # dataclass writes the __init__
+        assert len(_compiled(mutable)) == 1
+        return
+    assert _compiled(mutable) == []
+    assert sorted(src.split("(")[0].split()[-1] for src in _compiled(frozen)) == ["__create_fn__"] * 2
 
 
 def test_one_decorator_serves_several_classes_alike():
@@ -142,3 +159,81 @@ def test_one_decorator_serves_several_classes_alike():
 
     for cls in (A, B):
         assert cls(1) != cls(1) and repr(cls(1)).startswith("<") and cls.__hash__ is object.__hash__
+
+
+def _calls_log(self):  # a __post_init__ that shows when it ran: after every field was assigned
+    object.__setattr__(self, "seen", [getattr(self, n, "<unset>") for n in ("a", "b", "c")])
+
+
+#: Shapes of __init__ beyond SHAPES: factories, init=False fields, __post_init__, keyword-only fields, many fields.
+INIT_SHAPES = [
+    ({}, {"__annotations__": {"a": "int", "b": "list", "c": "int"}, "b": field(default_factory=list),
+          "c": field(default=3, init=False)}),
+    ({"slots": True}, {"__annotations__": {"a": "int", "b": "int", "c": "list"}, "b": field(default=2, init=False),
+                       "c": field(default_factory=list, init=False)}),
+    ({}, {"__annotations__": {"a": "int", "b": "int"}, "b": 0, "__post_init__": _calls_log}),
+    ({"frozen": True}, {"__annotations__": {"a": "int", "b": "int", "c": "int"}, "c": 1, "__post_init__": _calls_log}),
+    ({}, {"__annotations__": {"a": "int", "b": "int", "c": "int"}, "b": field(default=1, kw_only=True),
+          "c": field(kw_only=True)}),
+    ({"kw_only": True}, {"__annotations__": {"a": "int", "b": "str", "c": "list"}, "b": "x",
+                         "c": field(default_factory=list)}),
+    ({}, {"__annotations__": {f"f{i}": "int" for i in range(40)}, **{f"f{i}": i for i in range(20, 40)}}),
+    ({}, {"__annotations__": {"self": "int", "a": "int"}, "a": 1}),
+]
+
+_CALLS = [((), {}), ((1,), {}), ((1, 2), {}), ((1, 2, 3), {}), ((1, 2, 3, 4), {}), ((), {"a": 1}), ((1,), {"a": 2}),
+          ((1,), {"b": 5}), ((1,), {"c": 6}), ((), {"a": 1, "b": 2, "c": 3}), ((1,), {"zz": 0}), ((1, 2, 3), {"c": 1}),
+          ((1, 2, 3, 4), {"c": 1}), (tuple(range(40)), {}), (tuple(range(41)), {}), ((), {"self": 1}),
+          ((1,), {"f39": 0}), (tuple(range(20)), {"f20": 9})]
+
+
+def _outcome(cls, args, kwargs):
+    try:
+        obj = cls(*args, **kwargs)
+    except TypeError as e:
+        return f"TypeError: {e}"
+    names = [f.name for f in dataclasses.fields(cls)] + ["seen"]
+    state = list(vars(obj).items()) if hasattr(obj, "__dict__") else [(n, getattr(obj, n, "<unset>")) for n in names]
+    return repr(state)
+
+
+@pytest.mark.parametrize(("options", "body"), SHAPES + INIT_SHAPES)
+def test_a_records_init_is_the_one_dataclass_writes(options, body):
+    """The same signature, docstring, assignments (in order), __post_init__ call and error texts as dataclass's."""
+    import inspect
+
+    plain, ours = _pair(options, body)
+    assert str(inspect.signature(plain)) == str(inspect.signature(ours)) and plain.__doc__ == ours.__doc__
+    assert str(inspect.signature(plain.__init__)) == str(inspect.signature(ours.__init__))
+    for args, kwargs in _CALLS:
+        assert _outcome(plain, args, kwargs) == _outcome(ours, args, kwargs), (args, kwargs)
+    if RecordInit is not None and "__init__" not in body and not options.get("order") and not options.get("unsafe_hash"):
+        assert isinstance(ours.__dict__["__init__"], RecordInit)
+
+
+def test_a_records_init_binds_as_a_method_and_is_found_by_super():
+    @record
+    class Base:
+        a: int
+        b: list = field(default_factory=list)
+
+    class Plain(Base):  # a class that is not a record, calling the record's __init__ itself
+        def __init__(self, x):
+            super().__init__(x * 2)
+            Base.__init__(self, self.a, [x])
+
+    p = Plain(3)
+    assert (p.a, p.b) == (6, [3]) and Base(1).b is not Base(1).b
+    bound = Base(1).__init__
+    bound(4)
+    assert bound.__self__.a == 4 and Base.__init__.__qualname__.endswith("Base.__init__")
+    with pytest.raises(TypeError, match=r"Base.__init__\(\) missing 1 required positional argument: 'self'"):
+        Base.__init__()
+
+
+def test_a_record_whose_defaults_are_out_of_order_is_refused_as_dataclass_refuses_it():
+    with pytest.raises(TypeError, match="non-default argument 'b' follows default argument"):
+        @record
+        class Bad:
+            a: int = 0
+            b: int

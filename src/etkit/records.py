@@ -1,28 +1,35 @@
-"""How etkit declares a record: :func:`record`, a :func:`dataclasses.dataclass` whose ``__repr__``, ``__eq__``
-and ``__hash__`` are shared functions rather than methods generated for each class.
+"""How etkit declares a record: :func:`record`, a :func:`dataclasses.dataclass` whose ``__init__``,
+``__repr__``, ``__eq__`` and ``__hash__`` are shared rather than methods generated for each class.
 
-Python 3.11's ``dataclass`` writes each generated method as source text and compiles it: about 0.15 ms a
+Python 3.11's ``dataclass`` writes each generated method as source text and compiles it: about 0.2 ms a
 method, three or four per class, 264 compilations (44 ms, a sixth of the CPU) of ``etkit analyze`` on a small
-Kineto trace, before any work. :func:`record` gives the class the same ``__init__`` (and, for a frozen class,
-the same ``__setattr__``/``__delattr__``) from ``dataclass`` itself, and the other three as closures over the
-class's fields, with the same results as the generated ones:
+Kineto trace, before any work. :func:`record` keeps ``dataclass``'s fields and checks and supplies the methods
+itself, with the same results as the generated ones:
 
+- ``__init__``: where the package was built with a C compiler, an ``etkit._records.RecordInit`` made from the
+  fields: the same parameters (positional, then keyword-only; defaults; ``<factory>`` for a default factory),
+  the same assignments in the same order (``object.__setattr__`` for a frozen record; an ``init=False`` field
+  with a factory, or with a default in a slots record, assigned too), ``__post_init__`` called last, the same
+  ``TypeError`` texts for a wrong call, and an ``inspect.signature``. Without the compiled module, or for a
+  class with an ``InitVar``, ``dataclass`` writes it;
+- a frozen record's ``__setattr__``/``__delattr__`` come from ``dataclass``;
 - ``__repr__``: ``Name(a=1, b='x')``, the fields with ``repr=True``, ``...`` for a record inside itself;
 - ``__eq__``: ``NotImplemented`` for another class, else the tuples of the fields with ``compare=True``;
 - ``__hash__``: for a frozen record, the hash of the tuple of its hashed fields; ``None`` (unhashable) for a
-  mutable one; a ``__hash__`` (or ``__eq__``, ``__repr__``) the class defines itself is kept, as ``dataclass``
-  keeps it.
+  mutable one; an ``__init__``, ``__hash__``, ``__eq__`` or ``__repr__`` the class defines itself is kept, as
+  ``dataclass`` keeps it.
 
 The result is a dataclass in every other respect (:func:`dataclasses.fields`, ``replace``, ``asdict``,
-``__match_args__``, slots, keyword-only fields). ``order=True`` and ``unsafe_hash=True`` go to ``dataclass``
-unchanged. Only :attr:`__dataclass_params__` tells the difference (``repr`` and ``eq`` read False there).
+``__match_args__``, slots, keyword-only fields, the docstring a class without one is given). ``order=True`` and
+``unsafe_hash=True`` go to ``dataclass`` unchanged. Only :attr:`__dataclass_params__` tells the difference
+(``init``, ``repr`` and ``eq`` read False there).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from operator import attrgetter
 from reprlib import recursive_repr
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -32,7 +39,19 @@ if TYPE_CHECKING:  # (typing's own from Python 3.11)
 else:  # so that type checkers read record's classes as dataclasses; nothing at run time
     dataclass_transform = getattr(typing, "dataclass_transform", lambda **_: lambda function: function)
 
+try:  # the compiled __init__ (an optional extension: without it, dataclass writes each class's __init__)
+    from ._records import RecordInit as _RecordInit
+except ImportError:  # pragma: no cover (the package built without a C compiler)
+    _RecordInit = None  # type: ignore[assignment, misc]
+
+#: The compiled module's ``__init__`` type, or ``None`` where it was not built.
+RecordInit: type[_RecordInit] | None = _RecordInit
+
 __all__ = ["record"]
+
+#: How :class:`RecordInit` assigns a field: an argument (its default when not given), an argument whose
+#: default is its factory's result, the field's default itself, its factory's result (``_records.c``).
+_PARAM, _FACTORY_PARAM, _SET, _SET_FACTORY = 0, 1, 2, 3
 
 T = TypeVar("T", bound=type)
 
@@ -60,8 +79,19 @@ def _record(cls: T, options: dict[str, Any]) -> T:
     options = dict(options)  # (one record(...) may decorate several classes: its options stay as given)
     want_repr, want_eq = options.pop("repr", True), options.pop("eq", True)
     own = dict(cls.__dict__)  # what the class body defines (slots=True makes a new class)
+    shared_init = RecordInit is not None and options.get("init", True) and "__init__" not in own \
+        and not _has_initvar(cls)
+    docless = shared_init and not own.get("__doc__")
+    if shared_init:
+        options["init"] = False
+        if docless:  # (dataclass would read the class's signature before its __init__ is in place)
+            cls.__doc__ = "?"
     made: Any = dataclasses.dataclass(cls, repr=False, eq=False, **options)
     fields = dataclasses.fields(made)
+    if shared_init:
+        made.__init__ = _init_of(made, fields, slots=bool(options.get("slots")))
+        if docless:
+            made.__doc__ = _Docstring(made)
     if want_repr and "__repr__" not in own:
         _put(made, _repr_of([f.name for f in fields if f.repr]))
     if want_eq:
@@ -75,6 +105,104 @@ def _record(cls: T, options: dict[str, Any]) -> T:
         elif not explicit_hash:
             made.__hash__ = None
     return made  # type: ignore[no-any-return]
+
+
+def _has_initvar(cls: type) -> bool:
+    """Whether the class (or a dataclass it derives from) may have an ``InitVar``, which :class:`RecordInit`
+    does not take: an annotation that names one, or a base's pseudo-field (``InitVar`` or ``ClassVar``)."""
+    for value in cls.__dict__.get("__annotations__", {}).values():
+        if value is dataclasses.InitVar or isinstance(value, dataclasses.InitVar) or \
+                (isinstance(value, str) and "InitVar" in value):
+            return True
+    for base in cls.__mro__[1:]:
+        declared = base.__dict__.get("__dataclass_fields__")
+        if declared is not None and len(declared) != len(dataclasses.fields(base)):
+            return True
+    return False
+
+
+def _init_of(cls: type, fields: tuple[dataclasses.Field[Any], ...], *, slots: bool) -> Any:
+    """The :class:`RecordInit` of a class whose fields are ``fields``, as ``dataclass`` would write its
+    ``__init__`` (``slots``: the class was made with ``slots=True``, whose ``init=False`` fields with a default are
+    assigned too)."""
+    positional = [f for f in fields if f.init and not f.kw_only]
+    keyword = [f for f in fields if f.init and f.kw_only]
+    seen_default = False
+    for f in positional:  # dataclass's own check, with its message
+        if _has_default(f):
+            seen_default = True
+        elif seen_default:
+            raise TypeError(f"non-default argument {f.name!r} follows default argument")
+    params = positional + keyword
+    number = {f.name: j for j, f in enumerate(params)}
+    names: list[str] = []
+    kinds = bytearray()
+    param_of: list[int] = []
+    values: list[Any] = []
+    for f in fields:
+        factory = f.default_factory is not dataclasses.MISSING
+        if f.init:
+            kind, value = (_FACTORY_PARAM, f.default_factory) if factory else \
+                (_PARAM, None if f.default is dataclasses.MISSING else f.default)
+        elif factory:
+            kind, value = _SET_FACTORY, f.default_factory
+        elif slots and f.default is not dataclasses.MISSING:
+            kind, value = _SET, f.default
+        else:  # read from the class's attribute, or not set at all, as dataclass leaves it
+            continue
+        names.append(f.name)
+        kinds.append(kind)
+        param_of.append(number[f.name] if f.init else -1)
+        values.append(value)
+    self_name = _self_name(fields)
+    assert RecordInit is not None
+    return RecordInit(f"{cls.__qualname__}.__init__", self_name, tuple(f.name for f in params), len(positional),
+                      sum(map(_has_default, positional)), bytes(not _has_default(f) for f in params), tuple(names),
+                      bytes(kinds), tuple(param_of), tuple(values), cls.__dataclass_params__.frozen,  # type: ignore[attr-defined]
+                      hasattr(cls, "__post_init__"), lambda: _signature(self_name, positional, keyword), cls)
+
+
+def _has_default(f: dataclasses.Field[Any]) -> bool:
+    return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+
+
+def _signature(self_name: str, positional: list[dataclasses.Field[Any]], keyword: list[dataclasses.Field[Any]]) -> Any:
+    """The ``inspect.Signature`` of the ``__init__`` dataclass writes: ``self_name``, the fields with their types and defaults (``<factory>`` for a factory), ``-> None``."""
+    import inspect
+
+    kind = inspect.Parameter
+
+    def param(f: dataclasses.Field[Any], where: Any) -> inspect.Parameter:
+        default = f.default if f.default is not dataclasses.MISSING else \
+            dataclasses._HAS_DEFAULT_FACTORY if f.default_factory is not dataclasses.MISSING else kind.empty  # type: ignore[attr-defined]
+        return kind(f.name, where, default=default, annotation=f.type)
+
+    return inspect.Signature([kind(self_name, kind.POSITIONAL_OR_KEYWORD),
+                              *(param(f, kind.POSITIONAL_OR_KEYWORD) for f in positional),
+                              *(param(f, kind.KEYWORD_ONLY) for f in keyword)], return_annotation=None)
+
+
+def _self_name(fields: Iterable[dataclasses.Field[Any]]) -> str:
+    """The instance's parameter, as dataclass names it: ``self``, unless a field is named so."""
+    return "__dataclass_self__" if any(f.name == "self" for f in fields) else "self"
+
+
+class _Docstring:
+    """The docstring dataclass gives a class without one, its name and signature, made when first read (a
+    signature is 0.07 ms; most records' docstrings are never read)."""
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+
+    def __get__(self, obj: Any, owner: type | None = None) -> str:
+        import inspect
+
+        try:
+            doc = self.cls.__name__ + str(inspect.signature(self.cls)).replace(" -> None", "")
+        except (TypeError, ValueError):
+            doc = self.cls.__name__
+        self.cls.__doc__ = doc
+        return doc
 
 
 def _put(cls: type, method: Callable[..., Any]) -> None:

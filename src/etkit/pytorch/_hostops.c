@@ -16,6 +16,7 @@
 
 #include "../_buffers.h"
 #include "../_jsonbytes.h"
+#include "../_slots.h"
 
 typedef struct {
     PyObject *names;       /* dict: op name -> (name, keeps raw arguments) */
@@ -330,16 +331,6 @@ static int in_list(PyObject *list, PyObject *v) { return PySequence_Contains(lis
  * 117M instructions of analysing a 40,000-op Kineto trace. */
 enum { F_NAME, F_IO, F_RF_ID, F_SEQ_ID, F_FW_PARENT, F_SCOPE, F_TID, F_FW_TID, F_OP_SCHEMA, F_READS, F_WRITES, F_COUNT };
 typedef struct { PyTypeObject *type; Py_ssize_t offset[F_COUNT]; PyObject *name[F_COUNT]; } OpSlots;
-
-/* The offset of the slot that holds attribute ``name`` in objects of exactly ``type``: a T_OBJECT_EX member
- * descriptor of the class's own dict (no MRO walk); 0 where there is none. */
-static Py_ssize_t slot_offset(PyTypeObject *type, PyObject *name) {
-    PyObject *d = PyDict_GetItemWithError(type->tp_dict, name);
-    if (d == NULL) { PyErr_Clear(); return 0; }
-    if (!Py_IS_TYPE(d, &PyMemberDescr_Type)) return 0;
-    PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-    return m->type == T_OBJECT_EX && m->offset > 0 ? m->offset : 0;
-}
 
 static void op_slots_init(OpSlots *s, PyTypeObject *type) {
     PyObject *const names[F_COUNT] = {a_name, a_io, a_rf_id, a_seq_id, a_fw_parent, a_scope, a_tid, a_fw_tid,
@@ -662,10 +653,12 @@ typedef struct {  /* one entry of a list of argument values: a tensor's key, or 
 #define HOSTOP_FIELDS 19
 typedef struct { PyTypeObject *type; Py_ssize_t offset[HOSTOP_FIELDS]; } OpMaker;
 
-/* Whether the class's own __init__ is the one dataclass writes (compiled inside its __create_fn__), not one the
- * class body defines, which filling the slots would skip. */
+/* Whether the class's own __init__ is the one etkit.records gives it (etkit._records.RecordInit) or the one
+ * dataclass writes (compiled inside its __create_fn__), not one the class body defines, which filling the slots
+ * would skip. */
 static int generated_init(PyTypeObject *type) {
     PyObject *init = PyDict_GetItemString(type->tp_dict, "__init__");  /* (borrowed) */
+    if (init != NULL && strcmp(Py_TYPE(init)->tp_name, "etkit._records.RecordInit") == 0) return 1;
     if (init == NULL || !PyFunction_Check(init)) return 0;
     PyObject *qualname = PyObject_GetAttrString(PyFunction_GET_CODE(init), "co_qualname");  /* (Python 3.11 on) */
     int generated = qualname != NULL && PyUnicode_Check(qualname)
