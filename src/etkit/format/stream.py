@@ -9,7 +9,6 @@ and replaces the target atomically.
 from __future__ import annotations
 
 import contextlib
-import gzip
 import io
 import os
 import zlib
@@ -25,6 +24,8 @@ from ..lazy import LazyModule
 from ..records import record
 
 if TYPE_CHECKING:  # pragma: no cover
+    import gzip
+
     import numpy as np
 
     from . import wire
@@ -33,6 +34,7 @@ else:  # numpy, the wire readers, columnar and protobuf are imported by the firs
     # a writer of encoded records (from-json, the converters) needs none of them
     np = LazyModule("numpy", "np", globals())
     wire = LazyModule("etkit.format.wire", "wire", globals())
+    gzip = LazyModule("gzip", "gzip", globals())  # (for its error class, when a stream read fails)
 
 __all__ = [
     "TraceReader",
