@@ -10,7 +10,6 @@ is gzip), so sniffing costs a few KiB whatever the file's size.
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
 import zlib
@@ -91,6 +90,8 @@ def read_head(path: str | os.PathLike[str], limit: int = HEAD_BYTES) -> bytes:
         try:
             return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, limit)
         except zlib.error:
+            import gzip  # (imported only here: reading a .gz input otherwise goes through zlib alone)
+
             try:  # a gzip member split oddly: fall back to the gzip module
                 with gzip.open(path, "rb") as zipped:
                     return zipped.read(limit)

@@ -4,6 +4,7 @@ and the exact sums of 64-bit columns that figures printed in such units need."""
 from __future__ import annotations
 
 import re
+from functools import cache
 
 from .errors import UsageError
 
@@ -12,7 +13,12 @@ __all__ = ["parse_size", "format_bytes", "exact_sum", "MAX_SIZE"]
 _SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
                "pb": 10**15, "eb": 10**18,
                "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50, "eib": 2**60}
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+@cache
+def _size_pattern() -> re.Pattern[str]:
+    """A size's pattern, compiled on first use (most commands parse no size)."""
+    return re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
 #: The largest size a trace can hold (``comm_size`` and ``tensor_size`` are 64-bit integers).
@@ -29,7 +35,7 @@ def parse_size(text: str | int, *, maximum: int = MAX_SIZE) -> int:
     if isinstance(text, int):
         value = text
     else:
-        m = _SIZE_RE.match(text)
+        m = _size_pattern().match(text)
         unit = m.group(2).lower() if m else None
         if m is None or unit not in _SIZE_UNITS or len(m.group(1)) > 40:
             raise UsageError(f"size {text!r}: expected a number with an optional unit B, KB, MB, GB, TB, KiB, MiB, GiB, TiB, ...")

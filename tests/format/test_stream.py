@@ -345,6 +345,8 @@ def test_an_in_memory_writer_holds_the_bytes_the_file_gets(tmp_path: Path) -> No
 
 
 def test_length_prefix_table_is_the_varint_of_every_length() -> None:
-    from etkit.format.stream import _PREFIXES, encode_varint
+    from etkit.format.stream import _prefix, encode_varint, varint_table
 
-    assert _PREFIXES == [encode_varint(n) for n in range(0x4000)]
+    assert varint_table() == [encode_varint(n) for n in range(0x4000)]
+    assert [_prefix(n) for n in [*range(0x4400), 1 << 20, 0x4000, 1 << 20]] == [
+        encode_varint(n) for n in [*range(0x4400), 1 << 20, 0x4000, 1 << 20]]  # past the cache's size too

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ..units import format_bytes
 from .breakdown import CATEGORIES, TimeBreakdown
 from .comm import SizeHistogram
-from .diff import Delta, JobDiff
 from .job_analysis import JobAnalysis
 from .kinds import KIND_NAMES
+
+if TYPE_CHECKING:  # pragma: no cover - the diff (its records) is imported by the diff verb alone
+    from .diff import Delta, JobDiff
 
 __all__ = ["table", "fmt_ns", "fmt_bytes", "render_analysis", "render_diff", "middle"]
 

@@ -17,8 +17,7 @@ import orjson
 from ..lazy import LazyModule
 from . import tags
 from .schema import LIST_KINDS, AttributeProto, GlobalMetadata, IOInfo, Node, NodeType
-from .stream import _PREFIXES as _VARINTS_BELOW_2_14
-from .stream import encode_varint
+from .stream import encode_varint, varint_table
 from .tags import key_byte
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -387,7 +386,7 @@ _I64 = (-(1 << 63), (1 << 63) - 1)
 _INT_MEMBERS = {"int32Val": (7, -(1 << 31), (1 << 31) - 1), "int64Val": (9, *_I64), "uint32Val": (11, 0, (1 << 32) - 1),
                 "uint64Val": (13, 0, _U64_MAX)}
 _VARINT_1 = [bytes((i,)) for i in range(128)]
-_SMALL_VARINTS = _VARINTS_BELOW_2_14  # (the record framing's table: made once)
+_SMALL_VARINTS = varint_table()  # (the record framing's table: made once)
 
 
 def _varint(value: int) -> bytes:

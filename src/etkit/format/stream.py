@@ -9,13 +9,12 @@ and replaces the target atomically.
 from __future__ import annotations
 
 import contextlib
-import gzip
 import io
 import os
 import zlib
 from array import array
 from collections.abc import Iterable, Iterator
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, BinaryIO
 
@@ -25,6 +24,8 @@ from ..lazy import LazyModule
 from ..records import record
 
 if TYPE_CHECKING:  # pragma: no cover
+    import gzip
+
     import numpy as np
 
     from . import wire
@@ -33,6 +34,7 @@ else:  # numpy, the wire readers, columnar and protobuf are imported by the firs
     # a writer of encoded records (from-json, the converters) needs none of them
     np = LazyModule("numpy", "np", globals())
     wire = LazyModule("etkit.format.wire", "wire", globals())
+    gzip = LazyModule("gzip", "gzip", globals())  # (for its error class, when a stream read fails)
 
 __all__ = [
     "TraceReader",
@@ -66,14 +68,22 @@ def encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
-#: Length prefixes of records shorter than 16 KiB (one or two bytes: ``encode_varint(n)``), made once, at the
-#: speed of two comprehensions (every verb that imports this pays it at start-up).
-_PREFIXES = [bytes((n,)) for n in range(0x80)] + [bytes((low | 0x80, high)) for high in range(1, 0x80)
-                                                  for low in range(0x80)]
+#: Records shorter than this have a one- or two-byte length prefix (those of :func:`varint_table`).
+_TABLE_VARINTS = 0x4000
 
 
-def _prefix(n: int) -> bytes:
-    return _PREFIXES[n] if n < 0x4000 else encode_varint(n)
+@cache
+def varint_table() -> list[bytes]:
+    """``encode_varint(n)`` for every ``n`` below 16,384 (one or two bytes), made on first use at the speed of two
+    comprehensions: 16,384 bytes objects cost ~24M instructions, which a verb that frames records one at a time
+    (through :func:`_prefix`) never needs to pay."""
+    return [bytes((n,)) for n in range(0x80)] + [bytes((low | 0x80, high)) for high in range(1, 0x80)
+                                                 for low in range(0x80)]
+
+
+#: The varint length prefix of a record of ``n`` bytes (``encode_varint(n)``), kept for the lengths met most
+#: recently: a record writer meets a few hundred distinct lengths, and a hit costs less than a Python call.
+_prefix = lru_cache(maxsize=_TABLE_VARINTS)(encode_varint)
 
 
 def frame(record: bytes) -> bytes:
@@ -677,9 +687,9 @@ def _framed(payloads: list[bytes]) -> bytes | memoryview:
         from .columnar import PAD, rows_with_repeated_deps
 
         lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=count)
-        if int(lengths.max()) < len(_PREFIXES):
+        if int(lengths.max()) < _TABLE_VARINTS:
             parts: list[bytes] = [b""] * (2 * count + 1)
-            parts[0:-1:2] = map(_PREFIXES.__getitem__, lengths.tolist())
+            parts[0:-1:2] = map(varint_table().__getitem__, lengths.tolist())
             parts[1::2] = payloads
             parts[-1] = bytes(PAD)
             framed = b"".join(parts)

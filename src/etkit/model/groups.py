@@ -17,7 +17,6 @@ import orjson
 
 from ..errors import EtkitError
 from ..fileio import atomic_output
-from ..literal import LiteralError, parse_literal
 from ..records import record
 
 __all__ = ["ProcessGroups", "parse_process_group_init", "WORLD", "communicator_key"]
@@ -97,6 +96,8 @@ def parse_process_group_init(values: str, *, where: str = "process_group:init") 
     Text that is no such list declares no group; a group whose ranks are not a list of rank numbers
     raises :class:`EtkitError` naming ``where`` (say, the file and node) and the group.
     """
+    from ..literal import LiteralError, parse_literal  # (its patterns compiled only where a host trace has groups)
+
     try:
         outer = parse_literal(values, what=where)
     except LiteralError:

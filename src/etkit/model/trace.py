@@ -9,7 +9,6 @@ the same bytes. Analyses, validation and the simulator work on the columns, neve
 
 from __future__ import annotations
 
-import gzip
 import os
 import zlib
 from array import array
@@ -38,10 +37,15 @@ from ..format.columnar import (
 )
 from ..format.schema import CommType, NodeType
 from ..format.stream import HEAD_BYTES, FrameTable, TraceWriter, check_head, frame_table
+from ..lazy import LazyModule
 from ..records import record
 
 if TYPE_CHECKING:
+    import gzip
+
     from ..format.schema import GlobalMetadata, Node
+else:  # (its error class, needed when a read fails: reading .gz goes through etkit.fileio)
+    gzip = LazyModule("gzip", "gzip", globals())
 
 __all__ = ["Trace", "TraceBatch", "load_trace", "load_traces", "load_batches", "trace_from_bytes", "MISSING",
            "COMM_NODE_TYPES", "is_comm"]

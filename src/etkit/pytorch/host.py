@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import field
+from functools import cache
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,10 +49,19 @@ KNOWN_SCHEMAS = ("1.0.1", "1.0.2-chakra.0.0.4", "1.0.3-chakra.0.0.4", "1.0.4-cha
 STANDARD_ATTRS = ("rf_id", "fw_parent", "seq_id", "scope", "tid", "fw_tid")
 #: Attributes with a place of their own in HostOp (or always empty on CPU): not kept as extras.
 _KNOWN_ATTRS = frozenset(STANDARD_ATTRS + ("op_schema", "kernel_backend", "kernel_file", "tensor_range"))
-_SCHEMA = re.compile(r"^1\.\d+\.\d+")
-#: Ops whose raw arguments are kept: collectives and their helpers (see etkit.pytorch.comm).
-_KEEP_ARGS = re.compile(r"^(c10d::|_c10d_functional::|c10d_functional::|gloo:|nccl:|record_param_comms|"
-                        r"## process_group:init|ProcessGroup)")
+
+
+# (the two patterns are compiled on first use: a Kineto trace's host ops are HostOps made without them)
+@cache
+def _schema() -> re.Pattern[str]:
+    return re.compile(r"^1\.\d+\.\d+")
+
+
+@cache
+def _keep_args() -> re.Pattern[str]:
+    """Ops whose raw arguments are kept: collectives and their helpers (see etkit.pytorch.comm)."""
+    return re.compile(r"^(c10d::|_c10d_functional::|c10d_functional::|gloo:|nccl:|record_param_comms|"
+                      r"## process_group:init|ProcessGroup)")
 
 
 class HostTraceError(EtkitError):
@@ -208,7 +218,7 @@ class _Compactor:
         if named is None:
             if type(name) is not str:
                 raise HostTraceError(f"{self.where}: node {node_id}: field 'name' is missing or not a string")
-            named = self.names[name] = (name, _KEEP_ARGS.match(name) is not None)
+            named = self.names[name] = (name, _keep_args().match(name) is not None)
         return named
 
     def build(self, node_id: int, named: tuple[str, bool], parent: Any, attrs: dict[str, Any],
@@ -384,7 +394,7 @@ def load_host_trace(path: str | os.PathLike[str], *, rank: int | None = None) ->
     doc = read_array_document(path, "nodes")
     header = doc.header
     schema = header.get("schema")
-    if not isinstance(schema, str) or not _SCHEMA.match(schema):
+    if not isinstance(schema, str) or not _schema().match(schema):
         raise HostTraceError(f"{label}: not a PyTorch host execution trace (schema {schema!r})")
     flat = schema.startswith("1.0.1")
     pid, start_ts, finish_ts = (_int(header, key, 0, label, _UINT64) for key in ("pid", "start_ts", "finish_ts"))

@@ -27,6 +27,7 @@ import re
 import stat
 import zlib
 from collections.abc import Callable, Iterator
+from functools import cache
 from typing import Any, TypeVar
 
 import orjson
@@ -214,7 +215,7 @@ def _last_elements(data: bytes | mmap.mmap, start: int, a: int, stop: int) -> by
     or the document around the array is not valid JSON (the whole document is then parsed, as for any
     chunk that does not parse, and that reports the fault)."""
     # the array's own "]" follows its last object's "}": the first such "]" before which the chunk parses
-    for m in itertools.islice(_OBJECT_END.finditer(data, a, stop), _MAX_END_TRIES):
+    for m in itertools.islice(_object_end().finditer(data, a, stop), _MAX_END_TRIES):
         end = m.end() - 1
         text = b"[" + data[a:end].strip().rstrip(b",") + b"]"
         try:
@@ -229,7 +230,11 @@ def _last_elements(data: bytes | mmap.mmap, start: int, a: int, stop: int) -> by
     return None
 
 
-_OBJECT_END = re.compile(rb"\}\s*\]")
+@cache
+def _object_end() -> re.Pattern[bytes]:
+    return re.compile(rb"\}\s*\]")
+
+
 _MAX_END_TRIES = 64
 
 
@@ -252,11 +257,13 @@ def _split_points(data: bytes | mmap.mmap, start: int, stop: int) -> list[int]:
         first += 1
     newline = data.rfind(b"\n", start, first)
     indent = data[newline + 1:first] if newline >= 0 else None
-    pattern = _SEP if indent is None else re.compile(rb"\}[ \t\r]*,[ \t\r]*\n" + re.escape(indent) + rb"(?=\{)")
+    pattern = _separator() if indent is None else re.compile(rb"\}[ \t\r]*,[ \t\r]*\n" + re.escape(indent) + rb"(?=\{)")
     return [m.end() for m in pattern.finditer(data, start, stop)]
 
 
-_SEP = re.compile(rb"\}[ \t\r]*,[ \t\r]*\n(?=\s*\{)")
+@cache
+def _separator() -> re.Pattern[bytes]:
+    return re.compile(rb"\}[ \t\r]*,[ \t\r]*\n(?=\s*\{)")
 
 
 def _loads(data: bytes, path: str) -> dict[str, Any]:

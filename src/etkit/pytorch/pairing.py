@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import field
 from datetime import datetime
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +40,23 @@ __all__ = ["HostInfo", "KinetoInfo", "Pairing", "host_info", "kineto_info", "pai
 #: Host traces whose recorded start times lie further apart than this come from different runs: the ranks of
 #: one job start profiling at the same step, held together by their collectives.
 SAME_RUN_S = 600.0
-_PG_INIT = re.compile(rb'"name"\s*:\s*"## process_group:init ##"')
-_VALUES = re.compile(rb'"values"\s*:\s*\[\s*("(?:[^"\\]|\\.)*")')
 _CPU_PID = re.compile(rb'"cat"\s*:\s*"(?:cpu_op|user_annotation|python_function|cuda_runtime)"[^{}]*?"pid"\s*:\s*(\d+)')
-_NUMBER = re.compile(r"\d+")
+
+
+# (the patterns of pairing host traces are compiled on first use: a Kineto trace's kineto_info needs none of them)
+@cache
+def _pg_init() -> re.Pattern[bytes]:
+    return re.compile(rb'"name"\s*:\s*"## process_group:init ##"')
+
+
+@cache
+def _values() -> re.Pattern[bytes]:
+    return re.compile(rb'"values"\s*:\s*\[\s*("(?:[^"\\]|\\.)*")')
+
+
+@cache
+def _number() -> re.Pattern[str]:
+    return re.compile(r"\d+")
 
 
 @record(frozen=True)
@@ -111,10 +125,10 @@ def _groups_rank(groups: Any) -> tuple[int | None, int | None]:
 
 
 def _pg_init_rank(head: bytes) -> tuple[int | None, int | None]:
-    m = _PG_INIT.search(head)
+    m = _pg_init().search(head)
     if m is None:
         return None, None
-    v = _VALUES.search(head, m.end(), m.end() + 4096)
+    v = _values().search(head, m.end(), m.end() + 4096)
     if v is None:
         return None, None
     try:
@@ -233,7 +247,7 @@ def check_pair(host: str | os.PathLike[str], kineto: str | os.PathLike[str] | No
 def _name_numbers(paths: Sequence[Path]) -> dict[Path, int] | None:
     """The number in each name that tells the files apart (the first position where the numbers differ), or
     None when the names do not give every file its own number."""
-    numbers = {p: [int(x) for x in _NUMBER.findall(p.name)] for p in paths}
+    numbers = {p: [int(x) for x in _number().findall(p.name)] for p in paths}
     if len(paths) == 1:
         nums = next(iter(numbers.values()))
         return {paths[0]: nums[0]} if len(nums) == 1 else None
