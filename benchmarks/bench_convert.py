@@ -26,9 +26,9 @@ import orjson
 
 from etkit.executor import SerialExecutor
 from etkit.fileio import read_bytes_maybe_gzip
+from etkit.gcpause import paused_gc
 from etkit.pytorch.host import load_host_trace
 from etkit.pytorch.job import convert_job
-from etkit.pytorch.jsonio import paused_gc
 from etkit.pytorch.kineto import load_kineto
 from etkit.pytorch.link import ROOT_MARKERS, link
 

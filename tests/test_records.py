@@ -127,7 +127,7 @@ def _compiled(make):
     return compiled
 
 
-def test_records_compile_nothing_but_a_frozen_records_setattr():
+def test_records_compile_nothing():
     def mutable():
         @record
         class A:
@@ -142,8 +142,72 @@ def test_records_compile_nothing_but_a_frozen_records_setattr():
     if RecordInit is None:  # dataclass writes the __init__
         assert len(_compiled(mutable)) == 1
         return
-    assert _compiled(mutable) == []
-    assert sorted(src.split("(")[0].split()[-1] for src in _compiled(frozen)) == ["__create_fn__"] * 2
+    assert _compiled(mutable) == [] and _compiled(frozen) == []
+
+
+def test_a_frozen_records_setattr_and_delattr_are_dataclass_ones():
+    made = []
+    for decorator in (dataclasses.dataclass(frozen=True), record(frozen=True)):
+        @decorator
+        class F:
+            x: int
+            y: int = 0
+
+        class Open(F):  # (no dataclass: its own attributes may be set, its fields not)
+            pass
+
+        made.append((F, Open))
+    assert len(made) == 2
+    for (F, Open) in made:
+        f, o = F(1), Open(1)
+        for obj, name in ((f, "x"), (f, "z"), (o, "x")):
+            with pytest.raises(dataclasses.FrozenInstanceError, match=f"cannot assign to field '{name}'"):
+                setattr(obj, name, 2)
+            with pytest.raises(dataclasses.FrozenInstanceError, match=f"cannot delete field '{name}'"):
+                delattr(obj, name)
+        o.z = 3
+        del o.z
+        assert not hasattr(o, "z") and F.__dataclass_params__.frozen
+        assert F.__setattr__.__qualname__.endswith("F.__setattr__") and F.__delattr__.__qualname__.endswith("F.__delattr__")
+
+
+@pytest.mark.parametrize(("base_frozen", "frozen"), [(True, True), (True, False), (False, True)])
+def test_a_record_derived_from_a_dataclass_is_checked_as_dataclass_checks_it(base_frozen, frozen):
+    outcomes = []
+    for decorator in (dataclasses.dataclass, record):
+        @decorator(frozen=base_frozen)
+        class Base:
+            a: int
+
+        try:
+            @decorator(frozen=frozen)
+            class Child(Base):
+                b: int = 0
+        except TypeError as exc:
+            outcomes.append(str(exc))
+            continue
+        child = Child(1, 2)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            child.a = 5
+        outcomes.append("made")
+    assert outcomes[0] == outcomes[1]
+
+
+def test_a_frozen_record_that_defines_setattr_is_refused_as_dataclass_refuses_it():
+    def body(decorator):
+        @decorator(frozen=True)
+        class S:
+            a: int
+
+            def __setattr__(self, name, value):  # noqa: ANN001, ANN204
+                pass
+
+    messages = []
+    for decorator in (dataclasses.dataclass, record):
+        with pytest.raises(TypeError) as refused:
+            body(decorator)
+        messages.append(str(refused.value))
+    assert messages[0] == messages[1] == "Cannot overwrite attribute __setattr__ in class S"
 
 
 def test_one_decorator_serves_several_classes_alike():

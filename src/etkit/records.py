@@ -12,7 +12,9 @@ itself, with the same results as the generated ones:
   with a factory, or with a default in a slots record, assigned too), ``__post_init__`` called last, the same
   ``TypeError`` texts for a wrong call, and an ``inspect.signature``. Without the compiled module, or for a
   class with an ``InitVar``, ``dataclass`` writes it;
-- a frozen record's ``__setattr__``/``__delattr__`` come from ``dataclass``;
+- a frozen record's ``__setattr__``/``__delattr__``: ``FrozenInstanceError`` for an instance of the class itself
+  or for one of its fields, else the next class's method (``dataclass`` writes them only for a frozen record
+  that derives from a dataclass, has slots, or defines either method itself, where its own checks apply);
 - ``__repr__``: ``Name(a=1, b='x')``, the fields with ``repr=True``, ``...`` for a record inside itself;
 - ``__eq__``: ``NotImplemented`` for another class, else the tuples of the fields with ``compare=True``;
 - ``__hash__``: for a frozen record, the hash of the tuple of its hashed fields; ``None`` (unhashable) for a
@@ -82,12 +84,19 @@ def _record(cls: T, options: dict[str, Any]) -> T:
     shared_init = RecordInit is not None and options.get("init", True) and "__init__" not in own \
         and not _has_initvar(cls)
     docless = shared_init and not own.get("__doc__")
+    shared_frozen = bool(options.get("frozen")) and _frozen_here(cls, options, own)
+    if shared_frozen:  # (made frozen below: dataclass has nothing to check or write for it)
+        options["frozen"] = False
     if shared_init:
         options["init"] = False
         if docless:  # (dataclass would read the class's signature before its __init__ is in place)
             cls.__doc__ = "?"
     made: Any = dataclasses.dataclass(cls, repr=False, eq=False, **options)
     fields = dataclasses.fields(made)
+    if shared_frozen:
+        made.__dataclass_params__.frozen = options["frozen"] = True
+        for method in _frozen_methods(made, tuple(f.name for f in fields)):
+            _put(made, method)
     if shared_init:
         made.__init__ = _init_of(made, fields, slots=bool(options.get("slots")))
         if docless:
@@ -105,6 +114,30 @@ def _record(cls: T, options: dict[str, Any]) -> T:
         elif not explicit_hash:
             made.__hash__ = None
     return made  # type: ignore[no-any-return]
+
+
+def _frozen_here(cls: type, options: dict[str, Any], own: dict[str, Any]) -> bool:
+    """Whether a frozen record's ``__setattr__``/``__delattr__`` can be :func:`_frozen_methods`: no dataclass
+    among its bases (whose frozenness ``dataclass`` checks), no slots (whose pickling of a frozen class it
+    writes) and neither method defined by the class (which it refuses)."""
+    if options.get("slots") or "__setattr__" in own or "__delattr__" in own:
+        return False
+    return not any(hasattr(base, "__dataclass_fields__") for base in cls.__mro__[1:])
+
+
+def _frozen_methods(owner: Any, names: tuple[str, ...]) -> tuple[Callable[..., None], Callable[..., None]]:
+    """The ``__setattr__`` and ``__delattr__`` ``dataclass`` writes for a frozen class with fields ``names``."""
+    def __setattr__(self: Any, name: str, value: Any) -> None:
+        if type(self) is owner or name in names:
+            raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+        super(owner, self).__setattr__(name, value)
+
+    def __delattr__(self: Any, name: str) -> None:
+        if type(self) is owner or name in names:
+            raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+        super(owner, self).__delattr__(name)
+
+    return __setattr__, __delattr__
 
 
 def _has_initvar(cls: type) -> bool:

@@ -113,28 +113,3 @@ def test_the_mapping_check_does_not_open_a_fifo(tmp_path):
         probe.join(5.0)
         pytest.fail("jsonio._mapped opened a FIFO")
     assert verdict == [None]
-
-
-def test_what_a_pause_allocated_goes_to_the_oldest_generation_and_stays_collectable():
-    import gc
-    import weakref
-
-    from etkit.pytorch.jsonio import paused_gc
-
-    class Node:
-        pass
-
-    gc.collect()
-    with paused_gc():
-        assert not gc.isenabled()
-        kept = [Node() for _ in range(1000)]
-        cycle = Node()
-        cycle.me = cycle  # type: ignore[attr-defined]
-        gone = weakref.ref(cycle)
-        del cycle
-    assert gc.isenabled()
-    young = {id(o) for o in gc.get_objects(0)} | {id(o) for o in gc.get_objects(1)}
-    assert not any(id(node) in young for node in kept)  # (no young collection walks them)
-    assert gc.get_freeze_count() == 0
-    gc.collect()
-    assert gone() is None  # (a full collection still frees a cycle made during the pause)

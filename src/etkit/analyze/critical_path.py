@@ -27,11 +27,11 @@ import numpy as np
 
 from ..arrays import distinct
 from ..format.schema import NodeType
+from ..gcpause import gc_paused
 from ..model.job import Job
 from ..model.schedule import Schedule
 from ..records import record
 from .context import AnalysisContext, RankView, prepare
-from .gcpause import gc_paused
 from .kinds import KIND_NAMES
 from .tables import Table
 from .timing import KERNEL, dependency_rows

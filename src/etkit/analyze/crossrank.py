@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from dataclasses import field
 
+from ..gcpause import gc_paused
 from ..model.job import Job
 from ..model.matching import comm_record, match_comm
 from ..model.trace import Trace
 from ..records import record
-from .gcpause import gc_paused
 
 __all__ = ["CrossRank", "match_cross_rank", "pg_name_of"]
 

@@ -16,12 +16,12 @@ import numpy as np
 
 from ..arrays import distinct
 from ..errors import DependencyError
+from ..gcpause import gc_paused
 from ..model.edges import ctrl_parent, edges
 from ..model.job import Job
 from ..model.schedule import RankSchedule, Schedule, has_timestamps, measured_times, schedule_from_timestamps
 from ..model.trace import Trace
 from .crossrank import CrossRank, match_cross_rank
-from .gcpause import gc_paused
 from .kinds import COMM, node_kinds
 
 try:  # the walks in C (optional: the Python loops below give the same results)

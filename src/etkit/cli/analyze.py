@@ -138,7 +138,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """The verb, with the cyclic collector paused: its imports, the load and the analyses make no garbage in
     cycles, and the collections they would trigger cost 8-10 % of the CPU of a small Kineto trace's run."""
-    from ..analyze.gcpause import gc_paused
+    from ..gcpause import gc_paused
 
     return int(gc_paused(_analyze)(args))
 

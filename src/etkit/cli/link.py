@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..pytorch.jsonio import paused_gc
+    from ..gcpause import paused_gc
     from ..pytorch.link import link_files, write_linked_json
     from ..pytorch.pairing import check_pair
 

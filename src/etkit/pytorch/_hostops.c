@@ -284,11 +284,13 @@ static PyObject *long_number(PyObject *self, PyObject *arg) {
  * are written while they are plain host ops (not GPU activity, not a chain head, not process_group:init) whose
  * name, IO shapes/types and attribute template are already encoded and whose rf_id/seq_id are int64 varints
  * (or seq_id -1); the first other item stops the run and its index is returned (_host_record writes it, which
- * fills the caches). Every lookup that may stop the run comes before the node changes any state.
+ * fills the caches). Every lookup that may stop the run comes before the node changes any state. A GPU activity
+ * (item -g - 1) whose record is already encoded (ctx's gpu records, by activity) and which is no orphan comm
+ * kernel (those are counted where they are written) is taken into the run as it is.
  */
 enum { X_OPS, X_HEAD, X_CTRL, X_LANE, X_OWNER, X_PG_INIT, X_NEW_ID, X_LAST_ON_LANE, X_PENDING, X_WRITER_OF, X_TS,
        X_EXCL, X_WAITS_HOST, X_OFFSET, X_TIMING, X_TEMPLATES, X_RF_HEADS, X_SEQ_HEADS, X_SEQ_MINUS1, X_NAMES,
-       X_TAILS, X_IO_FIELD, X_RECORD, X_IDS, X_WRITE, X_INPUTS, X_OUTPUTS, X_COMP, X_COUNT };
+       X_TAILS, X_IO_FIELD, X_RECORD, X_IDS, X_WRITE, X_INPUTS, X_OUTPUTS, X_COMP, X_GPU, X_ORPHANS, X_COUNT };
 
 static PyObject *a_name, *a_io, *a_rf_id, *a_seq_id, *a_fw_parent, *a_scope, *a_tid, *a_fw_tid, *a_op_schema,
     *a_reads, *a_writes, *s_brackets, *s_t, *s_et;
@@ -315,6 +317,19 @@ static PyObject *io_part(PyObject **ctx, PyObject *key, PyObject *values, PyObje
     if (tail == NULL) return NULL;
     PyObject *args[3] = {key, values, tail};
     return PyObject_Vectorcall(ctx[X_IO_FIELD], args, 3, NULL);
+}
+
+/* Append record (non-empty bytes) to framed after its varint length, as in the file. */
+static int append_framed(PyObject *framed, PyObject *record) {
+    Py_ssize_t at = PyByteArray_GET_SIZE(framed), n = PyBytes_GET_SIZE(record);
+    char head[10];
+    int h = 0;
+    size_t rest = (size_t)n;
+    do { head[h] = (char)(rest & 0x7F); rest >>= 7; if (rest) head[h] |= (char)0x80; h++; } while (rest);
+    if (PyByteArray_Resize(framed, at + h + n) < 0) return -1;
+    memcpy(PyByteArray_AS_STRING(framed) + at, head, h);
+    memcpy(PyByteArray_AS_STRING(framed) + at + h, PyBytes_AS_STRING(record), n);
+    return 0;
 }
 
 /* max(0, int(x)) as Python computes it (int() truncates; an infinite or NaN x raises as int() does). */
@@ -514,14 +529,7 @@ static int host_record(PyObject **ctx, const OpSlots *slots, Py_ssize_t i, Py_ss
         Py_DECREF(joined);
         if (record == NULL) goto done_ctrl;
         /* framed: its varint length, then the record (TraceWriter.write_framed takes the run at once) */
-        Py_ssize_t at = PyByteArray_GET_SIZE(framed), n = PyBytes_GET_SIZE(record);
-        char head[10];
-        int h = 0;
-        size_t rest = (size_t)n;
-        do { head[h] = (char)(rest & 0x7F); rest >>= 7; if (rest) head[h] |= (char)0x80; h++; } while (rest);
-        if (PyByteArray_Resize(framed, at + h + n) < 0) goto done_ctrl;
-        memcpy(PyByteArray_AS_STRING(framed) + at, head, h);
-        memcpy(PyByteArray_AS_STRING(framed) + at + h, PyBytes_AS_STRING(record), n);
+        if (append_framed(framed, record) < 0) goto done_ctrl;
     }
     result = 1;
 done_ctrl:
@@ -541,7 +549,8 @@ done:
 PyDoc_STRVAR(host_records_doc,
 "host_records(ctx, items, k) -> int\n\n"
 "Write the nodes of items[k:] while they are plain host ops (convert._Converter._host_record's bytes and\n"
-"state changes; the run framed, to ctx's write_framed at once); the index of the first item not written.");
+"state changes) or GPU activities whose records are made (not orphans'); the run framed, to ctx's\n"
+"write_framed at once; the index of the first item not written.");
 
 static PyObject *host_records(PyObject *self, PyObject *args) {
     PyObject *ctx_tuple, *items;
@@ -550,8 +559,10 @@ static PyObject *host_records(PyObject *self, PyObject *args) {
     if (k < 0) { PyErr_SetString(PyExc_ValueError, "host_records: k must not be negative"); return NULL; }
     if (PyTuple_GET_SIZE(ctx_tuple) != X_COUNT) { PyErr_SetString(PyExc_TypeError, "host_records: bad context"); return NULL; }
     PyObject **ctx = &PyTuple_GET_ITEM(ctx_tuple, 0);
-    int list_slots[] = {X_OPS, X_HEAD, X_CTRL, X_LANE, X_OWNER, X_TS, X_EXCL, X_TIMING, X_RF_HEADS, X_SEQ_HEADS, X_IDS};
-    int dict_slots[] = {X_NEW_ID, X_LAST_ON_LANE, X_PENDING, X_WRITER_OF, X_WAITS_HOST, X_TEMPLATES, X_NAMES, X_TAILS};
+    int list_slots[] = {X_OPS, X_HEAD, X_CTRL, X_LANE, X_OWNER, X_TS, X_EXCL, X_TIMING, X_RF_HEADS, X_SEQ_HEADS, X_IDS,
+                        X_GPU};
+    int dict_slots[] = {X_NEW_ID, X_LAST_ON_LANE, X_PENDING, X_WRITER_OF, X_WAITS_HOST, X_TEMPLATES, X_NAMES, X_TAILS,
+                        X_ORPHANS};
     for (size_t s = 0; s < sizeof list_slots / sizeof list_slots[0]; s++)
         if (!PyList_CheckExact(ctx[list_slots[s]])) { PyErr_SetString(PyExc_TypeError, "host_records: bad context"); return NULL; }
     for (size_t s = 0; s < sizeof dict_slots / sizeof dict_slots[0]; s++)
@@ -577,7 +588,23 @@ static PyObject *host_records(PyObject *self, PyObject *args) {
     for (; k < n_items; k++) {
         Py_ssize_t ref = PyLong_AsSsize_t(PyList_GET_ITEM(items, k));
         if (ref == -1 && PyErr_Occurred()) goto fail;
-        if (ref < 0 || ref >= n_ops || ref == pg_init) break;
+        if (ref < 0) {  /* a GPU activity: its record as it is, unless it is missing or an orphan's */
+            Py_ssize_t g = -(ref + 1);
+            if (g >= PyList_GET_SIZE(ctx[X_GPU])) break;
+            PyObject *record = PyList_GET_ITEM(ctx[X_GPU], g);
+            if (!PyBytes_CheckExact(record) || PyBytes_GET_SIZE(record) == 0) break;
+            if (PyDict_GET_SIZE(ctx[X_ORPHANS])) {
+                PyObject *key = PyLong_FromSsize_t(g);
+                if (key == NULL) goto fail;
+                int orphan = PyDict_Contains(ctx[X_ORPHANS], key);
+                Py_DECREF(key);
+                if (orphan < 0) goto fail;
+                if (orphan) break;
+            }
+            if (append_framed(framed, record) < 0) goto fail;
+            continue;
+        }
+        if (ref >= n_ops || ref == pg_init) break;
         /* every per-op list is as long as ops (checked here, not assumed) */
         if (ref >= PyList_GET_SIZE(ctx[X_HEAD]) || ref >= PyList_GET_SIZE(ctx[X_CTRL])
             || ref >= PyList_GET_SIZE(ctx[X_LANE]) || ref >= PyList_GET_SIZE(ctx[X_OWNER])

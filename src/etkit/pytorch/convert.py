@@ -432,10 +432,11 @@ class _Converter:
             write = writer.write_record
             if walk.pg_init is None and walk.pg_entries:
                 write(self._metadata_node(0, "## process_group:init ##", walk.pg_entries))
-            context = self._host_context(walk, st, writer.write_framed) if HOST_KERNEL is not None else None
+            context = (self._host_context(walk, st, writer.write_framed, gpu_records, orphans)
+                       if HOST_KERNEL is not None else None)
             k, n = 0, len(items)
             while k < n:
-                if context is not None:  # the plain host ops from k on, in C (the same bytes and state)
+                if context is not None:  # the plain host ops and GPU records from k on, in C (the same bytes and state)
                     k = HOST_KERNEL.host_records(context, items, k)
                     if k == n:
                         break
@@ -453,15 +454,17 @@ class _Converter:
         if path is None:
             self.framed = writer.getvalue()
 
-    def _host_context(self, walk: _Walk, st: _WriteState, write_framed: Any) -> tuple[Any, ...]:
+    def _host_context(self, walk: _Walk, st: _WriteState, write_framed: Any, gpu_records: list[bytes],
+                      orphans: dict[int, str]) -> tuple[Any, ...]:
         """What ``_hostops.host_records`` reads and updates to write host ops as :meth:`_host_record` does (its
-        order is the C module's ``X_*``): the walk, the write state, the encoded pieces' caches, the joins."""
+        order is the C module's ``X_*``): the walk, the write state, the encoded pieces' caches, the joins, and
+        the GPU activities' records (those of ``orphans`` are left to :meth:`_write_nodes`, which counts them)."""
         attr_pieces, io_pieces = self.attr_pieces, self.io_pieces
         return (self.ops, walk.head, walk.ctrl, walk.lane_of, walk.owner, walk.pg_init, st.new_id, st.last_on_lane,
                 st.pending_wait, st.writer_of, st.ts, st.excl, st.waits.host, float(self.linked.clock_offset_us),
                 self.op_timing, self.templates, attr_pieces.int64_heads("rf_id"), attr_pieces.int64_heads("seq_id"),
                 attr_pieces.framed("seq_id", -1), io_pieces.names, io_pieces.tails, assemble.KERNEL.io_field,
-                assemble.KERNEL.record, self.ids, write_framed, INPUTS, OUTPUTS, _COMP)
+                assemble.KERNEL.record, self.ids, write_framed, INPUTS, OUTPUTS, _COMP, gpu_records, orphans)
 
     def _comm_record(self, nid: int, i: int, walk: _Walk, members: list[int], st: _WriteState) -> bytes:
         """The COMM node of chain head ``i``: after the op before it on its thread, the previous collective of

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..executor import Executor, default_executor
 from ..fileio import JobOutput, comm_groups_path, job_output
+from ..gcpause import paused_gc
 from ..records import record
 from .convert import RankReport, convert_linked
-from .jsonio import paused_gc
 from .link import link_files
 from .pairing import Pairing, check_pair, job_files, pair_traces
 from .peers import match_p2p_peers

@@ -18,8 +18,6 @@ and the page faults of reading it into fresh memory saved).
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import itertools
 import mmap
 import os
@@ -36,8 +34,7 @@ from ..errors import EtkitError
 from ..fileio import read_bytes_maybe_gzip
 from ..records import record
 
-__all__ = ["JsonArrayDocument", "read_array_document", "check_readable", "convert_element", "CHUNK_ELEMENTS",
-           "paused_gc"]
+__all__ = ["JsonArrayDocument", "read_array_document", "check_readable", "convert_element", "CHUNK_ELEMENTS"]
 
 T = TypeVar("T")
 #: A reader of elements straight from a document's text (:meth:`JsonArrayDocument.converted`'s ``scan``).
@@ -327,26 +324,3 @@ def read_array_document(path: str | os.PathLike[str], key: str, *, data: bytes |
     return JsonArrayDocument(name, key, doc, None, None, items or [], found=items is not None)
 
 
-@contextlib.contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while a trace is read and converted.
-
-    Parsing allocates millions of containers that all stay alive; every automatic collection walks them
-    all, which makes the work grow faster than the trace (measured: 1.5x slower at 100k nodes). Trace
-    records hold no reference cycles, so nothing is lost by collecting once afterwards.
-
-    What the pause allocated is then put in the oldest generation (``gc.freeze`` then ``gc.unfreeze``, where
-    nothing else is frozen), as if it had survived collections already: the first young collection after
-    the pause would otherwise walk all of it (10 ms after converting a 14k-node host trace), and it stays
-    collectable by the next full collection.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            if not gc.get_freeze_count():
-                gc.freeze()
-                gc.unfreeze()
-            gc.enable()

@@ -30,12 +30,12 @@ import numpy as np
 
 from ..errors import UsageError
 from ..executor import Executor, default_executor, in_client
+from ..gcpause import paused_gc
 from ..model.trace import Trace, trace_from_bytes
 from ..records import record
 from .comm import dtype_bytes
 from .convert import RankReport, convert_linked, convert_linked_bytes
 from .host import HostOp, HostTrace
-from .jsonio import paused_gc
 from .kineto import KinetoTrace, load_kineto
 from .link import LinkedRank, LinkReport, _link_rows
 
