@@ -10,20 +10,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../_varint.h"
+
 /* The node field keys (et-format.md; assemble.py takes them from format.tags). */
 enum { K_ID = 0x08, K_TYPE = 0x18, K_CTRL = 0x22, K_DATA = 0x2a, K_START = 0x30, K_DUR = 0x38, K_IO_VALUES = 0x0a };
 
-static int varint_len(uint64_t v) {
-    int n = 1;
-    while (v >= 0x80) { v >>= 7; n++; }
-    return n;
-}
-
-static char *put_varint(char *p, uint64_t v) {
-    while (v >= 0x80) { *p++ = (char)((v & 0x7F) | 0x80); v >>= 7; }
-    *p++ = (char)v;
-    return p;
-}
 
 /* The low 64 bits of an int (as assemble.varint encodes it); -1 with an error set when not an int. */
 static int low64(PyObject *v, uint64_t *out) {

@@ -17,6 +17,7 @@
 #include "../_buffers.h"
 #include "../_jsonbytes.h"
 #include "../_slots.h"
+#include "../_varint.h"
 
 typedef struct {
     PyObject *names;       /* dict: op name -> (name, keeps raw arguments) */
@@ -298,8 +299,7 @@ static PyObject *a_name, *a_io, *a_rf_id, *a_seq_id, *a_fw_parent, *a_scope, *a_
 /* The framed int64 attribute: heads[len(varint)] + varint (assemble.AttrPieces.int64, value >= 0). */
 static int put_int64(char *p, PyObject *heads, unsigned long long v, PyObject **head) {
     char buf[10];
-    int n = 0;
-    do { buf[n] = (char)(v & 0x7F); v >>= 7; if (v) buf[n] |= (char)0x80; n++; } while (v);
+    int n = (int)(put_varint(buf, v) - buf);
     *head = PyList_GET_ITEM(heads, n);
     if (p != NULL) memcpy(p, buf, n);
     return n;
@@ -323,9 +323,7 @@ static PyObject *io_part(PyObject **ctx, PyObject *key, PyObject *values, PyObje
 static int append_framed(PyObject *framed, PyObject *record) {
     Py_ssize_t at = PyByteArray_GET_SIZE(framed), n = PyBytes_GET_SIZE(record);
     char head[10];
-    int h = 0;
-    size_t rest = (size_t)n;
-    do { head[h] = (char)(rest & 0x7F); rest >>= 7; if (rest) head[h] |= (char)0x80; h++; } while (rest);
+    int h = (int)(put_varint(head, (uint64_t)n) - head);
     if (PyByteArray_Resize(framed, at + h + n) < 0) return -1;
     memcpy(PyByteArray_AS_STRING(framed) + at, head, h);
     memcpy(PyByteArray_AS_STRING(framed) + at + h, PyBytes_AS_STRING(record), n);
