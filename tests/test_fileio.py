@@ -97,3 +97,65 @@ def test_reading_a_gzip_whole_stops_reading_at_the_limit(tmp_path: Path, monkeyp
             stream.read()
         assert stream.raw._raw.tell() < path.stat().st_size // 2  # (~0.6 of 2.4 MB: the 1 MiB limit and a chunk)
     assert fileio.read_bytes_maybe_gzip(path, max_bytes=8 << 20) == gzip.decompress(path.read_bytes())
+
+
+@pytest.fixture(params=["isal", "zlib"])
+def inflater(request, monkeypatch):  # type: ignore[no-untyped-def]
+    """Each test with ISA-L's inflater (a dependency: it must be installed here) and with zlib's, its fallback."""
+    import zlib
+
+    from etkit import fileio
+
+    if request.param == "isal":
+        from isal import isal_zlib
+
+        assert fileio._inflater() == (isal_zlib.decompressobj, isal_zlib.error)
+    else:
+        monkeypatch.setattr(fileio, "_inflater", lambda: (zlib.decompressobj, zlib.error))
+    return request.param
+
+
+def test_both_inflaters_read_gzip_as_gzip_does(tmp_path: Path, inflater: str) -> None:
+    """Members one after another, a name in the header, small streaming reads and the whole read alike."""
+    import gzip
+    import io
+    import random
+
+    from etkit import fileio
+
+    rng = random.Random(5)
+    parts = [bytes(rng.getrandbits(8) % 40 for _ in range(n)) for n in (0, 1, 70_000, 300_000)]
+    named = io.BytesIO()
+    with gzip.GzipFile(filename="trace.json", mode="wb", fileobj=named) as f:
+        f.write(parts[2])
+    path = tmp_path / "t.gz"
+    path.write_bytes(b"".join(gzip.compress(p) for p in parts) + named.getvalue())
+    want = b"".join(parts) + parts[2]
+    assert fileio.read_bytes_maybe_gzip(path) == want
+    with fileio.open_maybe_gzip(path) as stream:
+        got = b"".join(iter(lambda: stream.read(4099), b""))
+    assert got == want
+
+
+@pytest.mark.parametrize("damage", ["crc", "length", "deflate", "truncated"])
+def test_both_inflaters_refuse_damaged_gzip_with_zlib_errors(tmp_path: Path, inflater: str, damage: str) -> None:
+    """A wrong CRC or length, bad deflate data: zlib.error (what the readers report as corrupt gzip data);
+    a cut stream: EOFError (a truncated file), whichever library inflates."""
+    import gzip
+    import zlib
+
+    from etkit import fileio
+
+    data = bytearray(gzip.compress(bytes(range(256)) * 400))
+    if damage == "crc":
+        data[-8] ^= 1
+    elif damage == "length":
+        data[-4] ^= 1
+    elif damage == "deflate":
+        data[12:40] = b"\xff" * 28
+    else:
+        data = data[:len(data) // 2]
+    path = tmp_path / "bad.gz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(EOFError if damage == "truncated" else zlib.error):
+        fileio.read_bytes_maybe_gzip(path)

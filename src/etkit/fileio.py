@@ -22,7 +22,7 @@ import sys
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, BinaryIO
+from typing import IO, Any, BinaryIO
 
 from .errors import EtkitError
 
@@ -563,6 +563,8 @@ MIN_MAX_BYTES = 64 << 20
 MAX_RATIO = 100
 
 _READ_CHUNK = 1 << 16
+#: ``wbits`` of a gzip stream (header and trailer checked) for ``decompressobj``.
+_GZIP_WBITS = 16 + zlib.MAX_WBITS
 #: Compressed bytes :meth:`_BoundedGunzip.readall` reads at a time (most traces' whole file).
 _READALL_CHUNK = 16 << 20
 
@@ -596,15 +598,28 @@ def _env_max_bytes() -> int | None:
         raise EtkitError(f"${MAX_BYTES_ENV}: {exc}") from None
 
 
+def _inflater() -> tuple[Callable[..., Any], type[Exception]]:
+    """The gzip decompressor factory (``decompressobj``) and its error class: ISA-L's (``isal``: the same API
+    as :mod:`zlib`, 2-4x faster, its CRC-32 too; 32 MB of Kineto JSON in 10-20 ms instead of 40-45), else zlib's."""
+    try:
+        from isal import isal_zlib
+    except ImportError:  # (a platform without its wheel)
+        return zlib.decompressobj, zlib.error
+    error: type[Exception] = isal_zlib.error  # type: ignore[assignment]  # (its stubs call the class an instance)
+    return isal_zlib.decompressobj, error
+
+
 class _BoundedGunzip(io.RawIOBase):
     """The decompressed bytes of a gzip stream (every member), refusing to produce more than
-    :func:`max_decompressed_bytes` allows; corrupt input raises what :mod:`gzip` raises."""
+    :func:`max_decompressed_bytes` allows; corrupt input raises what :mod:`gzip` raises (:class:`zlib.error`
+    for bad deflate data or a wrong CRC or length, whichever library inflates: see :func:`_inflater`)."""
 
     def __init__(self, raw: IO[bytes], name: str, max_bytes: int | None) -> None:
         self._raw = raw
         self._name = name
         self._max_bytes = max_bytes
-        self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._new_inflate, self._inflate_error = _inflater()
+        self._inflate = self._new_inflate(_GZIP_WBITS)
         self._pending = b""  # compressed bytes read but not yet given to the decompressor
         self._read_in = 0
         self._produced = 0
@@ -647,7 +662,10 @@ class _BoundedGunzip(io.RawIOBase):
                 self._read_in += len(self._pending)
                 if not self._pending:
                     raise EOFError("Compressed file ended before the end-of-stream marker was reached")
-            out = self._inflate.decompress(self._pending, size)
+            try:
+                out = self._inflate.decompress(self._pending, size)
+            except self._inflate_error as exc:
+                raise zlib.error(f"{exc}") from None
             self._pending = self._inflate.unconsumed_tail
             if self._inflate.eof:
                 self._pending = self._inflate.unused_data + self._pending
@@ -674,7 +692,7 @@ class _BoundedGunzip(io.RawIOBase):
             import gzip
 
             raise gzip.BadGzipFile(f"Not a gzipped file ({self._pending[:2]!r}) after a complete member")
-        self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._inflate = self._new_inflate(_GZIP_WBITS)
         self._member_done = False
         return True
 
