@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -268,3 +269,34 @@ def test_converting_a_host_trace_and_analysing_a_kineto_trace_load_no_protobuf(u
     with open_trace(tmp_path / "r.0.et") as reader:
         assert reader.metadata.version == "1.0.0" and sum(1 for _ in reader) > 14_000
     assert sorted(p.name for p in (tmp_path / "csv").iterdir())
+
+
+_MMAPPED = """
+import ctypes, sys
+from etkit.cli import guard
+
+class Info(ctypes.Structure):  # glibc's struct mallinfo2
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                     "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+info = ctypes.CDLL(None).mallinfo2
+info.restype = Info
+if sys.argv[1] == "tuned":
+    guard.reuse_freed_memory()
+before = info().hblks
+block = bytearray(4 << 20)
+print(info().hblks - before)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_the_heap_tuning_keeps_blocks_of_a_few_mib_in_the_heap(tmp_path: Path) -> None:
+    """reuse_freed_memory (etkit's mallopt binding) takes effect: a 4 MiB block comes from the heap, where
+    glibc's default would have mapped it on its own."""
+    from etkit.cli import guard
+
+    assert type(guard._mallopt()).__name__ == "builtin_function_or_method"  # (not ctypes': built here)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    mapped = {how: subprocess.run([sys.executable, "-c", _MMAPPED, how], capture_output=True, text=True, check=True,
+                                  env=env).stdout.strip() for how in ("usual", "tuned")}
+    assert mapped == {"usual": "1", "tuned": "0"}

@@ -34,7 +34,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from importlib.machinery import ExtensionFileLoader, ModuleSpec, PathFinder
 from typing import TYPE_CHECKING
 
@@ -387,15 +387,27 @@ def reuse_freed_memory() -> None:
     """
     if not sys.platform.startswith("linux") or any(v in os.environ for v in _MALLOC_VARIABLES):
         return
-    import ctypes
+    mallopt = _mallopt()
+    if mallopt is not None:
+        mallopt(_M_MMAP_THRESHOLD, _MMAP_BYTES)
+        mallopt(_M_TRIM_THRESHOLD, _TRIM_BYTES)
 
+
+def _mallopt() -> Callable[[int, int], int] | None:
+    """The C library's ``mallopt``: etkit's own binding (``etkit.cli._malloc``), else ctypes' (whose import
+    costs 1.4-2 ms); None where there is none."""
     try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    mallopt(_M_MMAP_THRESHOLD, _MMAP_BYTES)
-    mallopt(_M_TRIM_THRESHOLD, _TRIM_BYTES)
+        from ._malloc import mallopt
+    except ImportError:  # pragma: no cover - built where a compiler is
+        import ctypes
+
+        try:
+            found = ctypes.CDLL(None).mallopt
+        except (OSError, AttributeError):
+            return None
+        found.argtypes, found.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+        return found  # type: ignore[no-any-return]
+    return mallopt
 
 
 _BLAS_THREADS = "OPENBLAS_NUM_THREADS"

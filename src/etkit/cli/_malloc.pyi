@@ -1,0 +1,3 @@
+"""glibc's mallopt (``_malloc.c``): the C library's answer, 0 without glibc."""
+
+def mallopt(param: int, value: int, /) -> int: ...
