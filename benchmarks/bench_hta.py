@@ -3,7 +3,8 @@
 For each Kineto GPU trace in ``../shared/data`` (param's ``linear``, HTA's test traces), both tools run as
 fresh processes on the same folder, several times, one tool's run after the other's (so both see the same
 load); the medians of wall time, of CPU time (user + system: the steadier figure on a loaded machine) and
-of peak RSS are printed:
+of peak RSS are printed (benchmarks/processes.py: to the microsecond, where GNU time's 10 ms steps were a
+tenth of a small trace's run):
 
 - etkit: ``etkit analyze TRACE --csv DIR`` (Kineto converted on the fly, then every analysis: breakdown,
   top ops, comm, critical path, stragglers and HTA's GPU figures, written as CSV tables);
@@ -22,9 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -32,26 +31,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from processes import measure  # noqa: E402  (how a process is timed, one home)
 from tests.conftest import KINETO_TRACES, REF_VENV  # noqa: E402  (the shared-data table, one place)
 
 ETKIT = [sys.executable, "-m", "etkit"]
 HTA = [str(REF_VENV / "bin" / "python"), str(REPO / "tests" / "analyze" / "hta_reference.py")]
-TIME = shutil.which("time") and "/usr/bin/time"
 
 
 def _measure(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float]:
-    """(wall seconds, CPU seconds: user + system, peak RSS MiB) of one fresh process, by GNU time."""
-    out = tempfile.NamedTemporaryFile(prefix="etkit-bench-time-", delete=False)
-    out.close()
-    try:
-        done = subprocess.run([TIME or "/usr/bin/time", "-f", "%e %U %S %M", "-o", out.name, *cmd],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-        if done.returncode != 0:
-            raise SystemExit(f"{' '.join(cmd)} failed: {done.stderr[-500:]}")
-        wall, user, system, rss_kb = Path(out.name).read_text().split()[-4:]
-        return float(wall), float(user) + float(system), float(rss_kb) / 1024
-    finally:
-        os.unlink(out.name)
+    """(wall seconds, CPU seconds: user + system, peak RSS MiB) of one fresh process (benchmarks/processes.py)."""
+    run = measure(cmd, env=env)
+    return run.wall, run.cpu, run.peak_mb
 
 
 def _medians(runs: list[tuple[float, float, float]]) -> tuple[float, float, float]:
@@ -108,16 +100,16 @@ def main() -> int:
             (ew, ec, em), (hw, hc, hm) = _medians(ours), _medians(theirs)
             if base:
                 base_cpu.append(_medians(base)[1])
-                print(f"{'':24} baseline etkit cpu {base_cpu[-1]:.2f} s ({base_cpu[-1] / ec:.2f}x of it now)")
+                print(f"{'':24} baseline etkit cpu {base_cpu[-1]:.3f} s ({base_cpu[-1] / ec:.2f}x of it now)")
             for k, v in enumerate((ew, hw, ec, hc)):
                 totals[k] += v
-            print(f"{name:24} {ew:8.2f} {hw:8.2f} {hw / ew:6.2f}x {ec:9.2f} {hc:8.2f} {hc / ec:5.2f}x "
+            print(f"{name:24} {ew:8.3f} {hw:8.3f} {hw / ew:6.2f}x {ec:9.3f} {hc:8.3f} {hc / ec:5.2f}x "
                   f"{em:9.0f} {hm:8.0f} {em / hm:9.2f}", flush=True)
     ew, hw, ec, hc = totals
-    print(f"{'all traces':24} {ew:8.2f} {hw:8.2f} {hw / ew:6.2f}x {ec:9.2f} {hc:8.2f} {hc / ec:5.2f}x   "
+    print(f"{'all traces':24} {ew:8.3f} {hw:8.3f} {hw / ew:6.2f}x {ec:9.3f} {hc:8.3f} {hc / ec:5.2f}x   "
           f"(target >= 5x, memory ratio <= 1); load average now {os.getloadavg()[0]:.1f}")
     if base_cpu:
-        print(f"{'baseline etkit':24} cpu {sum(base_cpu):.2f} s: HTA / baseline {hc / sum(base_cpu):.2f}x, "
+        print(f"{'baseline etkit':24} cpu {sum(base_cpu):.3f} s: HTA / baseline {hc / sum(base_cpu):.2f}x, "
               f"baseline / now {sum(base_cpu) / ec:.2f}x")
     return 0
 

@@ -28,13 +28,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import orjson  # noqa: E402
+from processes import Run, measure  # noqa: E402  (benchmarks/: how a process is timed, one home)
 from real_shapes import repeat_et, repeat_host_trace  # noqa: E402
 
 import etkit  # noqa: E402
@@ -55,40 +54,6 @@ VERBS = ("info", "validate", "to-json", "from-json", "link", "convert", "generat
 TO_JSON_RATIO, CONVERT_RATIO = 10.0, 8.0
 FROM_JSON_RATE, CHECK_RATE, JOB_RATE, JOB_SECONDS = 500_000, 500_000, 1_000_000, 3.0
 CONVERT_MB_PER_100K, HELP_CPU = 300.0, 0.15
-
-
-@dataclass
-class Run:
-    cpu: float  # user + system seconds of the process (and the children it waited for)
-    peak_mb: float  # its peak resident set
-    wall: float
-
-
-_TIME = Path("/usr/bin/time")
-
-
-def measure(cmd: list[str], cwd: Path, ok: tuple[int, ...] = (0,)) -> Run:
-    """Run ``cmd`` to completion (stdout discarded): its CPU time and peak RSS.
-
-    Through ``/usr/bin/time`` where there is one: a child's peak RSS starts at its parent's (Linux keeps
-    the high-water mark across exec), and that parent is then ``time``, not this process.
-    """
-    with tempfile.TemporaryDirectory() as scratch:
-        report = Path(scratch) / "time"
-        wrapped = [str(_TIME), "-f", "%U %S %M", "-o", str(report), *cmd] if _TIME.exists() else cmd
-        with open(Path(scratch) / "err", "w+b") as err:
-            start = time.perf_counter()
-            proc = subprocess.Popen(wrapped, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
-            _, status, usage = os.wait4(proc.pid, 0)
-            wall = time.perf_counter() - start
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            if proc.returncode not in ok:
-                err.seek(0)
-                raise RuntimeError(f"{' '.join(map(str, cmd))} exited {proc.returncode}: {err.read().decode()[-2000:]}")
-        if _TIME.exists():
-            user, system, peak_kb = report.read_text().split()[-3:]
-            return Run(float(user) + float(system), int(peak_kb) / 1024, wall)
-    return Run(usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, wall)
 
 
 def alternate(commands: dict[str, list[str]], runs: int, cwd: Path, ok: tuple[int, ...] = (0,)) -> dict[str, Run]:
