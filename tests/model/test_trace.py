@@ -214,7 +214,7 @@ def test_trace_from_bytes_decodes_the_metadata_when_first_read(tmp_path: Path) -
         load_trace(tmp_path / "c.0.et")
 
 
-def test_string_attr_reads_what_the_node_messages_hold(tmp_path: Path) -> None:
+def test_string_attr_reads_what_the_node_messages_hold(tmp_path: Path, monkeypatch) -> None:
     """Per row, the first attribute of a name: its string, "" for another kind, None where there is none; from
     the record bytes, as protobuf reads them."""
     nodes = [node(1), node(2), node(3), node(4)]
@@ -226,6 +226,12 @@ def test_string_attr_reads_what_the_node_messages_hold(tmp_path: Path) -> None:
     expected = [next((a.string_val for a in t.node(r).attr if a.name == "kernel_name"), None) for r in rows.tolist()]
     assert t.string_attr(rows, "kernel_name") == expected == ["é" * 200, "ncclKernel_AllReduce", "", None]
     assert t.string_attr(np.zeros(0, dtype=np.int64), "kernel_name") == []
+    # the same nodes among many others: a few rows' records are walked in a copy of their own (by the walk, not
+    # by protobuf, which reads the records the walk refuses)
+    many = Trace.from_nodes(GlobalMetadata(), [*nodes, *(node(i) for i in range(5, 400))])
+    monkeypatch.setattr(Trace, "node", lambda self, row: pytest.fail("the walk refused the records"))
+    assert many.string_attr(rows, "kernel_name") == expected
+    assert many.string_attr(np.arange(len(many)), "kernel_name")[:4] == [expected[k] for k in (1, 2, 3, 0)]
 
 
 @pytest.mark.shared_data
