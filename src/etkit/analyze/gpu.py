@@ -94,7 +94,7 @@ class GpuRank:
 
 def _kernel_names(trace: Trace, rows: np.ndarray, comm: np.ndarray) -> list[str]:
     """Names of GPU rows; a COMM node is named by the NCCL kernel it ran as (its ``kernel_name``)."""
-    names = [trace.name(r) for r in rows.tolist()]
+    names = list(map(trace.strings.__getitem__, trace.name_idx[rows].tolist()))  # (trace.name of each row)
     at = np.flatnonzero(comm)
     for i, kernel in zip(at.tolist(), trace.string_attr(rows[at], "kernel_name") if at.size else ()):
         if kernel is not None:
@@ -411,8 +411,13 @@ class LaunchStats:
         return [Table("gpu_launch_stats", ["rank", "what", "count", "sum_ns", "mean_ns", "median_ns", "p95_ns", "max_ns"],
                       self.summary()),
                 Table("gpu_launches", ["rank", "cpu_duration_ns", "gpu_duration_ns", "launch_delay_ns"],
-                      [[r, int(c), int(g), int(d)] for r in sorted(self.cpu_ns)
-                       for c, g, d in zip(self.cpu_ns[r], self.gpu_ns[r], self.delay_ns[r])])]
+                      [[r, c, g, d] for r in sorted(self.cpu_ns)
+                       for c, g, d in zip(*(_ints(ns[r]) for ns in (self.cpu_ns, self.gpu_ns, self.delay_ns)))])]
+
+
+def _ints(values: np.ndarray) -> list[int]:
+    """``[int(v) for v in values]`` at numpy's speed (int() truncates toward zero, as the cast does)."""
+    return np.asarray(values).astype(np.int64).tolist()  # type: ignore[no-any-return]
 
 
 def launch_stats(job: Job, schedule: Schedule | None = None, *, include_memory_events: bool = True,
@@ -424,7 +429,8 @@ def launch_stats(job: Job, schedule: Schedule | None = None, *, include_memory_e
         trace, sched = g.view.trace, g.view.sched
         ok = g.launcher >= 0
         if ok.any():
-            launch_names = np.asarray([trace.name(int(r)) in calls for r in g.launcher[ok].tolist()], dtype=bool)
+            named = map(trace.strings.__getitem__, trace.name_idx[g.launcher[ok]].tolist())  # (trace.name of each)
+            launch_names = np.fromiter(map(calls.__contains__, named), dtype=bool, count=int(ok.sum()))
             ok[ok] = launch_names
         l_start, l_end = sched.start_ns[g.launcher[ok]], sched.end_ns[g.launcher[ok]]
         cpu[g.rank] = l_end - l_start
