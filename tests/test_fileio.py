@@ -109,9 +109,9 @@ def inflater(request, monkeypatch):  # type: ignore[no-untyped-def]
     if request.param == "isal":
         from isal import isal_zlib
 
-        assert fileio._inflater() == (isal_zlib.decompressobj, isal_zlib.error)
+        assert fileio.inflater() == (isal_zlib.decompressobj, isal_zlib.error)
     else:
-        monkeypatch.setattr(fileio, "_inflater", lambda: (zlib.decompressobj, zlib.error))
+        monkeypatch.setattr(fileio, "inflater", lambda: (zlib.decompressobj, zlib.error))
     return request.param
 
 

@@ -99,3 +99,17 @@ def test_a_head_full_of_escaped_quotes_is_read_in_linear_time():
     assert sniff_bytes(head.encode()).name == "json-twin"
     assert sniff_bytes(('{"traceEvents": [{"args": {"x": "' + value + '"}}]}').encode()).name == "kineto"
     assert time.process_time() - start < 2.0
+
+
+def test_text_is_every_byte_but_the_control_characters_other_than_tab_and_line_breaks() -> None:
+    """``_is_text`` against its definition, byte by byte: each byte alone and amid text, and past the first 4 KiB
+    (which are all it looks at)."""
+    from etkit.filekind import _is_text
+
+    allowed = {9, 10, 12, 13}
+    for b in range(256):
+        byte = bytes([b])
+        want = b >= 32 or b in allowed
+        assert _is_text(byte) is want and _is_text(b"{\"a\": 1}" + byte + b"x" * 100) is want, b
+    assert _is_text(b"x" * 4096 + b"\x00") and not _is_text(b"x" * 4095 + b"\x00")
+    assert _is_text(b"") and _is_text("é ü\t\r\n".encode())

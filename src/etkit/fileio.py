@@ -29,7 +29,7 @@ from .errors import EtkitError
 __all__ = [
     "GZIP_MAGIC", "STDOUT", "atomic_output", "check_writable", "protect_inputs", "check_not_input",
     "job_output", "JobOutput", "rank_file_path", "comm_groups_path", "rank_files", "job_files", "RANK_FILE",
-    "open_maybe_gzip", "read_bytes_maybe_gzip", "is_gzip", "max_decompressed_bytes", "DecompressionLimit",
+    "open_maybe_gzip", "read_bytes_maybe_gzip", "is_gzip", "inflater", "max_decompressed_bytes", "DecompressionLimit",
     "MAX_BYTES_ENV", "MIN_MAX_BYTES", "MAX_RATIO", "stop_requests", "raise_if_stopped",
 ]
 
@@ -598,7 +598,7 @@ def _env_max_bytes() -> int | None:
         raise EtkitError(f"${MAX_BYTES_ENV}: {exc}") from None
 
 
-def _inflater() -> tuple[Callable[..., Any], type[Exception]]:
+def inflater() -> tuple[Callable[..., Any], type[Exception]]:
     """The gzip decompressor factory (``decompressobj``) and its error class: ISA-L's (``isal``: the same API
     as :mod:`zlib`, 2-4x faster, its CRC-32 too; 32 MB of Kineto JSON in 10-20 ms instead of 40-45), else zlib's."""
     try:
@@ -612,13 +612,13 @@ def _inflater() -> tuple[Callable[..., Any], type[Exception]]:
 class _BoundedGunzip(io.RawIOBase):
     """The decompressed bytes of a gzip stream (every member), refusing to produce more than
     :func:`max_decompressed_bytes` allows; corrupt input raises what :mod:`gzip` raises (:class:`zlib.error`
-    for bad deflate data or a wrong CRC or length, whichever library inflates: see :func:`_inflater`)."""
+    for bad deflate data or a wrong CRC or length, whichever library inflates: see :func:`inflater`)."""
 
     def __init__(self, raw: IO[bytes], name: str, max_bytes: int | None) -> None:
         self._raw = raw
         self._name = name
         self._max_bytes = max_bytes
-        self._new_inflate, self._inflate_error = _inflater()
+        self._new_inflate, self._inflate_error = inflater()
         self._inflate = self._new_inflate(_GZIP_WBITS)
         self._pending = b""  # compressed bytes read but not yet given to the decompressor
         self._read_in = 0

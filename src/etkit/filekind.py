@@ -17,7 +17,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 from .errors import UsageError
-from .fileio import GZIP_MAGIC
+from .fileio import GZIP_MAGIC, inflater
 from .records import record
 
 __all__ = ["FileKind", "KINDS", "sniff", "sniff_bytes", "require", "read_head", "is_kineto", "is_host_trace"]
@@ -87,9 +87,10 @@ def read_head(path: str | os.PathLike[str], limit: int = HEAD_BYTES) -> bytes:
     with open(path, "rb") as raw:
         head = raw.read(limit)
     if head.startswith(GZIP_MAGIC):
+        decompressobj, error = inflater()
         try:
-            return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, limit)
-        except zlib.error:
+            return decompressobj(16 + zlib.MAX_WBITS).decompress(head, limit)
+        except error:
             import gzip  # (imported only here: reading a .gz input otherwise goes through zlib alone)
 
             try:  # a gzip member split oddly: fall back to the gzip module
@@ -100,11 +101,13 @@ def read_head(path: str | os.PathLike[str], limit: int = HEAD_BYTES) -> bytes:
     return head
 
 
+#: The bytes text may hold: all but the control characters other than tab, line feed, form feed and return.
+_TEXT_BYTES = bytes(range(32, 256)) + b"\t\n\x0c\r"
+
+
 def _is_text(head: bytes) -> bool:
-    sample = head[:4096]
-    if b"\x00" in sample:
-        return False
-    return not any(b < 32 and b not in (9, 10, 12, 13) for b in sample)
+    """Whether the first 4 KiB hold no control character but tab, line feed, form feed and return (no NUL)."""
+    return not head[:4096].translate(None, _TEXT_BYTES)  # (what is left once text's bytes are dropped)
 
 
 def _looks_like_et(head: bytes) -> bool:
