@@ -14,31 +14,11 @@
 #include <Python.h>
 #include <string.h>
 
-typedef struct {
-    char *data;
-    Py_ssize_t len, cap;
-} Out;
+#include "../_vec.h"
 
-static int reserve(Out *out, Py_ssize_t more) {
-    if (out->len + more <= out->cap) return 0;
-    Py_ssize_t cap = out->cap ? out->cap : 1 << 16;
-    while (cap < out->len + more) cap *= 2;
-    char *data = PyMem_Realloc(out->data, (size_t)cap);
-    if (data == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    out->data = data;
-    out->cap = cap;
-    return 0;
-}
+typedef Vec Out;  /* the lines written so far (_vec.h) */
 
-static int put(Out *out, const char *text, Py_ssize_t n) {
-    if (reserve(out, n) < 0) return -1;
-    memcpy(out->data + out->len, text, (size_t)n);
-    out->len += n;
-    return 0;
-}
+static inline int put(Out *out, const char *text, Py_ssize_t n) { return vec_put(out, text, n); }
 
 /* The UTF-8 of a str object (a result of `quoted`, which must be a str). */
 static int put_str(Out *out, PyObject *text) {
@@ -142,7 +122,7 @@ static PyObject *body(PyObject *module, PyObject *args) {
     Py_DECREF(seq);
     PyObject *result = NULL;
     if (ok == 1)
-        result = PyBytes_FromStringAndSize(out.data ? out.data : "", out.len);
+        result = PyBytes_FromStringAndSize(out.data ? out.data : "", out.size);
     else if (ok == 0)
         result = Py_NewRef(Py_None);
     PyMem_Free(out.data);

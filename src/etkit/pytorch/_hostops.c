@@ -18,6 +18,7 @@
 #include "../_jsonbytes.h"
 #include "../_slots.h"
 #include "../_varint.h"
+#include "../_vec.h"
 
 typedef struct {
     PyObject *names;       /* dict: op name -> (name, keeps raw arguments) */
@@ -659,8 +660,7 @@ enum { TAKEN = 0, NOT_HERE = 1, FAILED = -1 };  /* a node: made here / for slow 
 #define MAX_NUMBER 18     /* digits of an integer made here (int64 whatever they are) */
 
 typedef struct {
-    char *buf;
-    Py_ssize_t len, cap;
+    Vec v;      /* the text's bytes (_vec.h) */
     int ascii;
 } Text;
 
@@ -885,22 +885,7 @@ static Ptr skip_value(Ptr p, Ptr end, int depth) {
 
 /* ---- the pieces of a common node ---- */
 
-static int text_grow(Text *t, Py_ssize_t n) {
-    Py_ssize_t cap = (t->cap ? t->cap : 256);
-    while (cap < t->len + n) cap *= 2;
-    char *buf = PyMem_Realloc(t->buf, cap);
-    if (buf == NULL) { PyErr_NoMemory(); return -1; }
-    t->buf = buf;
-    t->cap = cap;
-    return 0;
-}
-
-static inline int text_put(Text *t, const char *s, Py_ssize_t n) {
-    if (t->len + n > t->cap && text_grow(t, n) < 0) return -1;
-    memcpy(t->buf + t->len, s, n);
-    t->len += n;
-    return 0;
-}
+static inline int text_put(Text *t, const char *s, Py_ssize_t n) { return vec_put(&t->v, s, n); }
 
 /* A JSON string (p at its quote) decoded into sc->scratch when it is short and has no \u escape: its
  * length, *after the pointer after it, *plain whether it is printable ASCII without quote or backslash
@@ -1204,7 +1189,7 @@ static int io_object(Scan *sc, Ptr p, Ptr end, Ptr *after, Io *io) {
         if (SPELLS(key, len, "values") && !(seen & 1)) {
             seen |= 1;
             if (*p != '[') return NOT_HERE;
-            sc->text.len = 0;
+            sc->text.v.size = 0;
             sc->text.ascii = 1;
             sc->n_entries = sc->n_lists = 0;
             int list = new_list(sc), count, tensor;
@@ -1212,10 +1197,10 @@ static int io_object(Scan *sc, Ptr p, Ptr end, Ptr *after, Io *io) {
             if (list < 0) return FAILED;
             int got = values_list(sc, p, end, 0, list, &p, &count, &tensor, &a, &b);
             if (got != TAKEN) return got;
-            io->values = sc->text.ascii ? PyUnicode_New(sc->text.len, 127)
-                                        : PyUnicode_DecodeUTF8(sc->text.buf, sc->text.len, "strict");
+            io->values = sc->text.ascii ? PyUnicode_New(sc->text.v.size, 127)
+                                        : PyUnicode_DecodeUTF8(sc->text.v.data, sc->text.v.size, "strict");
             if (io->values == NULL) return FAILED;
-            if (sc->text.ascii) memcpy(PyUnicode_DATA(io->values), sc->text.buf, sc->text.len);
+            if (sc->text.ascii) memcpy(PyUnicode_DATA(io->values), sc->text.v.data, sc->text.v.size);
             if ((io->keys = count ? tensor_key_tuple(sc) : PyTuple_New(0)) == NULL) return FAILED;
         } else if (((SPELLS(key, len, "shapes") && !(seen & 2))
                     || (SPELLS(key, len, "types") && !(seen & 4)))) {
@@ -1502,7 +1487,7 @@ fail:
     jb_seen_clear(&sc.seen_raw);
     jb_seen_clear(&sc.seen_name);
     jb_seen_clear(&sc.seen_schema);
-    PyMem_Free(sc.text.buf);
+    PyMem_Free(sc.text.v.data);
     PyMem_Free(sc.entries);
     PyMem_Free(sc.first);
     PyMem_Free(sc.last);

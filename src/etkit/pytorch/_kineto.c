@@ -42,41 +42,17 @@
 
 #include "../_buffers.h"
 #include "../_jsonbytes.h"
+#include "../_vec.h"
 
 #define MAX_DEPTH 64
 #define LIM_US 9007199254740992.0 /* 2**53 */
 #define NO_ID (-1)
 
-/* ---- growable columns ------------------------------------------------------------------------------------ */
+/* ---- growable columns (_vec.h) ------------------------------------------------------------------------------- */
 
-typedef struct {
-    char *data;
-    Py_ssize_t size, cap;
-} Vec;
-
-static int vec_grow(Vec *v, Py_ssize_t n) {
-    Py_ssize_t cap = v->cap ? v->cap : 4096;
-    while (cap < v->size + n) cap *= 2;
-    char *d = PyMem_Realloc(v->data, cap);
-    if (d == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    v->data = d;
-    v->cap = cap;
-    return 0;
-}
-
-static inline int put(Vec *v, const void *x, Py_ssize_t n) {
-    if (v->size + n > v->cap && vec_grow(v, n) < 0) return -1;
-    memcpy(v->data + v->size, x, n);
-    v->size += n;
-    return 0;
-}
-
-static inline int put_i64(Vec *v, int64_t x) { return put(v, &x, 8); }
-static inline int put_f64(Vec *v, double x) { return put(v, &x, 8); }
-static inline int put_i8(Vec *v, int8_t x) { return put(v, &x, 1); }
+static inline int put_i64(Vec *v, int64_t x) { return vec_put(v, &x, 8); }
+static inline int put_f64(Vec *v, double x) { return vec_put(v, &x, 8); }
+static inline int put_i8(Vec *v, int8_t x) { return vec_put(v, &x, 1); }
 
 /* ---- the scanner ----------------------------------------------------------------------------------------- */
 
