@@ -176,6 +176,15 @@ def _measured_step_s(job: str) -> float:
     return statistics.mean(s for r in meta["rank_timings"].values() for s in r["step_s"][2:4])
 
 
+def _unrecorded_step_s(job: str) -> float:
+    """The faster of the steps before the recorded ones (``step_s[0]``, the profiler off; ``step_s[1]``, its
+    warm-up, nothing recorded), mean over the ranks: a replay runs without the profiler, so it may be that fast.
+    (The recorded steps carry the profiler's cost: on a faster host than the one that recorded the jobs, a
+    replay of ddp_mlp_ws2 took 9.6 ms against 20.9 ms recorded, 6.2 ms before the profiler started.)"""
+    timings = json.loads((PYTORCH_JOBS / job / "meta.json").read_text())["rank_timings"].values()
+    return min(statistics.mean(r["step_s"][k] for r in timings) for k in (0, 1))
+
+
 @pytest.mark.shared_data
 @pytest.mark.parametrize("job, time_checked", [
     ("ddp_mlp_ws2", True), ("pp_sendrecv_ws2", True), ("tp_transformer_ws2", True),
@@ -220,8 +229,10 @@ def test_converted_job_issues_every_recorded_collective_on_its_group(converted_j
         best_us = min(best_us, again.best_step_us)
     ratio = best_us / 1e6 / _measured_step_s(job)
     print(f"{job}: replayed step {best_us:.0f} us vs measured {_measured_step_s(job) * 1e6:.0f} us ({ratio:.2f}x)")
-    if time_checked:
-        assert 0.5 <= ratio <= 2.0, f"replayed step {best_us:.0f} us vs measured {_measured_step_s(job) * 1e6:.0f} us"
+    if time_checked:  # within half the unrecorded step and twice the recorded one
+        assert 0.5 * _unrecorded_step_s(job) <= best_us / 1e6 <= 2.0 * _measured_step_s(job), \
+            f"replayed step {best_us:.0f} us vs measured {_measured_step_s(job) * 1e6:.0f} us recorded, " \
+            f"{_unrecorded_step_s(job) * 1e6:.0f} us before the profiler recorded"
 
 
 TORCHRUN_SCRIPT = """
