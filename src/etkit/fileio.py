@@ -27,7 +27,7 @@ from typing import IO, Any, BinaryIO
 from .errors import EtkitError
 
 __all__ = [
-    "GZIP_MAGIC", "STDOUT", "atomic_output", "check_writable", "protect_inputs", "check_not_input",
+    "GZIP_MAGIC", "GZIP_WBITS", "STDOUT", "atomic_output", "check_writable", "protect_inputs", "check_not_input",
     "job_output", "JobOutput", "rank_file_path", "comm_groups_path", "rank_files", "job_files", "RANK_FILE",
     "open_maybe_gzip", "read_bytes_maybe_gzip", "is_gzip", "inflater", "max_decompressed_bytes", "DecompressionLimit",
     "MAX_BYTES_ENV", "MIN_MAX_BYTES", "MAX_RATIO", "stop_requests", "raise_if_stopped",
@@ -563,8 +563,8 @@ MIN_MAX_BYTES = 64 << 20
 MAX_RATIO = 100
 
 _READ_CHUNK = 1 << 16
-#: ``wbits`` of a gzip stream (header and trailer checked) for ``decompressobj``.
-_GZIP_WBITS = 16 + zlib.MAX_WBITS
+#: ``wbits`` of a gzip stream (header and trailer checked) for :func:`inflater`'s ``decompressobj``.
+GZIP_WBITS = 16 + zlib.MAX_WBITS
 #: Compressed bytes :meth:`_BoundedGunzip.readall` reads at a time (most traces' whole file).
 _READALL_CHUNK = 16 << 20
 
@@ -619,7 +619,7 @@ class _BoundedGunzip(io.RawIOBase):
         self._name = name
         self._max_bytes = max_bytes
         self._new_inflate, self._inflate_error = inflater()
-        self._inflate = self._new_inflate(_GZIP_WBITS)
+        self._inflate = self._new_inflate(GZIP_WBITS)
         self._pending = b""  # compressed bytes read but not yet given to the decompressor
         self._read_in = 0
         self._produced = 0
@@ -692,7 +692,7 @@ class _BoundedGunzip(io.RawIOBase):
             import gzip
 
             raise gzip.BadGzipFile(f"Not a gzipped file ({self._pending[:2]!r}) after a complete member")
-        self._inflate = self._new_inflate(_GZIP_WBITS)
+        self._inflate = self._new_inflate(GZIP_WBITS)
         self._member_done = False
         return True
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import os
 import re
-import zlib
 from collections.abc import Collection
 from pathlib import Path
 
 from .errors import UsageError
-from .fileio import GZIP_MAGIC, inflater
+from .fileio import GZIP_MAGIC, GZIP_WBITS, inflater
 from .records import record
 
 __all__ = ["FileKind", "KINDS", "sniff", "sniff_bytes", "require", "read_head", "is_kineto", "is_host_trace"]
@@ -89,9 +88,9 @@ def read_head(path: str | os.PathLike[str], limit: int = HEAD_BYTES) -> bytes:
     if head.startswith(GZIP_MAGIC):
         decompressobj, error = inflater()
         try:
-            return decompressobj(16 + zlib.MAX_WBITS).decompress(head, limit)
+            return decompressobj(GZIP_WBITS).decompress(head, limit)
         except error:
-            import gzip  # (imported only here: reading a .gz input otherwise goes through zlib alone)
+            import gzip  # (imported only here: reading a .gz input otherwise goes through fileio.inflater alone)
 
             try:  # a gzip member split oddly: fall back to the gzip module
                 with gzip.open(path, "rb") as zipped:

@@ -94,7 +94,7 @@ class GpuRank:
 
 def _kernel_names(trace: Trace, rows: np.ndarray, comm: np.ndarray) -> list[str]:
     """Names of GPU rows; a COMM node is named by the NCCL kernel it ran as (its ``kernel_name``)."""
-    names = list(map(trace.strings.__getitem__, trace.name_idx[rows].tolist()))  # (trace.name of each row)
+    names = trace.names_of(rows)
     at = np.flatnonzero(comm)
     for i, kernel in zip(at.tolist(), trace.string_attr(rows[at], "kernel_name") if at.size else ()):
         if kernel is not None:
@@ -429,8 +429,8 @@ def launch_stats(job: Job, schedule: Schedule | None = None, *, include_memory_e
         trace, sched = g.view.trace, g.view.sched
         ok = g.launcher >= 0
         if ok.any():
-            named = map(trace.strings.__getitem__, trace.name_idx[g.launcher[ok]].tolist())  # (trace.name of each)
-            launch_names = np.fromiter(map(calls.__contains__, named), dtype=bool, count=int(ok.sum()))
+            launch_names = np.fromiter(map(calls.__contains__, trace.names_of(g.launcher[ok])), dtype=bool,
+                                       count=int(ok.sum()))
             ok[ok] = launch_names
         l_start, l_end = sched.start_ns[g.launcher[ok]], sched.end_ns[g.launcher[ok]]
         cpu[g.rank] = l_end - l_start
@@ -538,7 +538,7 @@ def annotation_breakdown(job: Job, schedule: Schedule | None = None, *, use_gpu:
         if not len(rows):
             continue
         dur = sched.end_ns[rows] - sched.start_ns[rows]
-        names, inverse = np.unique(np.asarray([trace.name(r) for r in rows.tolist()], dtype=object), return_inverse=True)
+        names, inverse = np.unique(np.asarray(trace.names_of(rows), dtype=object), return_inverse=True)
         for i, name in enumerate(names.tolist()):
             d = dur[inverse == i]
             out.append(AnnotationStats(g.rank, name, len(d), int(d.sum()), int(d.max()), int(d.min()), float(d.mean()),
